@@ -1,0 +1,430 @@
+"""Checker for lesson 01: scaled dot-product attention.
+
+The oracle is PyTorch's own ``F.scaled_dot_product_attention``, run in float64.
+The attention weights come from the same function with the identity matrix as
+the values (``softmax(...) @ I`` is the weights themselves), so no attention
+formula is written out here. Alternative, deliberately wrong computations
+appear only to *name* a mistake once the comparison with the oracle failed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from ._core import Check, CheckResult, _LearnerError, fmt_number, fmt_shape, fmt_values, generator, run_check
+
+_NAME = "scaled_dot_product_attention"
+_ATOL, _RTOL = 1e-5, 1e-4
+
+
+def check_scaled_dot_product_attention(scaled_dot_product_attention: Callable) -> CheckResult:
+    """Check ``scaled_dot_product_attention(query, key, value, mask=None) -> (output, weights)``."""
+    return run_check(_NAME, _check_attention, scaled_dot_product_attention)
+
+
+# --------------------------------------------------------------------------
+# The oracle and the inputs.
+
+
+def _oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float | None = None):
+    """(output, weights) from PyTorch in float64; weights = attention applied to identity values."""
+    q, k, v = q.double(), k.double(), v.double()
+    eye = torch.eye(k.shape[-2], dtype=torch.float64)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    weights = F.scaled_dot_product_attention(q, k, eye, attn_mask=mask, scale=scale)
+    return out, weights
+
+
+def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """query . key for every (query, key) pair, unscaled, float64 (used only to name mistakes)."""
+    return q.double() @ k.double().transpose(-2, -1)
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float = _ATOL, rtol: float = _RTOL) -> bool:
+    a, b = a.detach().double(), b.detach().double()
+    return a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=rtol))
+
+
+def _rows_with_both(allowed: torch.Tensor) -> torch.Tensor:
+    """Make sure every row of a (..., L_q, L_k) boolean mask has a True and a False."""
+    allowed = allowed.clone()
+    rows = allowed.reshape(-1, allowed.shape[-1])
+    for i, row in enumerate(rows):
+        row[i % row.numel()] = True
+        row[(i + 1) % row.numel()] = False
+    return rows.reshape(allowed.shape)
+
+
+def _mask_text(mask: torch.Tensor | None) -> str:
+    return "no mask" if mask is None else f"a boolean mask of shape {fmt_shape(mask.shape)}"
+
+
+# --------------------------------------------------------------------------
+# Running the learner's function.
+
+
+def _probe(fn: Callable, *args: Any, **kwargs: Any) -> bool:
+    """Whether the learner's function runs on other inputs and returns two items (silent)."""
+    try:
+        result = fn(*args, **kwargs)
+    except Exception:
+        return False
+    return isinstance(result, (tuple, list)) and len(result) == 2
+
+
+def _crash_hint(fn: Callable, q, k, v, mask, how: str, batched_ok: bool) -> str:
+    """After a crash, try nearby inputs to say what the crash depends on."""
+    lead = q.shape[:-2]
+    if how == "keyword" and _probe(fn, q, k, v, mask):
+        return (
+            "It runs when the mask is passed positionally but not as `mask=...`: "
+            "name the fourth parameter `mask` (with the default `mask=None`)."
+        )
+    if mask is not None and _probe(fn, q, k, v):
+        return (
+            f"It runs without a mask but crashes with a mask of shape {fmt_shape(mask.shape)}. "
+            f"A mask arrives already broadcastable to the scores {fmt_shape((*lead, q.shape[-2], k.shape[-2]))}: "
+            f"use it as it is (no unsqueeze or view) and fill the scores where it is False."
+        )
+    if len(lead) and _probe(fn, q[(0,) * len(lead)], k[(0,) * len(lead)], v[(0,) * len(lead)]):
+        return (
+            "It works on 2-D inputs (L, d) but crashes with leading batch/head dimensions. "
+            "Likely cause: transposing the wrong axes of `key` (`key.T` or `key.transpose(0, 1)` on a batched "
+            "tensor). Swap only the last two axes: `key.transpose(-2, -1)`."
+        )
+    if batched_ok:
+        return (
+            f"It worked on 4-D inputs (batch, heads, L, d) but crashed on {len(lead) + 2}-D ones. "
+            f"Count axes from the end (-1, -2) rather than from the front, so that any number of "
+            f"leading dimensions works."
+        )
+    g = generator(99)
+    side = torch.randn(*lead, 5, 5, generator=g)
+    if _probe(fn, side, side.clone(), side.clone()):
+        return (
+            "It works when L_q == L_k and d_k == d_v but crashes when they differ. Likely causes: `key` not "
+            "transposed, or `key` and `value` (or `query`) used in each other's place. The scores are "
+            "query @ key^T, shape (..., L_q, L_k); the output is weights @ value, shape (..., L_q, d_v)."
+        )
+    return (
+        f"Expected shapes: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)}, value {fmt_shape(v.shape)} "
+        f"-> scores query @ key^T (key with its last two axes swapped) (..., L_q, L_k) = "
+        f"{fmt_shape((*lead, q.shape[-2], k.shape[-2]))} "
+        f"-> output (..., L_q, d_v) = {fmt_shape((*lead, q.shape[-2], v.shape[-1]))}."
+    )
+
+
+def _shape_hint(kind: str, actual: torch.Size, q, k, v, mask) -> str:
+    lead = tuple(q.shape[:-2])
+    L_q, L_k, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    shape = tuple(actual)
+    if mask is not None and len(shape) > len(lead) + 2:
+        return (
+            f"It has more axes than the inputs. Likely cause: the mask (shape {fmt_shape(mask.shape)}) is "
+            f"reshaped inside the function (for example `mask.unsqueeze(1)`), so broadcasting adds an axis. "
+            f"The mask already broadcasts against the scores (..., L_q, L_k): use it as given."
+        )
+    if kind == "output":
+        if shape[:-1] == (*lead, L_q) and shape[-1] == d_k:
+            return (
+                f"Its last dimension is d_k = {d_k}, the size of the keys, where the values have d_v = {d_v}. "
+                f"Likely cause: multiplying the weights by `key` instead of `value`."
+            )
+        return f"The output has one row per query and the size of the values: (..., L_q, d_v)."
+    if shape == (*lead, L_k, L_q):
+        return "Your weights are transposed: the scores are query @ key^T (one row per query), not key @ query^T."
+    return "The weights hold one entry per (query, key) pair: (..., L_q, L_k)."
+
+
+def _call(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool = False):
+    """Call the learner's function; return (output, weights) after type and shape checks."""
+    args: tuple = (q, k, v)
+    kwargs: dict = {}
+    if how == "positional":
+        args += (mask,)
+    elif how == "keyword":
+        kwargs["mask"] = mask
+    try:
+        result = check.call(fn, *args, **kwargs)
+    except _LearnerError as err:
+        raise _LearnerError(err.message + "\n" + _crash_hint(fn, q, k, v, mask, how, batched_ok)) from None
+    out, weights = check.unpack(result, ("output", "weights"), f"Your {_NAME}")
+    lead = tuple(q.shape[:-2])
+    want_out = (*lead, q.shape[-2], v.shape[-1])
+    want_w = (*lead, q.shape[-2], k.shape[-2])
+    if (
+        isinstance(out, torch.Tensor)
+        and isinstance(weights, torch.Tensor)
+        and tuple(out.shape) == want_w
+        and tuple(weights.shape) == want_out
+    ):
+        check.fail(
+            f"Your {_NAME} seems to return (weights, output) in the wrong order: the first item has shape "
+            f"{fmt_shape(out.shape)} and the second {fmt_shape(weights.shape)}.\n"
+            f"Return the output first, then the weights: `return output, weights`."
+        )
+    for kind, value, want in (("output", out, want_out), ("weights", weights, want_w)):
+        hint = _shape_hint(kind, value.shape, q, k, v, mask) if isinstance(value, torch.Tensor) else ""
+        check.tensor(value, f"the {kind}", shape=want, dtype="float", finite=False, shape_hint=hint)
+    return out, weights
+
+
+# --------------------------------------------------------------------------
+# Diagnosing each mechanism.
+
+
+def _require_finite(check: Check, out, weights, mask, large: bool) -> None:
+    for name, t in (("weights", weights), ("output", out)):
+        bad = ~torch.isfinite(t.detach())
+        if not bool(bad.any()):
+            continue
+        count = int(bad.sum())
+        kind = "NaN" if bool(t.detach().isnan().any()) else "infinite"
+        verb = "contain" if name == "weights" else "contains"
+        head = f"Your {name} {verb} {count} {kind} value{'s' if count != 1 else ''} (out of {t.numel()})"
+        if large:
+            check.fail(
+                f"{head} when the scores are large (around +-800).\n"
+                f"Likely cause: a numerically unstable softmax. exp() of a large score overflows to inf "
+                f"(and of a very negative one underflows to 0), giving inf/inf or 0/0. Subtract each row's "
+                f"maximum before exp(), or use `torch.softmax(scores, dim=-1)`, which does it for you."
+            )
+        if mask is not None and name == "weights":
+            hidden = ~mask.expand(weights.shape)
+            w = weights.detach()
+            if bool(w.isneginf()[hidden].all()) and bool(torch.isfinite(w[~hidden]).all()):
+                check.fail(
+                    f"{head}: -inf exactly where the mask is False.\n"
+                    f"Likely cause: the mask is applied after the softmax. Fill the *scores* with a large "
+                    f"negative number (or -inf) where the mask is False, then take the softmax."
+                )
+            check.fail(
+                f"{head} with {_mask_text(mask)} (every row of it allows at least one key).\n"
+                f"Likely causes: a mask with the wrong polarity that hides a whole row (True means 'may attend'), "
+                f"or exp()/division done by hand on -inf scores."
+            )
+        check.fail(
+            f"{head}.\nLikely causes: a division by zero, or exp() of large numbers without subtracting "
+            f"the maximum first."
+        )
+
+
+def _require_rows_sum_to_one(check: Check, weights, q, k, mask) -> None:
+    w = weights.detach().double()
+    sums = w.sum(-1)
+    if _close(sums, torch.ones_like(sums), atol=1e-4, rtol=0):
+        return
+    if mask is not None:
+        _, free = _oracle(q, k, k, None)
+        allowed = mask.expand(w.shape)
+        if _close(w[allowed], free[allowed]):
+            check.fail(
+                f"The rows of your weights do not sum to 1 when a mask is given (row sums: {fmt_values(sums)}), "
+                f"and the weights at the allowed positions equal the unmasked softmax.\n"
+                f"Likely cause: the mask is applied after the softmax. Mask the scores first (fill a large "
+                f"negative number where the mask is False), then take the softmax, so every row still sums to 1."
+            )
+    d_k = q.shape[-1]
+    unnormalised = ((1 / math.sqrt(d_k), "the scores divided by sqrt(d_k)"), (1.0, "the unscaled scores query @ key^T"))
+    for scale, what in unnormalised:
+        raw = _scores(q, k) * scale
+        if mask is not None:
+            same = _close(w[mask.expand(w.shape)], raw[mask.expand(w.shape)])
+        else:
+            same = _close(w, raw)
+        if same:
+            check.fail(
+                f"Your weights equal {what}: the softmax is missing.\n"
+                f"  row sums (first values): {fmt_values(sums)}\n"
+                f"Attention weights are the softmax of the scaled scores over the keys: "
+                f"`torch.softmax(scores, dim=-1)`; each row is then a probability distribution summing to 1."
+            )
+    if bool((w < -1e-6).any()):
+        check.fail(
+            f"Your weights contain negative values (smallest {fmt_number(float(w.min()))}), and their rows do not "
+            f"sum to 1 (row sums: {fmt_values(sums)}).\n"
+            f"A softmax never returns negative numbers: are you returning the scores instead of their softmax?"
+        )
+    for dim in range(w.dim() - 1):
+        other = w.sum(dim)
+        if _close(other, torch.ones_like(other), atol=1e-4, rtol=0):
+            axis = dim - w.dim()
+            where = " (the query axis)" if axis == -2 else ""
+            check.fail(
+                f"The rows of your weights do not sum to 1 (row sums: {fmt_values(sums)}); they sum to 1 along "
+                f"dim {axis}{where} instead.\n"
+                f"Likely cause: the softmax is taken over the wrong dimension. Each query's weights over the keys "
+                f"must sum to 1: use `dim=-1`, the last dimension."
+            )
+    check.fail(
+        f"The rows of your weights do not sum to 1.\n"
+        f"  row sums (first values): {fmt_values(sums)}\n"
+        f"Is the softmax taken over the last dimension (dim=-1), and are the weights returned as they come "
+        f"out of it?"
+    )
+
+
+def _name_scale(check: Check, weights, q, k, v) -> None:
+    """The weights are normalised but wrong without a mask: find which scale they used."""
+    w = weights.detach().double()
+    d_k, d_v, L_q, L_k = q.shape[-1], v.shape[-1], q.shape[-2], k.shape[-2]
+    use_d_k = "Use d_k, the last dimension of query and key"
+    named = [
+        (1.0, "Your weights match a softmax of the scores without any scaling. Divide the scores by sqrt(d_k)"),
+        (1 / d_k, "Your weights match scores divided by d_k instead of sqrt(d_k). Divide by `math.sqrt(d_k)`"),
+        (math.sqrt(d_k), "Your weights match scores multiplied by sqrt(d_k) instead of divided. Divide by sqrt(d_k)"),
+        (1 / math.sqrt(d_v), "Your weights match scores divided by sqrt(d_v), the size of the values. " + use_d_k),
+        (1 / math.sqrt(L_k), "Your weights match scores divided by sqrt(L_k), a sequence length. " + use_d_k),
+        (1 / math.sqrt(L_q), "Your weights match scores divided by sqrt(L_q), a sequence length. " + use_d_k),
+    ]
+    for scale, message in named:
+        if _close(w, _oracle(q, k, v, None, scale=scale)[1]):
+            check.fail(
+                f"{message} (d_k = {d_k}, so the scores should be multiplied by 1/sqrt(d_k) = "
+                f"{fmt_number(1 / math.sqrt(d_k))}).\n"
+                f"The scaling keeps the scores in a range where the softmax is not saturated."
+            )
+    # Any other constant: log-weights are scale * scores up to a per-row constant.
+    raw = _scores(q, k)
+    logw = w.clamp_min(1e-300).log()
+    a = raw - raw.mean(-1, keepdim=True)
+    b = logw - logw.mean(-1, keepdim=True)
+    denominator = float((a * a).sum())
+    if denominator > 0:
+        scale = float((a * b).sum()) / denominator
+        if scale > 0 and _close(w, _oracle(q, k, v, None, scale=scale)[1], atol=1e-4, rtol=1e-3):
+            check.fail(
+                f"Your weights match a softmax of the scores multiplied by {fmt_number(scale)}, but the scale should "
+                f"be 1/sqrt(d_k) = {fmt_number(1 / math.sqrt(d_k))} (d_k = {d_k}).\n"
+                f"Likely cause: dividing by the square root of another size (d_model, a sequence length, a "
+                f"hard-coded number). d_k is the last dimension of query and key: `query.size(-1)`."
+            )
+
+
+def _name_mask_mistake(check: Check, weights, q, k, v, mask) -> None:
+    """The weights are normalised but wrong with a mask: name the mask mistake if one fits."""
+    w = weights.detach().double()
+    scale = 1 / math.sqrt(q.shape[-1])
+    hidden = ~mask.expand(w.shape)
+    if _close(w, _oracle(q, k, v, ~mask)[1]):
+        check.fail(
+            "Your weights attend exactly where the mask is False and ignore where it is True: the mask polarity "
+            "is inverted.\n"
+            "In this course (as in `F.scaled_dot_product_attention`) True means 'may attend'. Fill the scores "
+            "where the mask is False: `scores.masked_fill(~mask, float('-inf'))` or `mask == 0`, not `mask == 1`."
+        )
+    if _close(w, _oracle(q, k, v, None)[1]):
+        check.fail(
+            f"Your weights are the same with and without the mask: the mask is ignored "
+            f"(weights at masked positions, first values: {fmt_values(w[hidden])}).\n"
+            f"Likely cause: `scores.masked_fill(...)` returns a new tensor; assign it back "
+            f"(`scores = scores.masked_fill(...)`), and apply it when `mask is not None`."
+        )
+    zeroed = torch.softmax((_scores(q, k) * scale).masked_fill(hidden, 0.0), dim=-1)
+    if _close(w, zeroed):
+        check.fail(
+            f"Your weights at masked positions are not 0 (first values: {fmt_values(w[hidden])}).\n"
+            f"Likely cause: the masked scores are set to 0 (or the scores are multiplied by the mask). A score of 0 "
+            f"still gets a share of the softmax; fill with a large negative number instead: -inf or -1e9."
+        )
+    if bool((w[hidden].abs() > 1e-6).any()):
+        check.fail(
+            f"Your weights are not 0 where the mask is False (first values there: {fmt_values(w[hidden])}).\n"
+            f"Fill the scores with -inf (or -1e9) where the mask is False, before the softmax."
+        )
+
+
+# --------------------------------------------------------------------------
+# The check.
+
+
+def _check_case(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool = False, large: bool = False):
+    out, weights = _call(check, fn, q, k, v, mask, how, batched_ok)
+    if how == "none":
+        again = check.call(fn, q, k, v)
+        same = isinstance(again, (tuple, list)) and len(again) == 2
+        same = same and all(
+            isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+            and bool(torch.allclose(a.detach(), b.detach(), rtol=0, atol=0, equal_nan=True))
+            for a, b in zip(again, (out, weights))
+        )
+        if not same:
+            check.fail(
+                f"Your {_NAME} returned different results for the same inputs.\n"
+                f"Likely cause: dropout or another random step inside. This function should be deterministic: "
+                f"leave dropout to the module that calls it."
+            )
+    _require_finite(check, out, weights, mask, large)
+    ref_out, ref_w = _oracle(q, k, v, mask)
+    atol, rtol = (1e-4, 1e-3) if large else (_ATOL, _RTOL)
+    if not _close(weights, ref_w, atol, rtol):
+        _require_rows_sum_to_one(check, weights, q, k, mask)
+        if mask is None:
+            _name_scale(check, weights, q, k, v)
+        else:
+            _name_mask_mistake(check, weights, q, k, v, mask)
+        check.close(
+            weights, ref_w, "the weights", atol=atol, rtol=rtol,
+            hint=f"(inputs: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)}, value {fmt_shape(v.shape)}, "
+            f"{_mask_text(mask)})\nThe weights should be softmax(query @ key^T / sqrt(d_k)) over the last "
+            f"dimension, with the scores filled with -inf where the mask is False.",
+        )
+    if not _close(out, ref_out, atol, rtol):
+        hint = "Your weights are right, so the output should be `weights @ value`."
+        if mask is not None and _close(out, _oracle(q, k, v, None)[0], atol, rtol):
+            hint = (
+                "Your weights are right, but the output is the one you get without the mask: "
+                "compute the output from the masked weights (`weights @ value`), or pass the mask on."
+            )
+        check.close(out, ref_out, "the output", atol=atol, rtol=rtol, hint=hint)
+    return out, weights
+
+
+def _check_attention(check: Check, fn: Callable) -> None:
+    check.callable_(fn, _NAME)
+    g = generator(0)
+
+    # 1. (batch, heads, L, d) with every size different, no mask (the default).
+    B, H, L_q, L_k, d_k, d_v = 2, 3, 5, 7, 4, 6
+    q = torch.randn(B, H, L_q, d_k, generator=g)
+    k = torch.randn(B, H, L_k, d_k, generator=g)
+    v = torch.randn(B, H, L_k, d_v, generator=g)
+    out, weights = _check_case(check, fn, q, k, v, None, "none")
+    check.ok("returns (output, weights) of shapes (..., L_q, d_v) and (..., L_q, L_k), with mask=None by default")
+    check.ok("each row of the weights is a softmax over the keys, scaled by 1/sqrt(d_k)")
+    check.ok("the output matches F.scaled_dot_product_attention (d_k != d_v, L_q != L_k)")
+
+    # 2. A padding-style mask (B, 1, 1, L_k), passed positionally.
+    allowed = torch.arange(L_k).expand(B, L_k) < torch.tensor([[5], [3]])
+    mask = allowed.reshape(B, 1, 1, L_k)
+    _check_case(check, fn, q, k, v, mask, "positional", batched_ok=True)
+    check.ok("a (B, 1, 1, L_k) mask hides keys where it is False (True means 'may attend')")
+
+    # 3. A per-query mask (B, 1, L_q, L_k), passed by keyword.
+    i = torch.arange(L_q).reshape(L_q, 1)
+    j = torch.arange(L_k).reshape(1, L_k)
+    mask = ((j <= i + 1) & allowed.reshape(B, 1, 1, L_k)).reshape(B, 1, L_q, L_k)
+    _check_case(check, fn, q, k, v, mask, "keyword", batched_ok=True)
+    check.ok("a (B, 1, L_q, L_k) mask passed as mask=... works")
+
+    # 4. 3-D inputs (batch, L, d) with an (L_q, L_k) mask shared by the batch.
+    B3, L_q3, L_k3, d_k3, d_v3 = 3, 6, 5, 2, 8
+    q3 = torch.randn(B3, L_q3, d_k3, generator=g)
+    k3 = torch.randn(B3, L_k3, d_k3, generator=g)
+    v3 = torch.randn(B3, L_k3, d_v3, generator=g)
+    mask3 = _rows_with_both(torch.rand(L_q3, L_k3, generator=g) < 0.6)
+    _check_case(check, fn, q3, k3, v3, mask3, "positional", batched_ok=True)
+    check.ok("works on 3-D inputs with an (L_q, L_k) mask")
+
+    # 5. Large scores (around +-800): a softmax without the max subtraction overflows.
+    ql = q.clone()
+    kl = k.clone()
+    ql[..., 0] = 40.0 * torch.tensor([1.0, -1.0, 1.0]).reshape(1, H, 1)
+    kl[..., 0] = 40.0
+    mask = allowed.reshape(B, 1, 1, L_k)
+    _check_case(check, fn, ql, kl, v, mask, "positional", batched_ok=True, large=True)
+    check.ok("numerically stable for large scores")

@@ -1,0 +1,299 @@
+"""Checkers for lesson 02: padding, causal and target masks.
+
+Masks are boolean and True means "may attend", as in
+``F.scaled_dot_product_attention``. Each checker compares the learner's mask
+with the meaning stated in the exercise, on several batch sizes, lengths and
+pad ids (including a pad id other than 0 with real tokens equal to 0). When
+the values are wrong, a list of known mistakes is tried only to *name* the
+cause. The target mask is also used as ``attn_mask`` in PyTorch's attention
+to show what leaks when it is wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ._core import Check, CheckResult, generator, run_check
+
+_BOOL_NOTE = (
+    "Masks are boolean (True = may attend): build them with comparisons such as `tokens != pad_id` "
+    "or `torch.tril(...)` on a bool tensor, or convert with `.bool()`."
+)
+
+# Right-padded token batches: (tokens, pad_id). The first token of every row is real.
+_BATCHES = [
+    (torch.tensor([[1, 7, 4, 9, 2, 0], [1, 5, 2, 0, 0, 0], [1, 6, 3, 8, 5, 2]]), 0),
+    (torch.tensor([[1, 0, 5, 0, 2, 3, 3], [4, 0, 2, 3, 3, 3, 3]]), 3),  # pad id 3, real tokens equal to 0
+    (torch.tensor([[6, 0, 2, 1, 1], [0, 4, 0, 0, 2], [9, 2, 1, 1, 1], [5, 5, 1, 1, 1]]), 1),
+    (torch.tensor([[2]]), 0),  # one sentence of one token
+]
+
+
+def check_padding_mask(make_padding_mask: Callable) -> CheckResult:
+    """Check ``make_padding_mask(tokens, pad_id) -> bool (B, 1, 1, L)``, True at real tokens."""
+    return run_check("make_padding_mask", _check_padding, make_padding_mask)
+
+
+def check_causal_mask(make_causal_mask: Callable) -> CheckResult:
+    """Check ``make_causal_mask(size) -> bool (size, size)``, True on and below the diagonal."""
+    return run_check("make_causal_mask", _check_causal, make_causal_mask)
+
+
+def check_target_mask(make_target_mask: Callable) -> CheckResult:
+    """Check ``make_target_mask(tokens, pad_id) -> bool (B, 1, L, L)``: padding on the key axis AND causal."""
+    return run_check("make_target_mask", _check_target, make_target_mask)
+
+
+# --------------------------------------------------------------------------
+# Shared steps.
+
+
+def _as_mask(check: Check, value, name: str, shape: tuple, shape_hint: str) -> torch.Tensor:
+    """Type and shape (stop if wrong); a non-bool dtype is a problem but its meaning is still checked."""
+    mask = check.tensor(value, name, shape=shape, finite=False, shape_hint=shape_hint)
+    if mask.dtype != torch.bool:
+        title = name[0].upper() + name[1:]
+        check.problem(f"{title} has dtype {mask.dtype}, but it should be torch.bool.\n{_BOOL_NOTE}")
+        mask = mask.detach() != 0
+    return mask.detach()
+
+
+def _describe_cells(actual: torch.Tensor, expected: torch.Tensor, axes: str, limit: int = 4) -> str:
+    """The first few entries where two boolean masks differ, by index."""
+    wrong = (actual != expected).nonzero().tolist()
+    lines = [f"  {len(wrong)} of {expected.numel()} entries differ, for example:"]
+    for index in wrong[:limit]:
+        lines.append(
+            f"    [{', '.join(str(i) for i in index)}] ({axes}): expected {bool(expected[tuple(index)])}, "
+            f"got {bool(actual[tuple(index)])}"
+        )
+    return "\n".join(lines)
+
+
+def _name_mistake(actual: torch.Tensor, candidates: list[tuple[torch.Tensor, str]]) -> str | None:
+    for candidate, message in candidates:
+        if candidate.shape == actual.shape and torch.equal(candidate, actual):
+            return message
+    return None
+
+
+def _below(size: int, diagonal: int = 0) -> torch.Tensor:
+    """Boolean (size, size): True where column <= row + diagonal (a plain comparison, no torch.tril)."""
+    i = torch.arange(size)
+    return i[None, :] <= i[:, None] + diagonal
+
+
+def _inputs_text(tokens: torch.Tensor, pad_id: int) -> str:
+    return f"tokens = {tokens.tolist()}, pad_id = {pad_id}"
+
+
+# --------------------------------------------------------------------------
+# Padding mask.
+
+
+def _padding_shape_hint(shape: torch.Size, B: int, L: int) -> str:
+    shape = tuple(shape)
+    if shape == (B, L):
+        return (
+            "Add a head axis and a query axis so the mask broadcasts over the scores (B, num_heads, L_q, L): "
+            "shape (B, 1, 1, L)."
+        )
+    if shape in ((B, 1, L), (1, B, L)):
+        return "One axis short: the scores have a head axis and a query axis, so the mask needs shape (B, 1, 1, L)."
+    if shape == (B, 1, L, 1):
+        return (
+            "This puts the tokens on the query axis; padding hides *keys*, so the tokens go on the last axis: "
+            "(B, 1, 1, L)."
+        )
+    return "Shape (B, 1, 1, L): one row per sentence, the tokens on the last (key) axis."
+
+
+def _check_padding(check: Check, make_padding_mask: Callable) -> None:
+    check.callable_(make_padding_mask, "make_padding_mask")
+    for tokens, pad_id in _BATCHES:
+        B, L = tokens.shape
+        tokens = tokens.clone()
+        value = check.call(make_padding_mask, tokens, pad_id)
+        hint = _padding_shape_hint(getattr(value, "shape", ()), B, L)
+        mask = _as_mask(check, value, "the padding mask", (B, 1, 1, L), hint)
+        expected = (tokens != pad_id).reshape(B, 1, 1, L)
+        if not torch.equal(mask, expected):
+            candidates = [
+                (~expected, "Your mask is True at the padding and False at the real tokens: the polarity is inverted. "
+                            "True means 'may attend', so it must be True at real tokens (`tokens != pad_id`)."),
+                ((tokens != 0).reshape(B, 1, 1, L),
+                 f"Your mask treats the token 0 as padding, but here pad_id = {pad_id} and 0 is a real token. "
+                 f"Likely cause: the pad id 0 is hard-coded; compare with the `pad_id` argument."),
+                ((tokens == 0).reshape(B, 1, 1, L),
+                 f"Your mask is True where the token is 0: the pad id 0 is hard-coded (here pad_id = {pad_id}) and the "
+                 f"polarity is inverted. Use `tokens != pad_id`: True at real tokens."),
+                (torch.ones_like(expected), "Your mask is True everywhere, so padding is never hidden. It must be False "
+                                            "where the token equals pad_id."),
+            ]
+            cause = _name_mistake(mask, candidates) or "True must mark the real tokens (those different from pad_id)."
+            check.fail(
+                f"The padding mask has the wrong values for {_inputs_text(tokens, pad_id)}.\n"
+                f"{_describe_cells(mask, expected, 'batch, 1, 1, key')}\n{cause}"
+            )
+        check.stop_if_problems()
+    check.ok("returns a bool mask of shape (B, 1, 1, L)")
+    check.ok("True at real tokens, False at padding, for any pad id (also when real tokens equal 0)")
+    check.ok("works for several batch sizes and lengths, including a single token")
+
+
+# --------------------------------------------------------------------------
+# Causal mask.
+
+
+def _causal_shape_hint(shape: torch.Size, size: int) -> str:
+    shape = tuple(shape)
+    if len(shape) > 2 and shape[-2:] == (size, size) and all(d == 1 for d in shape[:-2]):
+        return (
+            "It has extra leading axes of size 1. Return just (size, size): broadcasting adds the batch and "
+            "head axes when the mask is combined with a padding mask or the scores."
+        )
+    if len(shape) == 2 and shape[0] == shape[1]:
+        return f"It was called with size = {size}: is the size hard-coded instead of taken from the argument?"
+    return "One row per query position, one column per key position: (size, size)."
+
+
+def _check_causal(check: Check, make_causal_mask: Callable) -> None:
+    check.callable_(make_causal_mask, "make_causal_mask")
+    for size in (5, 4, 1, 8):
+        value = check.call(make_causal_mask, size)
+        hint = _causal_shape_hint(getattr(value, "shape", ()), size)
+        mask = _as_mask(check, value, "the causal mask", (size, size), hint)
+        ones = torch.ones(size, size, dtype=torch.bool)
+        expected = _below(size)
+        if not torch.equal(mask, expected):
+            candidates = [
+                (_below(size, -1),
+                 "The diagonal is False, so a position cannot attend to itself (and the first row is empty, which "
+                 "gives NaN in a softmax). Keep the diagonal: True on *and* below it."),
+                (_below(size, 1),
+                 "Each position can also see the next one (True just above the diagonal): an off-by-one that leaks "
+                 "one future token. Only the diagonal and below should be True."),
+                (~_below(size, -1),
+                 "Your mask is True on and *above* the diagonal: upper-triangular (or transposed), so each position "
+                 "sees the future and not the past. Row i (the query) must be True for columns j <= i: lower-triangular."),
+                (~_below(size),
+                 "Your mask is True strictly above the diagonal and False elsewhere: the polarity is inverted. "
+                 "True means 'may attend': the past and the position itself, on and below the diagonal."),
+                (ones, "Your mask is True everywhere, so nothing is hidden: every position sees the future."),
+            ]
+            cause = _name_mistake(mask, candidates) or "Row i (a query) must be True exactly for the columns j <= i."
+            check.fail(
+                f"The causal mask has the wrong values for size = {size}.\n"
+                f"{_describe_cells(mask, expected, 'query, key')}\n{cause}"
+            )
+        check.stop_if_problems()
+    check.ok("returns a bool mask of shape (size, size)")
+    check.ok("True on and below the diagonal (each position sees itself and the past)")
+    check.ok("works for sizes 1, 4, 5 and 8")
+
+
+# --------------------------------------------------------------------------
+# Target mask.
+
+
+def _target_shape_hint(shape: torch.Size, B: int, L: int) -> str:
+    shape = tuple(shape)
+    if shape == (B, L, L):
+        return "The head axis is missing: (B, 1, L, L), so the mask broadcasts over the heads."
+    if shape == (B, 1, 1, L):
+        return "This is the shape of a padding mask alone; combine it with the (L, L) causal mask to get (B, 1, L, L)."
+    if shape == (L, L) or shape == (1, 1, L, L):
+        return "The batch axis is missing: the padding differs from sentence to sentence, so the mask is (B, 1, L, L)."
+    return "Shape (B, 1, L, L): sentence, head axis of size 1, query position, key position."
+
+
+def _leaks(mask: torch.Tensor, tokens: torch.Tensor, pad_id: int) -> list[str]:
+    """Use the mask as attn_mask in PyTorch's attention and say what the output depends on."""
+    B, L = tokens.shape
+    g = generator(5)
+    q, k, v = (torch.randn(B, 2, L, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    base = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    real = tokens != pad_id
+    found = []
+    for t in range(L - 1):  # change every key/value after position t
+        k2, v2 = k.clone(), v.clone()
+        k2[:, :, t + 1:] += 1.0
+        v2[:, :, t + 1:] += 1.0
+        out = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask)
+        rows = slice(0, t + 1)
+        if not torch.allclose(out[:, :, rows], base[:, :, rows], equal_nan=True):
+            found.append(f"the output at position {t} changes when a later token changes (the future leaks)")
+            break
+    k2, v2 = k.clone(), v.clone()
+    pad = (~real)[:, None, :, None].expand_as(k2)
+    k2[pad] += 1.0
+    v2[pad] += 1.0
+    out = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask)
+    keep = real[:, None, :, None].expand_as(out)
+    if bool(pad.any()) and not torch.allclose(out[keep], base[keep], equal_nan=True):
+        found.append("the output at real tokens changes when a padding token changes (padding leaks)")
+    if bool(base[keep].isnan().any()):
+        found.append("some real positions attend to nothing at all, which gives NaN in the softmax")
+    return found
+
+
+def _check_target(check: Check, make_target_mask: Callable) -> None:
+    check.callable_(make_target_mask, "make_target_mask")
+    for tokens, pad_id in _BATCHES:
+        B, L = tokens.shape
+        tokens = tokens.clone()
+        value = check.call(make_target_mask, tokens, pad_id)
+        hint = _target_shape_hint(getattr(value, "shape", ()), B, L)
+        mask = _as_mask(check, value, "the target mask", (B, 1, L, L), hint)
+        keys = (tokens != pad_id).reshape(B, 1, 1, L)
+        queries = (tokens != pad_id).reshape(B, 1, L, 1)
+        causal = _below(L)
+        expected = keys & causal
+        if not torch.equal(mask, expected):
+            everything = torch.ones(B, 1, L, L, dtype=torch.bool)
+            candidates = [
+                (~expected, "The whole mask is inverted: True means 'may attend' (a real, earlier-or-same key)."),
+                (queries & causal,
+                 "The padding is on the query axis (rows) instead of the key axis (columns), so the rows of padded "
+                 "positions are all False: they have nothing to attend to, which gives NaN in a softmax with -inf. "
+                 "Padding hides *keys*: the padding mask has shape (B, 1, 1, L) and broadcasts over the rows."),
+                (keys | causal,
+                 "The padding and causal parts are combined with OR: a position may then attend to anything that "
+                 "is either real or in the past. Combine them with AND (`&`): both must allow it."),
+                (keys & everything,
+                 "Only the padding part is there: every position still sees the future. AND it with the causal mask."),
+                (causal & everything,
+                 "Only the causal part is there: padded keys can still be attended. AND it with the padding mask "
+                 "(True at tokens != pad_id, on the key axis)."),
+                ((tokens != 0).reshape(B, 1, 1, L) & causal,
+                 f"Here pad_id = {pad_id} and 0 is a real token, but your mask hides the token 0: the pad id 0 is "
+                 f"hard-coded. Compare with the `pad_id` argument."),
+                (~keys & causal, "The padding part is inverted: it keeps padded keys and hides real ones. "
+                                 "True must mark real tokens (`tokens != pad_id`)."),
+                (keys & ~causal, "The causal part is inverted: True must be on and below the diagonal."),
+                (keys & ~_below(L, -1),
+                 "The causal part is upper-triangular (transposed): each position sees the future instead of "
+                 "the past. Use the lower triangle, True where key position <= query position."),
+                (keys & _below(L, -1),
+                 "The causal part hides the diagonal: a position must be able to attend to itself."),
+            ]
+            cause = _name_mistake(mask, candidates)
+            if cause is None:
+                leaks = _leaks(mask, tokens, pad_id)
+                cause = (
+                    "Used as attn_mask in F.scaled_dot_product_attention: " + "; ".join(leaks) + "."
+                    if leaks else "It must be True exactly where the key is a real token and not after the query."
+                )
+            check.fail(
+                f"The target mask has the wrong values for {_inputs_text(tokens, pad_id)}.\n"
+                f"{_describe_cells(mask, expected, 'batch, 1, query, key')}\n{cause}"
+            )
+        check.stop_if_problems()
+        if _leaks(mask, tokens, pad_id):  # cannot happen for the expected mask; kept as an end-to-end guard
+            check.fail("Used as attn_mask, your target mask lets the future or the padding leak into the output.")
+    check.ok("returns a bool mask of shape (B, 1, L, L)")
+    check.ok("padding on the key axis AND causal, for any pad id (also when real tokens equal 0)")
+    check.ok("used as attn_mask in F.scaled_dot_product_attention, earlier outputs ignore later tokens and padding")

@@ -1,0 +1,275 @@
+"""check_scaled_dot_product_attention: correct variants pass, each known mistake gets its diagnosis."""
+
+import math
+import random
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import expect
+from course_utils.checks import check_scaled_dot_product_attention as check
+
+# --------------------------------------------------------------------------
+# Correct implementations, in different styles.
+
+
+def reference(query, key, value, mask=None):
+    d_k = query.size(-1)
+    scores = torch.matmul(query, key.transpose(-2, -1)) / math.sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return torch.matmul(weights, value), weights
+
+
+def with_minus_1e9(query, key, value, mask=None):
+    scores = query @ key.mT / query.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = F.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def with_einsum_and_where(query, key, value, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", query, key) * query.size(-1) ** -0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(-1)
+    return torch.einsum("...qk,...kv->...qv", weights, value), weights
+
+
+def with_additive_mask(query, key, value, mask=None):
+    query = query / math.sqrt(query.size(-1))  # scale first (out of place)
+    scores = query @ key.transpose(-1, -2)
+    if mask is not None:
+        bias = torch.zeros(mask.shape, dtype=scores.dtype).masked_fill(mask.logical_not(), float("-inf"))
+        scores = scores + bias
+    weights = torch.softmax(scores, dim=scores.dim() - 1)
+    return weights @ value, weights
+
+
+def with_fused_kernel(query, key, value, mask=None):
+    output = F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(key.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask.logical_not(), -1e4)
+    return output, torch.softmax(scores, dim=-1)
+
+
+def by_hand_stable(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    scores = scores - scores.max(dim=-1, keepdim=True).values
+    e = scores.exp()
+    weights = e / e.sum(dim=-1, keepdim=True)
+    return weights @ value, weights
+
+
+def mask_then_renormalise(query, key, value, mask=None):
+    # softmax, zero the masked entries, renormalise: equal to a masked softmax
+    weights = torch.softmax(query @ key.transpose(-2, -1) / math.sqrt(query.size(-1)), dim=-1)
+    if mask is not None:
+        weights = weights * mask
+        weights = weights / weights.sum(-1, keepdim=True)
+    return weights @ value, weights
+
+
+def returns_list(query, key, value, mask=None):
+    return list(reference(query, key, value, mask))
+
+
+CORRECT = [reference, with_minus_1e9, with_einsum_and_where, with_additive_mask, with_fused_kernel,
+           by_hand_stable, mask_then_renormalise, returns_list]
+
+
+@pytest.mark.parametrize("impl", CORRECT, ids=lambda f: f.__name__)
+def test_correct_implementations_pass(impl):
+    expect(check(impl), "passed")
+
+
+def test_stub_is_not_attempted():
+    def stub(query, key, value, mask=None):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    expect(check(stub), "not attempted", "NotImplementedError")
+
+
+# --------------------------------------------------------------------------
+# Wrong implementations, each with the words of its diagnosis.
+
+
+def _sdpa(scale=None, fill=float("-inf"), dim=-1, invert=False, after=False, key_fn=None, out_value=True,
+          return_scores=False, stable=True):
+    """Build a variant of the reference with one knob turned."""
+
+    def impl(query, key, value, mask=None):
+        d_k = query.size(-1)
+        k_t = key_fn(key) if key_fn else key.transpose(-2, -1)
+        scores = query @ k_t * (scale(query, key, value) if scale else 1 / math.sqrt(d_k))
+        m = None if mask is None else (mask if not invert else ~mask)
+        if m is not None and not after:
+            scores = scores.masked_fill(~m, fill)
+        if stable:
+            weights = torch.softmax(scores, dim=dim)
+        else:
+            weights = scores.exp() / scores.exp().sum(dim, keepdim=True)
+        if m is not None and after:
+            weights = weights.masked_fill(~m, fill)
+        out = weights @ (value if out_value else key)
+        return out, (scores if return_scores else weights)
+
+    return impl
+
+
+def only_output(query, key, value, mask=None):
+    return reference(query, key, value, mask)[0]
+
+
+def swapped_order(query, key, value, mask=None):
+    out, w = reference(query, key, value, mask)
+    return w, out
+
+
+def forgot_to_assign(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores.masked_fill(mask == 0, -1e9)  # result discarded
+    w = torch.softmax(scores, dim=-1)
+    return w @ value, w
+
+
+def multiplies_by_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores * mask
+    w = torch.softmax(scores, dim=-1)
+    return w @ value, w
+
+
+def unsqueezes_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask.unsqueeze(1) == 0, -1e9)
+    w = torch.softmax(scores, dim=-1)
+    return w @ value, w
+
+
+def output_ignores_mask(query, key, value, mask=None):
+    _, w = reference(query, key, value, mask)
+    return F.scaled_dot_product_attention(query, key, value), w
+
+
+def kv_mixed_in_scores(query, key, value, mask=None):
+    scores = query @ value.transpose(-2, -1) / math.sqrt(query.size(-1))
+    w = torch.softmax(scores, dim=-1)
+    return w @ key, w
+
+
+def in_place_scale(query, key, value, mask=None):
+    query /= math.sqrt(query.size(-1))
+    w = torch.softmax(query @ key.transpose(-2, -1), dim=-1)
+    return w @ value, w
+
+
+def with_dropout(query, key, value, mask=None):
+    out, w = reference(query, key, value, mask)
+    w = F.dropout(w, p=0.5, training=True)
+    return w @ value, w
+
+
+def returns_nan(query, key, value, mask=None):
+    out, w = reference(query, key, value, mask)
+    return out / 0 * 0, w
+
+
+def four_d_only(query, key, value, mask=None):
+    scores = query @ key.permute(0, 1, 3, 2) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.softmax(scores, dim=-1)
+    return w @ value, w
+
+
+def mask_named_differently(query, key, value, attn_mask=None):
+    return reference(query, key, value, attn_mask)
+
+
+# the crash hints: these mistakes make the learner's code raise, so the result is an "error" with a hint
+CRASH_HINTS = ("works on 2-D inputs", "works when L_q == L_k", "expected shapes", "worked on 4-d inputs", "positionally")
+
+WRONG = [
+    ("only output", only_output, ["should return 2 values", "(output, weights)"]),
+    ("swapped", swapped_order, ["wrong order", "return output, weights"]),
+    ("no softmax", _sdpa(return_scores=True), ["softmax is missing"]),
+    ("softmax over queries", _sdpa(dim=-2), ["do not sum to 1", "dim -2", "query axis"]),
+    ("softmax over heads", _sdpa(dim=1), ["do not sum to 1", "dim -3", "wrong dimension"]),
+    ("no scale", _sdpa(scale=lambda q, k, v: 1.0), ["without any scaling"]),
+    ("divide by d_k", _sdpa(scale=lambda q, k, v: 1 / q.size(-1)), ["divided by d_k instead of sqrt(d_k)"]),
+    ("multiply by sqrt d_k", _sdpa(scale=lambda q, k, v: math.sqrt(q.size(-1))), ["multiplied by sqrt(d_k)"]),
+    ("sqrt d_v", _sdpa(scale=lambda q, k, v: 1 / math.sqrt(v.size(-1))), ["sqrt(d_v)"]),
+    ("sqrt L_k", _sdpa(scale=lambda q, k, v: 1 / math.sqrt(k.size(-2))), ["sqrt(L_k)"]),
+    ("hard-coded sqrt 64", _sdpa(scale=lambda q, k, v: 1 / 8), ["multiplied by 0.1250", "1/sqrt(d_k) = 0.5000"]),
+    ("inverted mask", _sdpa(invert=True), ["polarity", "inverted", "True means 'may attend'"]),
+    ("inverted mask -1e9", _sdpa(invert=True, fill=-1e9), ["polarity", "inverted"]),
+    ("mask after softmax (0)", _sdpa(after=True, fill=0.0), ["after the softmax"]),
+    ("mask after softmax (-inf)", _sdpa(after=True), ["after the softmax"]),
+    ("mask after softmax (-1e9)", _sdpa(after=True, fill=-1e9), ["after the softmax"]),
+    ("fill with 0", _sdpa(fill=0.0), ["not 0", "large negative number"]),
+    ("multiply by mask", multiplies_by_mask, ["not 0", "multiplied by the mask"]),
+    ("masked_fill not assigned", forgot_to_assign, ["mask is ignored", "assign it back"]),
+    ("mask unsqueezed", unsqueezes_mask, ["more axes", "unsqueeze"]),
+    ("output without mask", output_ignores_mask, ["output", "without the mask"]),
+    ("weights @ key", _sdpa(out_value=False), ["the output has the wrong shape", "instead of `value`"]),
+    ("key and value swapped", kv_mixed_in_scores, ["works when L_q == L_k", "`key` and `value`"]),
+    ("key.T", _sdpa(key_fn=lambda k: k.T), ["works on 2-D inputs", "key.transpose(-2, -1)"]),
+    ("key.transpose(0, 1)", _sdpa(key_fn=lambda k: k.transpose(0, 1)), ["works on 2-D inputs", "wrong axes of `key`"]),
+    ("key not transposed", _sdpa(key_fn=lambda k: k), ["works when L_q == L_k", "`key` not transposed"]),
+    ("key.transpose(1, 2)", _sdpa(key_fn=lambda k: k.transpose(1, 2)), ["expected shapes", "query @ key^T"]),
+    ("4-D only", four_d_only, ["worked on 4-d inputs", "crashed on 3-d"]),
+    ("unstable softmax", _sdpa(stable=False), ["large", "numerically unstable", "maximum"]),
+    ("in-place scale", in_place_scale, ["changed its input `query` in place"]),
+    ("dropout", with_dropout, ["different results for the same inputs", "dropout"]),
+    ("NaN output", returns_nan, ["output contains", "nan"]),
+    ("mask parameter name", mask_named_differently, ["positionally", "`mask`"]),
+]
+
+
+@pytest.mark.filterwarnings("ignore:The use of `x.T`")
+@pytest.mark.parametrize("impl, phrases", [(f, p) for _, f, p in WRONG], ids=[n for n, _, _ in WRONG])
+def test_wrong_implementations_are_diagnosed(impl, phrases):
+    status = "error" if phrases[0] in CRASH_HINTS else "failed"
+    expect(check(impl), status, *phrases)
+
+
+def test_crash_is_an_error_with_the_inputs():
+    def crashes(query, key, value, mask=None):
+        return torch.cat([query, key], dim=0), None
+
+    expect(check(crashes), "error", "RuntimeError", "query = tensor of shape (2, 3, 5, 4)")
+
+
+def test_not_a_function():
+    expect(check(reference(torch.ones(1, 2), torch.ones(1, 2), torch.ones(1, 2))), "failed", "expected a function")
+
+
+def test_no_trace_on_the_global_rng():
+    torch.manual_seed(7)
+    random.seed(7)
+    before = torch.get_rng_state(), random.getstate()
+    check(reference)
+    check(with_dropout)
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+def test_messages_are_deterministic():
+    assert str(check(_sdpa(dim=-2))) == str(check(_sdpa(dim=-2)))
+
+
+def test_timing():
+    start = time.perf_counter()
+    check(reference)
+    print(f"check_scaled_dot_product_attention: {time.perf_counter() - start:.3f} s")

@@ -1,0 +1,255 @@
+"""check_padding_mask, check_causal_mask, check_target_mask: meaning, shapes, dtype, known mistakes."""
+
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import expect
+from course_utils.checks import check_causal_mask, check_padding_mask, check_target_mask
+
+
+def stub(*args):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+def _no_trace(checker, impl):
+    torch.manual_seed(3)
+    random.seed(3)
+    before = torch.get_rng_state(), random.getstate()
+    checker(impl)
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+# --------------------------------------------------------------------------
+# Padding mask.
+
+
+def padding_reference(tokens, pad_id):
+    return (tokens != pad_id).unsqueeze(1).unsqueeze(2)
+
+
+def padding_view(tokens, pad_id):
+    B, L = tokens.shape
+    return tokens.ne(pad_id).view(B, 1, 1, L)
+
+
+def padding_indexing(tokens, pad_id):
+    return ~(tokens == pad_id)[:, None, None, :]
+
+
+def padding_from_lengths(tokens, pad_id):
+    lengths = (tokens != pad_id).sum(dim=1)  # right-padded batches
+    positions = torch.arange(tokens.size(1))
+    return (positions[None, :] < lengths[:, None]).reshape(tokens.size(0), 1, 1, -1)
+
+
+def padding_where(tokens, pad_id):
+    return torch.where(tokens == pad_id, False, True)[:, None, None]
+
+
+@pytest.mark.parametrize("impl", [padding_reference, padding_view, padding_indexing, padding_from_lengths,
+                                  padding_where], ids=lambda f: f.__name__)
+def test_padding_correct(impl):
+    expect(check_padding_mask(impl), "passed")
+
+
+def padding_in_place(tokens, pad_id):
+    tokens[tokens != pad_id] = 1  # overwrites the caller's tokens
+    return (tokens == 1)[:, None, None]
+
+
+PADDING_WRONG = [
+    ("float (seed 004)", lambda t, p: (t != p).float().unsqueeze(1).unsqueeze(2), ["dtype torch.float32", "boolean"]),
+    ("int", lambda t, p: (t != p).long()[:, None, None], ["dtype torch.int64", "boolean"]),
+    ("inverted", lambda t, p: (t == p)[:, None, None], ["polarity is inverted", "True at real tokens"]),
+    ("inverted float, pad 0 (seed 004)", lambda t, p: torch.eq(t, 0).float().view(t.size(0), 1, 1, t.size(1)),
+     ["torch.float32", "boolean", "polarity is inverted"]),
+    ("hard-coded 0", lambda t, p: (t != 0)[:, None, None], ["pad id 0 is hard-coded", "pad_id = 3"]),
+    ("no axes", lambda t, p: t != p, ["wrong shape", "(3, 6)", "add a head axis"]),
+    ("(B, 1, L) (seed 003)", lambda t, p: (t != p).unsqueeze(-2), ["wrong shape", "one axis short"]),
+    ("query axis", lambda t, p: (t != p)[:, None, :, None], ["wrong shape", "query axis"]),
+    ("all True", lambda t, p: torch.ones(t.size(0), 1, 1, t.size(1), dtype=torch.bool), ["true everywhere"]),
+    ("in place", padding_in_place, ["changed its input `tokens` in place"]),
+    ("no return", lambda t, p: None, ["forget a `return`"]),
+    ("numpy", lambda t, p: (t.numpy() != p)[:, None, None], ["should be a torch.tensor", "ndarray"]),
+    ("fixed batch size", lambda t, p: (t != p).reshape(3, 1, 1, -1), None),
+]
+
+
+@pytest.mark.parametrize("impl, phrases", [(f, p) for _, f, p in PADDING_WRONG], ids=[n for n, _, _ in PADDING_WRONG])
+def test_padding_wrong(impl, phrases):
+    if phrases is None:  # crashes on another batch size
+        expect(check_padding_mask(impl), "error", "RuntimeError", "tensor of shape (2, 7)")
+    else:
+        expect(check_padding_mask(impl), "failed", *phrases)
+
+
+def test_padding_stub_crash_and_trace():
+    expect(check_padding_mask(stub), "not attempted", "NotImplementedError")
+    expect(check_padding_mask(lambda tokens, pad_id: tokens.foo), "error", "AttributeError", "pad_id = 0")
+    expect(check_padding_mask(3), "failed", "expected a function")
+    _no_trace(check_padding_mask, padding_reference)
+
+
+# --------------------------------------------------------------------------
+# Causal mask.
+
+
+def causal_reference(size):
+    return torch.tril(torch.ones(size, size, dtype=torch.bool))
+
+
+def causal_from_triu(size):
+    return torch.triu(torch.ones(size, size), diagonal=1) == 0
+
+
+def causal_arange(size):
+    i = torch.arange(size)
+    return i[:, None] >= i[None, :]
+
+
+def causal_numpy(size):
+    return torch.from_numpy(np.tril(np.ones((size, size), dtype=bool)))
+
+
+def causal_transposed_upper(size):
+    return torch.triu(torch.ones(size, size, dtype=torch.bool)).T
+
+
+@pytest.mark.parametrize("impl", [causal_reference, causal_from_triu, causal_arange, causal_numpy,
+                                  causal_transposed_upper], ids=lambda f: f.__name__)
+def test_causal_correct(impl):
+    expect(check_causal_mask(impl), "passed")
+
+
+CAUSAL_WRONG = [
+    ("float tril", lambda n: torch.tril(torch.ones(n, n)), ["dtype torch.float32", "boolean"]),
+    ("diagonal hidden", lambda n: torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1), ["diagonal is false"]),
+    ("one step ahead", lambda n: torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=1), ["off-by-one"]),
+    ("upper triangular", lambda n: torch.triu(torch.ones(n, n, dtype=torch.bool)), ["upper-triangular"]),
+    ("inverted", lambda n: torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), ["polarity is inverted"]),
+    ("all True", lambda n: torch.ones(n, n, dtype=torch.bool), ["true everywhere"]),
+    ("extra axes (seed 004)", lambda n: torch.triu(torch.ones((1, 1, n, n)), diagonal=1) == 0,
+     ["wrong shape", "(1, 1, 5, 5)", "extra leading axes"]),
+    ("hard-coded size", lambda n: torch.tril(torch.ones(5, 5, dtype=torch.bool)), ["wrong shape", "(5, 5)", "hard-coded"]),
+    ("random pattern", lambda n: (torch.arange(n)[:, None] + torch.arange(n)) % 2 == 0,
+     ["wrong values", "row i"]),
+    ("no return", lambda n: None, ["forget a `return`"]),
+]
+
+
+@pytest.mark.parametrize("impl, phrases", [(f, p) for _, f, p in CAUSAL_WRONG], ids=[n for n, _, _ in CAUSAL_WRONG])
+def test_causal_wrong(impl, phrases):
+    expect(check_causal_mask(impl), "failed", *phrases)
+
+
+def test_causal_stub_crash_and_trace():
+    expect(check_causal_mask(stub), "not attempted", "NotImplementedError")
+    expect(check_causal_mask(lambda size: torch.ones(size).tril(1, 2)), "error", "size = 5")
+    _no_trace(check_causal_mask, causal_reference)
+
+
+# --------------------------------------------------------------------------
+# Target mask.
+
+
+def target_reference(tokens, pad_id):
+    L = tokens.size(1)
+    padding = (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
+    causal = torch.tril(torch.ones(L, L, dtype=torch.bool))  # (L, L)
+    return padding & causal  # (B, 1, L, L)
+
+
+def target_logical_and(tokens, pad_id):
+    B, L = tokens.shape
+    causal = torch.triu(torch.ones(L, L), diagonal=1) == 0
+    return torch.logical_and(padding_view(tokens, pad_id), causal).expand(B, 1, L, L)
+
+
+def target_broadcast_arange(tokens, pad_id):
+    i = torch.arange(tokens.size(1))
+    allowed = (i[None, None, :, None] >= i[None, None, None, :])
+    return allowed * (tokens != pad_id).reshape(tokens.size(0), 1, 1, -1)
+
+
+def target_loops(tokens, pad_id):
+    B, L = tokens.shape
+    mask = torch.zeros(B, 1, L, L, dtype=torch.bool)
+    for b in range(B):
+        for q in range(L):
+            for k in range(q + 1):
+                mask[b, 0, q, k] = bool(tokens[b, k] != pad_id)
+    return mask
+
+
+def target_from_float(tokens, pad_id):
+    L = tokens.size(1)
+    m = (tokens != pad_id).float()[:, None, None, :] * torch.tril(torch.ones(L, L))
+    return m.bool()
+
+
+@pytest.mark.parametrize("impl", [target_reference, target_logical_and, target_broadcast_arange, target_loops,
+                                  target_from_float], ids=lambda f: f.__name__)
+def test_target_correct(impl):
+    expect(check_target_mask(impl), "passed")
+
+
+def _target(padding, causal, combine=lambda a, b: a & b):
+    def impl(tokens, pad_id):
+        return combine(padding(tokens, pad_id), causal(tokens.size(1)))
+
+    return impl
+
+
+KEYS = padding_reference
+QUERIES = lambda t, p: (t != p)[:, None, :, None]  # noqa: E731
+TRIL = causal_reference
+
+def target_in_place(tokens, pad_id):
+    tokens.masked_fill_(tokens == pad_id, -1)
+    return target_reference(tokens, -1)
+
+
+TARGET_WRONG = [
+    ("query axis (seed 002)", _target(QUERIES, TRIL), ["query axis", "key axis"]),
+    ("both axes", _target(lambda t, p: QUERIES(t, p) & KEYS(t, p), TRIL), ["query axis", "nothing to attend to"]),
+    ("OR", _target(KEYS, TRIL, lambda a, b: a | b), ["combined with or", "and (`&`)"]),
+    ("no causal", _target(KEYS, TRIL, lambda a, b: a.expand(-1, -1, b.size(0), -1)), ["only the padding part"]),
+    ("no padding", lambda t, p: TRIL(t.size(1)).expand(t.size(0), 1, -1, -1), ["only the causal part"]),
+    ("hard-coded 0", _target(lambda t, p: KEYS(t, 0), TRIL), ["pad id 0 is hard-coded"]),
+    ("inverted", lambda t, p: ~target_reference(t, p), ["whole mask is inverted"]),
+    ("padding inverted", _target(lambda t, p: ~KEYS(t, p), TRIL), ["padding part is inverted"]),
+    ("causal inverted", _target(KEYS, lambda n: ~TRIL(n)), ["causal part is inverted"]),
+    ("causal transposed", _target(KEYS, lambda n: TRIL(n).T), ["upper-triangular"]),
+    ("diagonal hidden", _target(KEYS, lambda n: torch.tril(torch.ones(n, n, dtype=torch.bool), -1)),
+     ["hides the diagonal"]),
+    ("one step ahead", _target(KEYS, lambda n: torch.tril(torch.ones(n, n, dtype=torch.bool), 1)),
+     ["future leaks"]),
+    ("float", lambda t, p: target_reference(t, p).float(), ["dtype torch.float32", "boolean"]),
+    ("no head axis (seed 003)", lambda t, p: target_reference(t, p)[:, 0], ["wrong shape", "head axis is missing"]),
+    ("padding mask only shape", lambda t, p: KEYS(t, p), ["wrong shape", "padding mask alone"]),
+    ("in place", target_in_place, ["changed its input `tokens` in place"]),
+]
+
+
+@pytest.mark.parametrize("impl, phrases", [(f, p) for _, f, p in TARGET_WRONG], ids=[n for n, _, _ in TARGET_WRONG])
+def test_target_wrong(impl, phrases):
+    expect(check_target_mask(impl), "failed", *phrases)
+
+
+def test_target_stub_crash_and_trace():
+    expect(check_target_mask(stub), "not attempted", "NotImplementedError")
+    expect(check_target_mask(lambda tokens, pad_id: tokens @ tokens), "error", "RuntimeError", "pad_id = 0")
+    _no_trace(check_target_mask, target_reference)
+
+
+def test_timing():
+    for checker, impl in ((check_padding_mask, padding_reference), (check_causal_mask, causal_reference),
+                          (check_target_mask, target_reference)):
+        start = time.perf_counter()
+        checker(impl)
+        print(f"{checker.__name__}: {time.perf_counter() - start:.3f} s")
