@@ -1,0 +1,461 @@
+"""Checker for lesson 04: multi-head attention.
+
+The oracle is ``torch.nn.MultiheadAttention`` with the learner's projection
+weights copied into it (its masks say True = *not* allowed, the opposite of
+ours, so they are inverted on the way). Mechanisms are isolated first: with
+W_q set to zero every score is equal, so attention is a plain average over the
+allowed keys, which tests the value path, the head split and merge, W_o and
+the mask without any dependence on the scores. Tables of outputs built with a
+known mistake are used only to name a cause, never to accept.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from ._core import Check, CheckResult, _LearnerError, _NotAttempted, describe, fmt_shape, generator, run_check
+
+_NAMES = ("W_q", "W_k", "W_v", "W_o")
+_ATOL, _RTOL = 1e-5, 1e-4
+
+
+def check_multi_head_attention(MultiHeadAttention) -> CheckResult:
+    """Check the ``MultiHeadAttention(d_model, num_heads, dropout)`` class against nn.MultiheadAttention."""
+    return run_check("MultiHeadAttention", _check, MultiHeadAttention)
+
+
+# --------------------------------------------------------------------------
+# Weights, the oracle, and the outputs of uniform attention.
+
+
+def _random_weights(g: torch.Generator, d_model: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    scale = 1.5 / math.sqrt(d_model)
+    return {
+        name: (torch.randn(d_model, d_model, generator=g) * scale, torch.randn(d_model, generator=g) * 0.2)
+        for name in _NAMES
+    }
+
+
+def _install(module: nn.Module, weights: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Copy weights into our own instance; return them as float64, zero bias where the layer has none."""
+    used = {}
+    with torch.no_grad():
+        for name, (w, b) in weights.items():
+            layer = getattr(module, name)
+            layer.weight.copy_(w)
+            if layer.bias is not None:
+                layer.bias.copy_(b)
+                used[name] = (w.double(), b.double())
+            else:
+                used[name] = (w.double(), torch.zeros_like(b, dtype=torch.float64))
+    return used
+
+
+def _oracle(weights: dict, num_heads: int, query, key, value, mask=None) -> torch.Tensor:
+    """nn.MultiheadAttention in float64 with the given weights; ``mask`` uses our convention (True = may attend)."""
+    d_model = query.shape[-1]
+    mha = nn.MultiheadAttention(d_model, num_heads, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([weights[n][0] for n in ("W_q", "W_k", "W_v")]))
+        mha.in_proj_bias.copy_(torch.cat([weights[n][1] for n in ("W_q", "W_k", "W_v")]))
+        mha.out_proj.weight.copy_(weights["W_o"][0])
+        mha.out_proj.bias.copy_(weights["W_o"][1])
+    mha.eval()
+    kwargs: dict[str, Any] = {}
+    if mask is not None:
+        if mask.shape[2] == 1:  # (B, 1, 1, L_k): a key padding mask
+            kwargs["key_padding_mask"] = ~mask[:, 0, 0, :]
+        else:  # (B, 1, L_q, L_k): one mask per query, the same for every head
+            kwargs["attn_mask"] = (~mask[:, 0]).repeat_interleave(num_heads, dim=0)
+    with torch.no_grad():
+        out, _ = mha(query.double(), key.double(), value.double(), need_weights=False, **kwargs)
+    return out
+
+
+def _project(weights: dict, name: str, x: torch.Tensor) -> torch.Tensor:
+    w, b = weights[name]
+    return x.double() @ w.T + b
+
+
+def _average(values: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """Uniform attention: each query averages the values of the keys it may attend to."""
+    a = allowed.double()
+    return (a / a.sum(-1, keepdim=True)) @ values
+
+
+def _allowed(mask: torch.Tensor | None, batch: int, len_q: int, len_k: int) -> torch.Tensor:
+    if mask is None:
+        return torch.ones(batch, len_q, len_k, dtype=torch.bool)
+    return mask[:, 0].expand(batch, len_q, len_k)
+
+
+def _close(a: torch.Tensor, e: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-3) -> bool:
+    return a.shape == e.shape and bool(torch.allclose(a.detach().double(), e, atol=atol, rtol=rtol))
+
+
+# --------------------------------------------------------------------------
+# Running the learner's module.
+
+
+_BUILDS_ON = (
+    "\nMultiHeadAttention builds on your scaled_dot_product_attention from lesson 01: if its checker does not "
+    "pass yet, finish that first (and run its cell), then come back."
+)
+
+
+def _run(check: Check, module: nn.Module, *args: torch.Tensor, shape: tuple, what: str) -> torch.Tensor:
+    try:
+        out = check.call(module, *args, what="MultiHeadAttention")
+    except _NotAttempted as signal:
+        raise _NotAttempted(signal.message + _BUILDS_ON) from None
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        check.fail(
+            f"MultiHeadAttention.forward should return one tensor of shape {fmt_shape(shape)}, but it returned "
+            f"{describe(out)}.\nYour scaled_dot_product_attention returns (output, weights): keep the output "
+            f"(`out, _ = scaled_dot_product_attention(...)`), merge the heads, apply W_o, and return that tensor."
+        )
+    return check.tensor(out, what, shape=shape, dtype=torch.float32)
+
+
+def _check_structure(check: Check, module: Any, d_model: int, num_heads: int) -> None:
+    d_k = d_model // num_heads
+    if not isinstance(module, nn.Module):
+        check.fail("MultiHeadAttention should be a subclass of nn.Module (`class MultiHeadAttention(nn.Module):`).")
+    linears = {n: m for n, m in module.named_modules() if isinstance(m, nn.Linear) and n}
+    missing = [n for n in _NAMES if not hasattr(module, n)]
+    if missing:
+        found = ", ".join(f"{n} = nn.Linear({m.in_features}, {m.out_features})" for n, m in linears.items())
+        check.fail(
+            f"MultiHeadAttention({d_model}, {num_heads}) has no attribute{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)}.\nName the four projections W_q, W_k, W_v and W_o, each "
+            f"nn.Linear(d_model, d_model)." + (f"\nLinear layers found: {found}." if found else "")
+        )
+    for name in _NAMES:
+        layer = getattr(module, name)
+        if not isinstance(layer, nn.Linear):
+            check.fail(
+                f"{name} should be nn.Linear(d_model, d_model), but it is {describe(layer)}.\n"
+                f"Create it in __init__: `self.{name} = nn.Linear(d_model, d_model)`."
+            )
+        if (layer.in_features, layer.out_features) == (d_k, d_k) and d_k != d_model:
+            check.fail(
+                f"{name} is nn.Linear({d_k}, {d_k}) for d_model={d_model}, num_heads={num_heads}: a single "
+                f"d_k x d_k projection that every head shares, applied after splitting into heads.\n"
+                f"In the paper each head has its own projection of the whole d_model-vector. Use "
+                f"nn.Linear(d_model, d_model) (the heads' projections side by side), project first, then split "
+                f"the result into num_heads pieces of size d_k = d_model // num_heads."
+            )
+        if (layer.in_features, layer.out_features) != (d_model, d_model):
+            check.fail(
+                f"{name} is nn.Linear({layer.in_features}, {layer.out_features}), but for d_model={d_model} "
+                f"it should be nn.Linear({d_model}, {d_model})."
+            )
+    check.ok("has W_q, W_k, W_v, W_o, each nn.Linear(d_model, d_model)")
+
+
+# --------------------------------------------------------------------------
+# The check.
+
+
+def _check(check: Check, cls) -> None:
+    check.callable_(cls, "MultiHeadAttention", want_class=True)
+    D, H = 12, 3
+    d_k = D // H
+    B, L, L_k = 2, 5, 7
+    g = generator(4)
+    module = check.build(cls, D, H)
+    _check_structure(check, module, D, H)
+    module.eval()
+
+    # 1. Self-attention runs and keeps the shape.
+    x = torch.randn(B, L, D, generator=g)
+    _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
+    check.ok("self-attention returns (B, L, d_model)")
+
+    weights = _random_weights(g, D)
+    w = _install(module, weights)
+
+    # 2. Uniform attention (W_q = 0): the value path, the head split/merge and W_o, without the scores.
+    uniform_weights = dict(weights)
+    uniform_weights["W_q"] = (torch.zeros(D, D), torch.zeros(D))
+    wu = _install(module, uniform_weights)
+    out = _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
+    values = _project(wu, "W_v", x)  # (B, L, D)
+    expected = _project(wu, "W_o", _average(values, _allowed(None, B, L, L)))
+    if not _close(out, expected, _ATOL, _RTOL):
+        _diagnose_value_path(check, out, wu, x, B, L, H, d_k)
+    check.ok("with equal scores, every position gets W_o(average of the value projections)")
+
+    # 3. Invariants of the scores: positions are not mixed, batch elements are independent.
+    _install(module, weights)
+    out = _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    xp = x[:, perm]
+    shuffled = _run(check, module, xp, xp, xp, shape=(B, L, D), what="the output for shuffled positions")
+    if not _close(shuffled, out.detach()[:, perm].double(), _ATOL, _RTOL):
+        check.fail(
+            "Shuffling the positions of the input should shuffle the rows of the output the same way "
+            "(attention has no notion of order), but with your MultiHeadAttention the output at one position "
+            "changes when the other positions move.\nLikely cause: the query or key is split into heads "
+            "with `view(B, num_heads, L, d_k)` (or without `.transpose(1, 2)`), so one head's rows mix "
+            "features of several positions. Split with `view(B, L, num_heads, d_k).transpose(1, 2)`."
+        )
+    single = _run(check, module, x[1:], x[1:], x[1:], shape=(1, L, D), what="the output for one batch element")
+    if not _close(single, out.detach()[1:].double(), _ATOL, _RTOL):
+        check.fail(
+            "The output for one batch element changes when other batch elements are present: a view or "
+            "reshape mixes the batch axis with another axis. Keep B as the first dimension throughout "
+            "(read it from the input: `B = query.size(0)`)."
+        )
+    check.ok("permuting positions permutes the output; batch elements are independent")
+
+    # 4. Values against nn.MultiheadAttention (self-attention, no mask).
+    expected = _oracle(w, H, x, x, x)
+    if not _close(out, expected, _ATOL, _RTOL):
+        _diagnose_scores(check, out, w, x, H, d_k, D)
+    check.ok("self-attention matches nn.MultiheadAttention with the same weights")
+
+    # 5. Cross-attention: L_q != L_k, key and value different tensors.
+    q = torch.randn(B, L, D, generator=g)
+    k = torch.randn(B, L_k, D, generator=g)
+    v = torch.randn(B, L_k, D, generator=g)
+    try:
+        out = _run(check, module, q, k, v, shape=(B, L, D), what="the output for cross-attention")
+    except _LearnerError as error:
+        check.fail(
+            f"MultiHeadAttention fails when the query and the key/value have different lengths "
+            f"(L_q={L}, L_k={L_k}), as in the decoder's cross-attention.\nLikely cause: key and value are "
+            f"reshaped with the query's length; read each length from its own tensor (`key.size(1)`), "
+            f"and merge the heads back with the query's length.\n\n{error.message}"
+        )
+    _install(module, uniform_weights)
+    out_u = _run(check, module, q, k, v, shape=(B, L, D), what="the output for cross-attention")
+    expected_u = _project(wu, "W_o", _average(_project(wu, "W_v", v), _allowed(None, B, L, L_k)))
+    if not _close(out_u, expected_u, _ATOL, _RTOL):
+        if _close(out_u, _project(wu, "W_o", _average(_project(wu, "W_v", k), _allowed(None, B, L, L_k)))):
+            check.fail(
+                "In cross-attention your values come from the `key` input instead of the `value` input "
+                "(the two were swapped). forward(query, key, value): K = W_k(key) and V = W_v(value)."
+            )
+        check.close(out_u, expected_u, "the output for cross-attention with equal scores (W_q set to zero)",
+                    hint="Each query should average W_v(value) over the keys, then apply W_o.")
+    _install(module, weights)
+    expected = _oracle(w, H, q, k, v)
+    if not _close(out, expected, _ATOL, _RTOL):
+        check.close(out, expected, f"the output for cross-attention (L_q={L}, L_k={L_k})",
+                    hint="Self-attention is right, so look at what differs: the lengths of key and value.")
+    check.ok(f"cross-attention (L_q={L} != L_k={L_k}) matches nn.MultiheadAttention")
+
+    # 6. Masks: (B, 1, 1, L_k) padding and (B, 1, L_q, L_k) per query, each row hides some keys but not all.
+    padding = torch.tensor([[1, 1, 0, 1, 1, 0, 0], [1, 0, 1, 1, 1, 1, 0]], dtype=torch.bool)[:, None, None, :]
+    per_query = torch.rand(B, 1, L, L_k, generator=g) < 0.5
+    per_query[..., 0] = True
+    per_query[..., -1] = False
+    masks = ((padding, "padding mask of shape (B, 1, 1, L_k)"), (per_query, "mask of shape (B, 1, L_q, L_k)"))
+    for mask, kind in masks:
+        _check_mask(check, module, weights, uniform_weights, w, wu, q, k, v, mask, kind, H)
+    check.ok("masks of shape (B, 1, 1, L_k) and (B, 1, L_q, L_k) are honoured (True = may attend)")
+
+    # 7. Other sizes, with dropout > 0 in eval mode.
+    D2, H2 = 24, 4
+    other = check.build(cls, D2, H2, 0.5)
+    _check_structure(check, other, D2, H2)
+    other.eval()
+    w2 = _install(other, _random_weights(g, D2))
+    x2 = torch.randn(3, 6, D2, generator=g)
+    mask2 = torch.ones(3, 1, 1, 6, dtype=torch.bool)
+    mask2[0, ..., 4:] = False
+    mask2[2, ..., 1] = False
+    what = f"the output for d_model={D2}, num_heads={H2}"
+    first = _run(check, other, x2, x2, x2, mask2, shape=(3, 6, D2), what=what)
+    second = _run(check, other, x2, x2, x2, mask2, shape=(3, 6, D2), what=what)
+    if not _close(first, second.detach().double(), 0.0, 0.0):
+        check.fail(
+            "MultiHeadAttention(24, 4, dropout=0.5) in eval mode gives different outputs for the same input: "
+            "dropout is still active.\nUse an nn.Dropout submodule (it switches off in eval mode) rather than "
+            "`F.dropout(..., p)` without `training=self.training`."
+        )
+    check.close(
+        first, _oracle(w2, H2, x2, x2, x2, mask2), f"the output for d_model={D2}, num_heads={H2}",
+        hint="It works for d_model=12, num_heads=3: does your class use the d_model and num_heads it was given "
+        "(d_k = d_model // num_heads) rather than fixed numbers?",
+    )
+    check.ok("works for d_model=24, num_heads=4, and dropout is off in eval mode")
+
+    # 8. A d_model that num_heads does not divide must be refused when the module is built.
+    try:
+        cls(10, 4)
+    except NotImplementedError:
+        pass
+    except Exception as exc:  # the learner's error: what we want
+        if not str(exc).strip():
+            check.problem(
+                f"MultiHeadAttention(10, 4) raises {type(exc).__name__} without a message. Say what is wrong, "
+                f"e.g. `assert d_model % num_heads == 0, \"d_model must be divisible by num_heads\"` or raise a "
+                f"ValueError with that text."
+            )
+        else:
+            check.ok("refuses a d_model that num_heads does not divide, with a message")
+    else:
+        check.problem(
+            "MultiHeadAttention(10, 4) was built without complaint, but 10 is not divisible by 4 heads: the "
+            "heads would not cover d_model. Raise an error in __init__ (a ValueError, or an assert with a "
+            "message) when `d_model % num_heads != 0`."
+        )
+
+
+def _diagnose_value_path(check: Check, out, wu, x, B, L, H, d_k) -> None:
+    """With equal scores the output is known exactly; name the mistake that explains what we got."""
+    D = H * d_k
+    values = _project(wu, "W_v", x)  # (B, L, D)
+    W_o = lambda t: _project(wu, "W_o", t)  # noqa: E731
+    mean_over_keys = values.mean(1, keepdim=True).expand(B, L, D)
+    per_head_mean = values.view(B, L, H, d_k).mean(1)  # (B, H, d_k): each head's average over positions
+    heads_axis = values.view(B, L, H, d_k).mean(2, keepdim=True).expand(B, L, H, d_k)
+    no_transpose = values.reshape(B, H, L, d_k).mean(2, keepdim=True).expand(B, H, L, d_k)
+    merged = per_head_mean[:, :, None, :].expand(B, H, L, d_k)
+    candidates = [
+        (
+            mean_over_keys,
+            "your output equals the merged heads *before* the output projection: W_o is never applied. "
+            "After concatenating the heads back to (B, L_q, d_model), return `self.W_o(...)` of it.",
+        ),
+        (
+            W_o(_project(wu, "W_k", x).mean(1, keepdim=True).expand(B, L, D)),
+            "your values are projected with W_k (and the keys with W_v): the K and V projections are swapped. "
+            "K = W_k(key), V = W_v(value).",
+        ),
+        (
+            W_o(heads_axis.reshape(B, L, D)),
+            "the heads attend to each other instead of to the positions: after `view(B, L, num_heads, d_k)` "
+            "the heads must be moved in front of the positions with `.transpose(1, 2)`, so that attention "
+            "runs over an axis of length L for each (batch, head).",
+        ),
+        (
+            W_o(heads_axis.transpose(1, 2).reshape(B, L, D)),
+            "the heads attend to each other instead of to the positions: after `view(B, L, num_heads, d_k)` "
+            "the heads must be moved in front of the positions with `.transpose(1, 2)`.",
+        ),
+        (
+            W_o(no_transpose.reshape(B, L, D)),
+            "the heads are split with `view(B, num_heads, L, d_k)` directly, which cuts the memory in the wrong "
+            "places: each head's rows mix features of several positions. Split with "
+            "`view(B, L, num_heads, d_k).transpose(1, 2)` and merge back with `.transpose(1, 2)` then a reshape.",
+        ),
+        (
+            W_o(no_transpose.transpose(1, 2).reshape(B, L, D)),
+            "the heads are split with `view(B, num_heads, L, d_k)` directly, so each head's rows mix features "
+            "of several positions. Split with `view(B, L, num_heads, d_k).transpose(1, 2)`.",
+        ),
+        (
+            W_o(merged.reshape(B, L, D)),
+            "the heads are merged in the wrong order: the attention output has shape (B, num_heads, L, d_k), "
+            "and a `view(B, L, d_model)` straight away mixes positions. Transpose back first: "
+            "`out.transpose(1, 2).contiguous().view(B, L, d_model)`.",
+        ),
+        (
+            W_o(merged.permute(0, 2, 3, 1).reshape(B, L, D)),
+            "the heads are concatenated in the wrong order: head h's d_k features should sit in columns "
+            "h * d_k to (h + 1) * d_k, which is what `out.transpose(1, 2).reshape(B, L, d_model)` gives from "
+            "(B, num_heads, L, d_k). Yours interleaves the heads' features.",
+        ),
+    ]
+    for wrong, message in candidates:
+        if _close(out, wrong):
+            check.fail(
+                "With all scores equal (W_q set to zero), every query should get W_o(average of the value "
+                f"projections over the keys), but your output is something else.\nLikely cause: {message}"
+            )
+    check.close(
+        out,
+        W_o(mean_over_keys),
+        "the output for self-attention with equal scores (W_q set to zero)",
+        atol=_ATOL,
+        rtol=_RTOL,
+        hint="With all scores equal each query averages the values, so the output should be "
+        "W_o(average over positions of W_v(x)), the same at every position. Check the value projection, how "
+        "the heads are split and merged, and W_o.",
+    )
+
+
+def _diagnose_scores(check: Check, out, w, x, H, d_k, D) -> None:
+    """The value path is right but the values are not: name the likely mistake in the scores."""
+
+    def variant(q_factor: float = 1.0, swap_qk: bool = False) -> torch.Tensor:
+        changed = dict(w)
+        if swap_qk:
+            changed["W_q"], changed["W_k"] = w["W_k"], w["W_q"]
+        wq, bq = changed["W_q"]
+        changed["W_q"] = (wq * q_factor, bq * q_factor)
+        return _oracle(changed, H, x, x, x)
+
+    candidates = [
+        (
+            variant(math.sqrt(d_k) / math.sqrt(D)),
+            f"the scores are divided by sqrt(d_model) = sqrt({D}) instead of sqrt(d_k) = sqrt({d_k}). Each "
+            f"head compares vectors of size d_k = d_model // num_heads, so the scale is 1 / sqrt(d_k).",
+        ),
+        (
+            variant(math.sqrt(d_k)),
+            "the scores are not scaled: divide Q K^T by sqrt(d_k) (your scaled_dot_product_attention "
+            "does this if you pass it the per-head tensors).",
+        ),
+        (
+            variant(1.0 / math.sqrt(d_k)),
+            "the scores are scaled twice by 1 / sqrt(d_k): your scaled_dot_product_attention already scales, "
+            "so do not scale Q (or the scores) again in MultiHeadAttention.",
+        ),
+        (
+            variant(swap_qk=True),
+            "the Q and K projections are swapped: Q = W_q(query) and K = W_k(key).",
+        ),
+    ]
+    for wrong, message in candidates:
+        if _close(out, wrong):
+            check.fail(f"The attention scores are not those of the paper.\nLikely cause: {message}")
+    check.close(
+        out,
+        _oracle(w, H, x, x, x),
+        "the output for self-attention",
+        atol=_ATOL,
+        rtol=_RTOL,
+        hint="With equal scores your output is right, so the difference is in the scores: Q = W_q(query) and "
+        "K = W_k(key) split into heads like V, and scores Q K^T / sqrt(d_k) per head. (If "
+        "check_scaled_dot_product_attention does not pass yet, fix that first.)",
+    )
+
+
+def _check_mask(check: Check, module, weights, uniform_weights, w, wu, q, k, v, mask, kind: str, H: int) -> None:
+    B, L, L_k = q.shape[0], q.shape[1], k.shape[1]
+    _install(module, uniform_weights)
+    out = _run(check, module, q, k, v, mask, shape=(B, L, q.shape[2]), what=f"the output with a {kind}")
+    allowed = _allowed(mask, B, L, L_k)
+    values = _project(wu, "W_v", v)
+    expected = _project(wu, "W_o", _average(values, allowed))
+    if not _close(out, expected, _ATOL, _RTOL):
+        if _close(out, _project(wu, "W_o", _average(values, _allowed(None, B, L, L_k)))):
+            check.fail(
+                f"With a {kind}, your MultiHeadAttention attends to every key, as if there were no mask: the "
+                f"mask never reaches the attention. Pass it on: `scaled_dot_product_attention(Q, K, V, mask)` "
+                f"(its head axis of size 1 broadcasts over the heads)."
+            )
+        if _close(out, _project(wu, "W_o", _average(values, ~allowed))):
+            check.fail(
+                f"With a {kind}, your MultiHeadAttention attends exactly to the keys the mask hides: the mask's "
+                f"polarity is inverted. True means 'may attend', so hide the positions where the mask is False "
+                f"(`scores.masked_fill(~mask, float('-inf'))` or `mask == 0`), and do not invert the mask before "
+                f"passing it on."
+            )
+        check.close(
+            out, expected, f"the output with a {kind} and equal scores (W_q set to zero)",
+            hint="Each query should average W_v(value) over the keys its mask row allows. Does the mask reach "
+            "your scaled_dot_product_attention unchanged, with its head axis in place?",
+        )
+    _install(module, weights)
+    out = _run(check, module, q, k, v, mask, shape=(B, L, q.shape[2]), what=f"the output with a {kind}")
+    check.close(out, _oracle(w, H, q, k, v, mask), f"the output with a {kind}",
+                hint="The output with all keys allowed is right, so look at how the mask is used.")

@@ -1,0 +1,487 @@
+"""Checkers for lesson 03: the sinusoidal positional encoding, as a table and as a module.
+
+The oracle is the formula of the paper (section 3.5), evaluated in float64:
+``PE[pos, 2i] = sin(pos / 10000^(2i / d_model))`` and ``PE[pos, 2i + 1] = cos(same)``.
+Mistakes are told apart by invariants (row 0, one angle per column pair, the
+frequency of each pair) and, only to *name* a cause, by comparing with tables
+built with a known mistake.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+from torch import nn
+
+from ._core import Check, CheckResult, _LearnerError, fmt_shape, fmt_values, generator, run_check
+
+_ATOL, _RTOL = 1e-5, 1e-4
+
+
+# --------------------------------------------------------------------------
+# Tables in float64: a column is sin or cos of (position * its frequency).
+
+
+def _sinusoids(positions: torch.Tensor, freqs: torch.Tensor, is_sin: torch.Tensor) -> torch.Tensor:
+    angles = positions.double()[:, None] * freqs.double()[None, :]
+    return torch.where(is_sin[None, :], angles.sin(), angles.cos())
+
+
+def _reference(max_len: int, d_model: int) -> torch.Tensor:
+    """The table the paper defines, float64, (max_len, d_model)."""
+    col = torch.arange(d_model)
+    pair = torch.div(col, 2, rounding_mode="floor").double()
+    freqs = 10000.0 ** (-2.0 * pair / d_model)
+    return _sinusoids(torch.arange(max_len), freqs, col % 2 == 0)
+
+
+def _named_mistakes(max_len: int, d_model: int, table_len: int) -> list[tuple[torch.Tensor, str]]:
+    """Tables of ``max_len`` rows built with one known mistake each, and what to tell the learner.
+
+    ``table_len`` is the max_len the learner's code was given (the rows shown may be fewer).
+    """
+    d = d_model
+    col = torch.arange(d)
+    pair = torch.div(col, 2, rounding_mode="floor").double()
+    even = col % 2 == 0
+    pos = torch.arange(max_len)
+    ref_freqs = 10000.0 ** (-2.0 * pair / d)
+    half = d // 2
+    out = [
+        (
+            _sinusoids(pos, ref_freqs, ~even),
+            "sine and cosine are swapped: the even columns (0, 2, 4, ...) should hold the sine and the odd "
+            "columns (1, 3, 5, ...) the cosine. Row 0 should read [0, 1, 0, 1, ...] since sin(0) = 0 and cos(0) = 1.",
+        ),
+        (
+            _sinusoids(pos, 10000.0 ** (-2.0 * (col % half).double() / d), col < half),
+            "the sines fill the first half of the columns and the cosines the second half. The paper interleaves "
+            "them: column 2i holds sin and column 2i + 1 holds cos of the same angle (write into `pe[:, 0::2]` "
+            "and `pe[:, 1::2]`, or stack the two on a new last axis before flattening).",
+        ),
+        (
+            _sinusoids(pos, 10000.0 ** (-2.0 * col.double() / d), even),
+            "each column gets its own frequency 10000^(-2 * column / d_model), and the sine and cosine of a pair "
+            "use different angles. In the formula, i counts column *pairs*: columns 2i and 2i + 1 share the "
+            "frequency 10000^(-2i / d_model). If your loop steps over the even columns "
+            "(`for i in range(0, d_model, 2)`), "
+            "that loop variable already is 2i: do not double it, and use the same angle for the cosine column.",
+        ),
+        (
+            _sinusoids(pos, 10000.0 ** (-col.double() / d), even),
+            "each column gets its own frequency 10000^(-column / d_model), so the cosine column 2i + 1 uses the "
+            "exponent (2i + 1) / d_model. Both columns of a pair share one frequency, 10000^(-2i / d_model): "
+            "compute the exponent from the pair index, not from the column index.",
+        ),
+        (
+            _sinusoids(pos, 10000.0 ** (-4.0 * pair / d), even),
+            "the exponent is doubled: pair i uses 10000^(-4i / d_model) instead of 10000^(-2i / d_model). If you "
+            "take `torch.arange(0, d_model, 2)` (or loop with step 2), those numbers already are 2i: do not "
+            "multiply them by 2 again.",
+        ),
+        (
+            _sinusoids(pos, 10000.0 ** (-pair / d), even),
+            "the exponent uses i instead of 2i: pair i should have the frequency 10000^(-2i / d_model), yours "
+            "is 10000^(-i / d_model).",
+        ),
+        (
+            _sinusoids(pos, torch.ones(d, dtype=torch.float64), even),
+            "every pair has the same frequency 1 (the angle is just the position), so the exponent 2i / d_model "
+            "came out as 0. Likely cause: integer (floor) division, `2 * i // d_model`; use true division `/`.",
+        ),
+        (
+            _sinusoids(torch.arange(1, max_len + 1), ref_freqs, even),
+            "your rows are shifted by one position: row 0 looks like position 1. Positions start at 0 "
+            "(`torch.arange(max_len)` or `range(max_len)`), so row 0 is [0, 1, 0, 1, ...].",
+        ),
+        (
+            _sinusoids(pos, 10000.0 ** (2.0 * pair / d), even),
+            "the position is multiplied by 10000^(2i / d_model) instead of divided by it: the frequencies "
+            "should shrink from 1 (pair 0) towards 1/10000, not grow.",
+        ),
+    ]
+    if table_len != d_model:
+        out.append(
+            (
+                _sinusoids(pos, 10000.0 ** (-2.0 * pair / table_len), even),
+                "the exponent divides by max_len instead of d_model: the frequency of pair i is "
+                "10000^(-2i / d_model), it does not depend on how many positions the table has.",
+            )
+        )
+    return out
+
+
+def _close(a: torch.Tensor, e: torch.Tensor) -> bool:
+    return a.shape == e.shape and bool(torch.allclose(a.double(), e, atol=_ATOL, rtol=_RTOL))
+
+
+def _fitted_base(table: torch.Tensor, d_model: int) -> float | None:
+    """The base b such that pair 1 has frequency b^(-2 / d_model), read from position 1."""
+    if table.shape[0] < 2 or d_model < 4:
+        return None
+    s, c = float(table[1, 2]), float(table[1, 3])
+    if abs(s * s + c * c - 1.0) > 1e-4:
+        return None
+    freq = math.atan2(s, c)
+    if not 0.0 < freq < 1.0:
+        return None
+    return math.exp(-math.log(freq) * d_model / 2.0)
+
+
+def _diagnose_table(
+    check: Check, table: torch.Tensor, max_len: int, d_model: int, what: str, table_len: int | None = None
+) -> None:
+    """Fail with the likeliest cause when ``table`` (float64, right shape) is not the paper's table."""
+    expected = _reference(max_len, d_model)
+    if _close(table, expected):
+        return
+    title = what[0].upper() + what[1:]
+    for wrong, message in _named_mistakes(max_len, d_model, table_len or max_len):
+        if _close(table, wrong):
+            check.fail(f"{title} does not follow the paper's formula.\nLikely cause: {message}")
+    base = _fitted_base(table, d_model)
+    if base is not None and abs(base - 10000.0) > 1.0:
+        col = torch.arange(d_model)
+        pair = torch.div(col, 2, rounding_mode="floor").double()
+        if _close(table, _sinusoids(torch.arange(max_len), base ** (-2.0 * pair / d_model), col % 2 == 0)):
+            # base^(2i/d_model) == 10000^(2i/other): a size used in place of d_model, unless the base is round.
+            other = d_model * math.log(10000.0) / math.log(base)
+            round_base = abs(base - round(base)) < 1e-3 * base or abs(math.log10(base) - round(math.log10(base))) < 1e-4
+            if abs(other - round(other)) < 1e-3 and not round_base:
+                check.fail(
+                    f"{title} divides the exponent by {round(other)} instead of d_model={d_model}: pair i should "
+                    f"have the frequency 10000^(-2i / d_model). Did you use a fixed number or another variable "
+                    f"(a global, a config field) instead of the d_model argument?"
+                )
+            check.fail(
+                f"{title} uses the base {base:.4g} instead of 10000: pair i should have the frequency "
+                f"1 / 10000^(2i / d_model). (With exp and log: `torch.exp(-math.log(10000.0) * 2i / d_model)`.)"
+            )
+
+    # No known mistake matched: name the first invariant that does not hold.
+    row0 = table[0]
+    want0 = expected[0]
+    if not _close(row0, want0):
+        check.fail(
+            f"Row 0 (position 0) of {what} is wrong.\n"
+            f"  expected: {fmt_values(want0, 8)}\n"
+            f"  actual:   {fmt_values(row0, 8)}\n"
+            f"At position 0 every angle is 0, so the even columns hold sin(0) = 0 and the odd columns cos(0) = 1."
+        )
+    sin_part, cos_part = table[:, 0::2], table[:, 1::2]
+    norms = sin_part**2 + cos_part**2
+    if not bool(torch.allclose(norms, torch.ones_like(norms), atol=1e-4)):
+        bad = (norms - 1).abs().amax(dim=0)
+        pair = int(bad.argmax())
+        check.fail(
+            f"In {what}, columns {2 * pair} and {2 * pair + 1} do not hold the sine and cosine of the same "
+            f"angle: sin^2 + cos^2 should be 1 in every row, but it ranges from "
+            f"{float(norms[:, pair].min()):.4f} to {float(norms[:, pair].max()):.4f} for that pair.\n"
+            f"Both columns of pair i use the same angle pos / 10000^(2i / d_model)."
+        )
+    if max_len >= 2:
+        measured = torch.atan2(sin_part[1], cos_part[1])
+        pairs = torch.arange(d_model // 2).double()
+        wanted = 10000.0 ** (-2.0 * pairs / d_model)
+        if not bool(torch.allclose(measured, wanted, atol=1e-4, rtol=1e-3)):
+            check.fail(
+                f"The frequencies in {what} are wrong. The frequency of pair i (columns 2i, 2i + 1) is the angle "
+                f"at position 1, and should be 10000^(-2i / d_model).\n"
+                f"  expected: {fmt_values(wanted)}\n"
+                f"  actual:   {fmt_values(measured)}"
+            )
+    check.close(
+        table,
+        expected,
+        what,
+        atol=_ATOL,
+        rtol=_RTOL,
+        hint="Row 0 and the pair frequencies look right, so look at how the positions enter the angle.",
+    )
+
+
+# --------------------------------------------------------------------------
+# The function.
+
+
+def check_positional_encoding(sinusoidal_positional_encoding) -> CheckResult:
+    """Check ``sinusoidal_positional_encoding(max_len, d_model)`` against the paper's formula."""
+    return run_check("sinusoidal_positional_encoding", _check_function, sinusoidal_positional_encoding)
+
+
+def _table_from(check: Check, fn, max_len: int, d_model: int) -> torch.Tensor:
+    name = f"sinusoidal_positional_encoding({max_len}, {d_model})"
+    out = check.call(fn, max_len, d_model, what="sinusoidal_positional_encoding")
+    if isinstance(out, torch.Tensor):
+        shape = tuple(out.shape)
+        if shape != (max_len, d_model):
+            if shape == (d_model, max_len):
+                cause = "it looks transposed: rows are positions and columns are features."
+            elif shape in ((1, max_len, d_model), (max_len, 1, d_model)):
+                cause = (
+                    "it has an extra axis of size 1. Return the plain table; the module adds the batch axis "
+                    "where it needs one (broadcasting does it for free)."
+                )
+            else:
+                cause = "build it with one row per position and one column per feature."
+            check.fail(
+                f"{name} has the wrong shape.\n"
+                f"  expected: {fmt_shape((max_len, d_model))} (max_len, d_model)\n"
+                f"  actual:   {fmt_shape(shape)}\n"
+                f"Likely cause: {cause}"
+            )
+        if not out.is_floating_point():
+            check.fail(
+                f"{name} has dtype {out.dtype}, but the table holds sines and cosines, so it must be a "
+                f"floating-point tensor (float32).\nLikely cause: the table was created with an integer dtype "
+                f"(e.g. from `torch.arange(max_len)` or `torch.zeros(..., dtype=torch.long)`), so every value "
+                f"written into it is truncated. Create it with `torch.zeros(max_len, d_model)`."
+            )
+        if out.dtype in (torch.float16, torch.bfloat16):
+            check.fail(f"{name} has dtype {out.dtype}, which is too coarse for this table: return float32.")
+    out = check.tensor(out, name, finite=False)
+    bad = ~torch.isfinite(out.detach())
+    if bool(bad.any()):
+        count = int(bad.sum())
+        cols = sorted({int(c) for c in bad.nonzero()[:, 1]})[:6]
+        check.fail(
+            f"{name} contains {count} NaN or infinite value{'s' if count != 1 else ''} "
+            f"(in columns {', '.join(str(c) for c in cols)}{', ...' if count > len(cols) else ''}).\n"
+            f"Likely causes: entries of a `torch.empty` table that were never written, a log of 0, "
+            f"or a division by zero in the exponent."
+        )
+    return out.detach().double()
+
+
+def _check_function(check: Check, fn) -> None:
+    check.callable_(fn, "sinusoidal_positional_encoding")
+    table = _table_from(check, fn, 50, 16)
+    check.ok("returns a float tensor of shape (max_len, d_model) without NaN")
+    _diagnose_table(check, table, 50, 16, "your table")
+    check.ok("row 0 is [0, 1, 0, 1, ...]")
+    check.ok("columns 2i and 2i + 1 hold sin and cos of one angle (sin^2 + cos^2 = 1)")
+    check.ok("pair i has the frequency 10000^(-2i / d_model)")
+    for max_len, d_model in ((7, 6), (1, 4), (3, 32)):
+        other = _table_from(check, fn, max_len, d_model)
+        _diagnose_table(check, other, max_len, d_model, f"your table for max_len={max_len}, d_model={d_model}")
+    check.ok("matches the paper's formula for (50, 16), (7, 6), (1, 4) and (3, 32)")
+
+
+# --------------------------------------------------------------------------
+# The module.
+
+
+def check_positional_encoding_module(PositionalEncoding) -> CheckResult:
+    """Check the ``PositionalEncoding(d_model, dropout, max_len)`` module: buffer, values, dropout."""
+    return run_check("PositionalEncoding", _check_module, PositionalEncoding)
+
+
+def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -> None:
+    """Record a problem unless the table is a registered buffer and the module has no parameters."""
+    size = max_len * d_model
+    params = [(n, p) for n, p in module.named_parameters()]
+    for name, p in params:
+        what = "your table" if p.numel() == size else "a parameter"
+        check.problem(
+            f"PositionalEncoding stores {what} `{name}` (shape {fmt_shape(p.shape)}) as an nn.Parameter, so "
+            f"an optimizer would train it.\nThe sinusoidal encoding is fixed: keep the table as a buffer with "
+            f"`self.register_buffer('pe', pe)`; it then follows `.to(device)` and is saved in the state_dict, "
+            f"but no optimizer changes it. The module should have no parameters at all."
+        )
+    if params:
+        return
+    buffers = [b for _, b in module.named_buffers() if b.numel() == size]
+    if buffers:
+        check.ok("the table is a registered buffer, not a parameter")
+        return
+    plain = [n for n, v in vars(module).items() if isinstance(v, torch.Tensor) and v.numel() == size]
+    if plain:
+        check.problem(
+            f"PositionalEncoding keeps its table in the plain attribute `self.{plain[0]}`, which is not "
+            f"registered with the module: `.to(device)` would leave it behind on the CPU and `state_dict()` "
+            f"would not contain it.\nRegister it as a buffer: `self.register_buffer('{plain[0]}', pe)`."
+        )
+    else:
+        check.problem(
+            f"PositionalEncoding(d_model={d_model}, max_len={max_len}) has no registered buffer with the "
+            f"table ({max_len} x {d_model} values).\nBuild the table once in __init__ and keep it with "
+            f"`self.register_buffer('pe', pe)`; forward only slices it."
+        )
+
+
+def _forward(check: Check, module: nn.Module, x: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Run forward; name the missing slice when a length below max_len breaks it."""
+    try:
+        out = check.call(module, x, what="PositionalEncoding")
+    except _LearnerError as error:
+        if x.shape[1] != max_len:
+            full = torch.zeros(x.shape[0], max_len, x.shape[2])
+            try:
+                module(full)
+            except Exception:
+                raise error from None
+            else:
+                check.fail(
+                    f"PositionalEncoding fails for an input of length {x.shape[1]} but works for length "
+                    f"max_len={max_len}: it adds the whole table instead of its first L rows.\n"
+                    f"Slice the table to the input's length: `x + self.pe[:x.size(1)]` (for a table of shape "
+                    f"(max_len, d_model)); x has shape (B, L, d_model)."
+                )
+        raise
+    return out
+
+
+def _check_module(check: Check, cls) -> None:
+    check.callable_(cls, "PositionalEncoding", want_class=True)
+    d_model, max_len = 16, 40
+    module = check.build(cls, d_model, 0.0, max_len)
+    if not isinstance(module, nn.Module):
+        check.fail("PositionalEncoding should be a subclass of nn.Module (`class PositionalEncoding(nn.Module):`).")
+    check.ok("PositionalEncoding(d_model, dropout, max_len) builds")
+    _registration(check, module, max_len, d_model)
+    module.eval()
+    g = generator(3)
+    table = _reference(max_len, d_model)
+
+    # 1. Zero input: the output is the table itself (isolates the table from everything else).
+    B, L = 3, 11
+    zeros = torch.zeros(B, L, d_model)
+    out = _forward(check, module, zeros, max_len)
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != torch.float32:
+        check.fail(
+            f"For a float32 input, PositionalEncoding returns {out.dtype}: the table was built in another "
+            f"dtype. Build it in float32 (or convert it with `.float()` before registering it), so that the "
+            f"output keeps the input's dtype."
+        )
+    out = check.tensor(
+        out, "the output of PositionalEncoding", shape=(B, L, d_model), dtype=torch.float32, shape_hint=
+        "The output has the shape of the input, (B, L, d_model): the table broadcasts over the batch axis."
+    )
+    check.ok("keeps the input's shape (B, L, d_model) and dtype")
+    rows = out.detach().double()
+    if not bool(torch.allclose(rows, rows[:1].expand_as(rows), atol=1e-6)):
+        if B <= max_len and _close(rows, table[:B, None, :].expand(B, L, d_model)):
+            check.fail(
+                "PositionalEncoding adds row b of the table to every position of batch element b: it slices "
+                "the table with the batch size instead of the sequence length.\nx has shape (B, L, d_model), "
+                "so the length is `x.size(1)`, and the table rows go along the second axis."
+            )
+        check.fail(
+            "With an all-zero input, every batch element should get the same output (the table), "
+            "but yours differ across the batch axis."
+        )
+    _diagnose_table(
+        check, rows[0], L, d_model, "the table your module adds (its output for an all-zero input)", max_len
+    )
+    check.ok("adds PE[:L], the table of the paper (output for a zero input)")
+
+    # 2. Random input: the output is x + PE[:L] (catches scaling x inside the module).
+    x = torch.randn(B, L, d_model, generator=g)
+    out = check.tensor(_forward(check, module, x, max_len), "the output of PositionalEncoding", shape=(B, L, d_model))
+    expected = x.double() + table[:L]
+    if not _close(out.detach(), expected):
+        got = out.detach().double()
+        if _close(got, x.double() * math.sqrt(d_model) + table[:L]):
+            check.fail(
+                "PositionalEncoding multiplies x by sqrt(d_model) before adding the table. That scaling belongs "
+                "to the embedding step of the model (`embedding(tokens) * sqrt(d_model)`), not to this module: "
+                "here forward is just dropout(x + PE[:L])."
+            )
+        if _close(got, x.double()):
+            check.fail("PositionalEncoding returns its input unchanged: add the table, `x + self.pe[:L]`.")
+        check.close(out, expected, "the output of PositionalEncoding in eval mode", hint="Expected x + PE[:L].")
+    check.ok("returns x + PE[:L] in eval mode")
+
+    # 3. Other batch sizes and lengths, including L = max_len and L = 1.
+    for b, length in ((1, 1), (2, max_len), (5, 3)):
+        xi = torch.randn(b, length, d_model, generator=g)
+        oi = check.tensor(
+            _forward(check, module, xi, max_len), f"the output for an input of shape {fmt_shape(xi.shape)}",
+            shape=(b, length, d_model),
+        )
+        check.close(oi, xi.double() + table[:length], f"the output for an input of shape {fmt_shape(xi.shape)}",
+                    hint="Does forward read B and L from x rather than assuming fixed sizes?")
+    check.ok("works for any batch size and any length up to max_len")
+
+    # 4. Dropout: inactive in eval mode, active (after the addition) in train mode.
+    p = 0.5
+    dropper = check.build(cls, d_model, p, max_len)
+    dropper.eval()
+    first = _forward(check, dropper, x, max_len)
+    second = _forward(check, dropper, x, max_len)
+    if not (_close(first.detach(), expected) and _close(second.detach(), expected)):
+        check.fail(
+            f"With dropout={p} in eval mode, PositionalEncoding should return exactly x + PE[:L] every time, "
+            f"but its output differs.\nLikely cause: dropout that ignores the mode, such as `F.dropout(x, p)` "
+            f"(its `training` argument defaults to True). Use an `nn.Dropout(dropout)` submodule, which "
+            f"follows `.train()` / `.eval()`."
+        )
+    check.ok("dropout is off in eval mode (deterministic output)")
+    dropper.train()
+    xt = torch.randn(4, 20, d_model, generator=g)
+    out = check.tensor(_forward(check, dropper, xt, max_len), "the output in train mode", shape=(4, 20, d_model))
+    got = out.detach().double()
+    summed = xt.double() + table[:20]
+    zeroed = got.abs() < 1e-7
+    frac = float(zeroed.double().mean())
+    after_pe = got - table[:20]
+    if frac < 0.05:
+        dropped = after_pe.abs() < 1e-5
+        if bool((dropped | ((after_pe - xt.double() / (1 - p)).abs() < 1e-4)).all()) and float(
+            dropped.double().mean()
+        ) > 0.2:
+            check.fail(
+                "PositionalEncoding applies dropout to x before adding the table (dropped entries come out as "
+                "the table's values, not 0). The paper applies dropout to the sum: `dropout(x + PE[:L])`."
+            )
+        if _close(got, summed):
+            check.fail(
+                f"PositionalEncoding(d_model, dropout={p}) in train mode returned x + PE[:L] unchanged: "
+                f"no dropout was applied. Pass the `dropout` argument to `nn.Dropout` and apply it to the sum."
+            )
+        check.fail(
+            f"In train mode with dropout={p}, about half of the outputs should be exactly 0, but "
+            f"{frac:.0%} are. Apply `nn.Dropout(dropout)` to x + PE[:L]."
+        )
+    if not 0.35 <= frac <= 0.65:
+        check.fail(
+            f"In train mode with dropout={p}, about {p:.0%} of the outputs should be zeroed, but {frac:.0%} "
+            f"are. Is the dropout rate taken from the constructor's `dropout` argument?"
+        )
+    kept = ~zeroed
+    if not bool(torch.allclose(got[kept], summed[kept] / (1 - p), atol=1e-4, rtol=1e-4)):
+        if bool(torch.allclose(got[kept], summed[kept], atol=1e-4, rtol=1e-4)):
+            check.fail(
+                f"In train mode the entries that survive dropout should be scaled by 1 / (1 - p) = "
+                f"{1 / (1 - p):g}, but yours are x + PE[:L] unscaled. Use nn.Dropout, which rescales for you."
+            )
+        check.fail(
+            f"In train mode the entries that survive dropout should equal (x + PE[:L]) / (1 - p), "
+            f"but they do not.\n"
+            f"  expected (first kept values): {fmt_values(summed[kept] / (1 - p))}\n"
+            f"  actual   (first kept values): {fmt_values(got[kept])}\n"
+            f"Apply dropout once, to the sum x + PE[:L]."
+        )
+    check.ok("in train mode, dropout zeroes entries of x + PE[:L] and rescales the rest by 1 / (1 - p)")
+
+    # 5. The defaults of the contract, read from the signature (building a 5000-row table can be slow).
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if len(params) >= 3:
+        defaults = tuple(param.default for param in params[1:3])
+        if defaults != (0.1, 5000):
+            shown = ", ".join(
+                f"{param.name}={'(none)' if param.default is inspect.Parameter.empty else repr(param.default)}"
+                for param in params[1:3]
+            )
+            check.problem(
+                f"The defaults of PositionalEncoding should be dropout=0.1 and max_len=5000, as in the exercise, "
+                f"but yours are {shown}.\nDefine it as `def __init__(self, d_model, dropout=0.1, max_len=5000)`."
+            )
+        else:
+            check.ok("the defaults are dropout=0.1, max_len=5000")
+    check.stop_if_problems()

@@ -1,0 +1,428 @@
+"""Checker of lesson 04: multi-head attention."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from conftest import expect
+from course_utils.checks import check_multi_head_attention
+
+
+def scaled_dot_product_attention(query, key, value, mask=None):
+    """A correct lesson-01 function, as the learner's classes call it from their notebook."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))  # (..., L_q, L_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(dim=-1)
+    return weights @ value, weights  # (..., L_q, d_v), (..., L_q, L_k)
+
+
+def unfinished_scaled_dot_product_attention(query, key, value, mask=None):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+# --------------------------------------------------------------------------
+# Correct implementations.
+
+
+class MHA(nn.Module):
+    """The straightforward version; the mistakes below override one step each."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.d_k = d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def split(self, x):
+        B, L, _ = x.shape
+        return x.view(B, L, self.num_heads, self.d_k).transpose(1, 2)  # (B, H, L, d_k)
+
+    def merge(self, x):
+        B, _, L, _ = x.shape
+        return x.transpose(1, 2).contiguous().view(B, L, self.num_heads * self.d_k)  # (B, L, d_model)
+
+    def project(self, query, key, value):
+        return self.W_q(query), self.W_k(key), self.W_v(value)
+
+    def attend(self, q, k, v, mask):
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return out
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.project(query, key, value)
+        out = self.attend(self.split(q), self.split(k), self.split(v), mask)  # (B, H, L_q, d_k)
+        return self.W_o(self.dropout(self.merge(out)))
+
+
+class MHAEinsumNoBias(nn.Module):
+    """einsum for the heads, reshape instead of view, projections without bias."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        assert d_model % num_heads == 0, "d_model must be a multiple of num_heads"
+        self.h = num_heads
+        self.W_q = nn.Linear(d_model, d_model, bias=False)
+        self.W_k = nn.Linear(d_model, d_model, bias=False)
+        self.W_v = nn.Linear(d_model, d_model, bias=False)
+        self.W_o = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(self, query, key, value, mask=None):
+        B, Lq, D = query.shape
+        Lk = key.shape[1]
+        q = self.W_q(query).reshape(B, Lq, self.h, -1)  # (B, L_q, H, d_k)
+        k = self.W_k(key).reshape(B, Lk, self.h, -1)
+        v = self.W_v(value).reshape(B, Lk, self.h, -1)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])  # (B, H, L_q, L_k)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = scores.softmax(-1)
+        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, Lq, D)
+        return self.W_o(out)
+
+
+class MHAFused(nn.Module):
+    """Calls PyTorch's fused kernel; dropout on the attention weights only while training."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError("num_heads must divide d_model")
+        self.num_heads, self.p = num_heads, dropout
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+
+    def forward(self, query, key, value, mask=None):
+        B = query.size(0)
+        heads = lambda t: t.unflatten(-1, (self.num_heads, -1)).permute(0, 2, 1, 3)  # noqa: E731
+        out = F.scaled_dot_product_attention(
+            heads(self.W_q(query)), heads(self.W_k(key)), heads(self.W_v(value)),
+            attn_mask=mask, dropout_p=self.p if self.training else 0.0,
+        )
+        return self.W_o(out.permute(0, 2, 1, 3).reshape(B, query.size(1), -1))
+
+
+class MHAPerHeadLoop(nn.Module):
+    """One head at a time, with slices of the big projection matrices."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        if d_model % num_heads != 0:
+            raise ValueError("d_model % num_heads != 0")
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        heads = []
+        for h in range(self.num_heads):
+            rows = slice(h * self.d_k, (h + 1) * self.d_k)
+            q = F.linear(query, self.W_q.weight[rows], self.W_q.bias[rows])  # (B, L_q, d_k)
+            k = F.linear(key, self.W_k.weight[rows], self.W_k.bias[rows])
+            v = F.linear(value, self.W_v.weight[rows], self.W_v.bias[rows])
+            head_mask = None if mask is None else mask[:, 0]  # (B, 1 or L_q, L_k)
+            out, _ = scaled_dot_product_attention(q, k, v, head_mask)
+            heads.append(out)
+        return self.W_o(self.drop(torch.cat(heads, dim=-1)))  # (B, L_q, d_model)
+
+
+CORRECT = [MHA, MHAEinsumNoBias, MHAFused, MHAPerHeadLoop]
+
+
+@pytest.mark.parametrize("cls", CORRECT, ids=[c.__name__ for c in CORRECT])
+def test_accepts_correct_variants(cls):
+    result = check_multi_head_attention(cls)
+    assert result.passed, str(result)
+
+
+class MHAStub(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def forward(self, query, key, value, mask=None):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+
+class MHAUnfinishedAttention(MHA):
+    def attend(self, q, k, v, mask):
+        out, _ = unfinished_scaled_dot_product_attention(q, k, v, mask)
+        return out
+
+
+class MHACrash(MHA):
+    def split(self, x):
+        return x.view(x.size(0), x.size(1), self.heads, self.d_k).transpose(1, 2)  # self.heads does not exist
+
+
+def test_stub_is_not_attempted():
+    expect(check_multi_head_attention(MHAStub), "not attempted", "NotImplementedError")
+
+
+def test_unfinished_attention_is_not_attempted_with_a_note():
+    expect(
+        check_multi_head_attention(MHAUnfinishedAttention),
+        "not attempted",
+        "NotImplementedError",
+        "builds on your scaled_dot_product_attention",
+    )
+
+
+def test_crash_is_an_error():
+    result = check_multi_head_attention(MHACrash)
+    expect(result, "error", "AttributeError", "heads", "query = tensor of shape (2, 5, 12)")
+
+
+def test_wants_the_class():
+    expect(check_multi_head_attention(MHA(12, 3)), "failed", "expected a class")
+
+
+# --------------------------------------------------------------------------
+# Mistakes.
+
+
+class SharedHeadProjection(nn.Module):
+    """One d_k x d_k projection shared by all heads, applied after the split (seed 001)."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.W_q = nn.Linear(self.d_k, self.d_k, bias=False)
+        self.W_k = nn.Linear(self.d_k, self.d_k, bias=False)
+        self.W_v = nn.Linear(self.d_k, self.d_k, bias=False)
+        self.W_o = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        B, Lq, Lk = query.size(0), query.size(1), key.size(1)
+        q = self.W_q(query.view(B, Lq, self.num_heads, self.d_k)).transpose(1, 2)
+        k = self.W_k(key.view(B, Lk, self.num_heads, self.d_k)).transpose(1, 2)
+        v = self.W_v(value.view(B, Lk, self.num_heads, self.d_k)).transpose(1, 2)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.W_o(out.transpose(1, 2).contiguous().view(B, Lq, -1))
+
+
+class QueryLengthForKeys(MHA):
+    """Reshapes key and value with the query's length (seed 004)."""
+
+    def forward(self, query, key, value, mask=None):
+        B, L = query.size(0), query.size(1)
+        q = self.W_q(query).view(B, L, self.num_heads, self.d_k).transpose(1, 2)
+        k = self.W_k(key).view(B, L, self.num_heads, self.d_k).transpose(1, 2)
+        v = self.W_v(value).view(B, L, self.num_heads, self.d_k).transpose(1, 2)
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return self.W_o(out.transpose(1, 2).contiguous().view(B, L, -1))
+
+
+class SplitWithoutTranspose(MHA):
+    def split(self, x):
+        return x.view(x.size(0), self.num_heads, x.size(1), self.d_k)
+
+    def merge(self, x):
+        return x.reshape(x.size(0), x.size(2), -1)
+
+
+class HeadsAttendToHeads(MHA):
+    def split(self, x):
+        return x.view(x.size(0), x.size(1), self.num_heads, self.d_k)  # (B, L, H, d_k), no transpose
+
+    def merge(self, x):
+        return x.reshape(x.size(0), x.size(1), -1)
+
+
+class QueryKeySplitWithoutTranspose(MHA):
+    """Values are split correctly, queries and keys with a bare view."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.project(query, key, value)
+        bare = lambda t: t.reshape(t.size(0), self.num_heads, t.size(1), self.d_k)  # noqa: E731
+        out = self.attend(bare(q), bare(k), self.split(v), mask)
+        return self.W_o(self.merge(out))
+
+
+class MergeWithoutTranspose(MHA):
+    def merge(self, x):
+        return x.contiguous().view(x.size(0), x.size(2), -1)  # (B, H, L, d_k) read as (B, L, d_model)
+
+
+class MergeInterleaved(MHA):
+    def merge(self, x):
+        return x.permute(0, 2, 3, 1).reshape(x.size(0), x.size(2), -1)  # (B, L, d_k, H)
+
+
+class NoOutputProjection(MHA):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.project(query, key, value)
+        return self.merge(self.attend(self.split(q), self.split(k), self.split(v), mask))
+
+
+class ScaleByDModel(MHA):
+    def attend(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.num_heads * self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return scores.softmax(-1) @ v
+
+
+class ScaledTwice(MHA):
+    def attend(self, q, k, v, mask):
+        return super().attend(q / math.sqrt(self.d_k), k, v, mask)
+
+
+class KVProjectionsSwapped(MHA):
+    def project(self, query, key, value):
+        return self.W_q(query), self.W_v(key), self.W_k(value)
+
+
+class KVInputsSwapped(MHA):
+    def project(self, query, key, value):
+        return self.W_q(query), self.W_k(value), self.W_v(key)
+
+
+class QKProjectionsSwapped(MHA):
+    def project(self, query, key, value):
+        return self.W_k(query), self.W_q(key), self.W_v(value)
+
+
+class MaskNotPassed(MHA):
+    def attend(self, q, k, v, mask):
+        return super().attend(q, k, v, None)
+
+
+class MaskInverted(MHA):
+    def attend(self, q, k, v, mask):
+        return super().attend(q, k, v, None if mask is None else ~mask)
+
+
+class ModifiesQuery(MHA):
+    def forward(self, query, key, value, mask=None):
+        query.mul_(1.0 / math.sqrt(self.d_k))
+        return super().forward(query, key, value, mask)
+
+
+class NoDivisibilityCheck(MHA):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        nn.Module.__init__(self)
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.dropout = nn.Dropout(dropout)
+
+
+class BareAssert(NoDivisibilityCheck):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        if d_model % num_heads != 0:
+            raise AssertionError  # what a bare `assert` raises in a notebook (pytest would add a message)
+        super().__init__(d_model, num_heads, dropout)
+
+
+class DropoutInEval(MHA):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.p = dropout
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.project(query, key, value)
+        out = self.merge(self.attend(self.split(q), self.split(k), self.split(v), mask))
+        return self.W_o(F.dropout(out, self.p))
+
+
+class HardCodedHeads(MHA):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.num_heads, self.d_k = 3, d_model // 3
+
+
+class ReturnsWeightsToo(MHA):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.project(query, key, value)
+        out, weights = scaled_dot_product_attention(self.split(q), self.split(k), self.split(v), mask)
+        return self.W_o(self.merge(out)), weights
+
+
+class ProjectionsOfOtherSize(MHA):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.W_o = nn.Linear(d_model, 2 * d_model)
+
+
+class ProjectionNamesOfTheSeed(nn.Module):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        self.query_matrix = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(self, query, key, value, mask=None):
+        return self.out(self.query_matrix(query))
+
+
+class PaddingMaskOnly(MHA):
+    """Takes the (B, 1, 1, L_k) case for granted: keeps only the first query row of any mask."""
+
+    def attend(self, q, k, v, mask):
+        return super().attend(q, k, v, None if mask is None else mask[:, :, :1, :])
+
+
+MISTAKES = [
+    (SharedHeadProjection, ["nn.Linear(4, 4)", "every head shares", "project first, then split"]),
+    (QueryLengthForKeys, ["different lengths", "L_q=5, L_k=7", "query's length", "RuntimeError"]),
+    (SplitWithoutTranspose, ["view(B, num_heads, L, d_k)", "mix features of several positions"]),
+    (HeadsAttendToHeads, ["heads attend to each other", ".transpose(1, 2)"]),
+    (QueryKeySplitWithoutTranspose, ["Shuffling the positions", "view(B, L, num_heads, d_k).transpose(1, 2)"]),
+    (MergeWithoutTranspose, ["merged in the wrong order", "Transpose back first"]),
+    (MergeInterleaved, ["concatenated in the wrong order", "interleaves"]),
+    (NoOutputProjection, ["W_o is never applied"]),
+    (ScaleByDModel, ["sqrt(d_model) = sqrt(12) instead of sqrt(d_k) = sqrt(4)"]),
+    (ScaledTwice, ["scaled twice"]),
+    (KVProjectionsSwapped, ["K and V projections are swapped"]),
+    (KVInputsSwapped, ["values come from the `key` input"]),
+    (QKProjectionsSwapped, ["Q and K projections are swapped"]),
+    (MaskNotPassed, ["as if there were no mask", "never reaches the attention"]),
+    (MaskInverted, ["polarity is inverted"]),
+    (ModifiesQuery, ["changed its input `query` in place"]),
+    (NoDivisibilityCheck, ["MultiHeadAttention(10, 4) was built without complaint"]),
+    (BareAssert, ["AssertionError without a message"]),
+    (DropoutInEval, ["eval mode", "dropout is still active"]),
+    (HardCodedHeads, ["d_model=24, num_heads=4", "rather than fixed numbers"]),
+    (ReturnsWeightsToo, ["should return one tensor", "(output, weights)"]),
+    (ProjectionsOfOtherSize, ["W_o is nn.Linear(12, 24)"]),
+    (ProjectionNamesOfTheSeed, ["no attributes W_q, W_k, W_v, W_o", "query_matrix = nn.Linear(12, 12)"]),
+    (PaddingMaskOnly, ["mask of shape (B, 1, L_q, L_k)", "wrong values"]),
+]
+
+
+@pytest.mark.parametrize("cls, phrases", MISTAKES, ids=[c.__name__ for c, _ in MISTAKES])
+def test_diagnoses_mistakes(cls, phrases):
+    expect(check_multi_head_attention(cls), "failed", *phrases)
+
+
+def test_leaves_the_rng_untouched_and_is_quick():
+    torch.manual_seed(5)
+    random.seed(5)
+    before = (torch.get_rng_state(), random.getstate())
+    start = time.perf_counter()
+    result = check_multi_head_attention(MHA)
+    print(f"check_multi_head_attention: {time.perf_counter() - start:.3f} s")
+    assert result.passed, str(result)
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+def test_output_is_deterministic():
+    assert str(check_multi_head_attention(MergeInterleaved)) == str(check_multi_head_attention(MergeInterleaved))
+    assert str(check_multi_head_attention(DropoutInEval)) == str(check_multi_head_attention(DropoutInEval))

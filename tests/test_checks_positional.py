@@ -1,0 +1,479 @@
+"""Checkers of lesson 03: the positional encoding table and module."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from conftest import expect
+from course_utils.checks import check_positional_encoding, check_positional_encoding_module
+
+
+# --------------------------------------------------------------------------
+# The function: correct versions in several styles.
+
+
+def pe_vectorised(max_len, d_model):
+    position = torch.arange(max_len).unsqueeze(1).float()  # (max_len, 1)
+    div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))  # (d_model/2,)
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def pe_loops(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            pe[pos, 2 * i] = math.sin(angle)
+            pe[pos, 2 * i + 1] = math.cos(angle)
+    return pe
+
+
+def pe_pow_stack(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float32)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float32)
+    angles = pos / torch.pow(10000.0, two_i / d_model)  # (max_len, d_model/2)
+    return torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)  # (max_len, d_model)
+
+
+def pe_float64_numpy(max_len, d_model):
+    pos = np.arange(max_len)[:, None]
+    dims = np.arange(d_model)[None, :]
+    angles = pos / np.power(10000, (2 * (dims // 2)) / d_model)
+    table = np.where(dims % 2 == 0, np.sin(angles), np.cos(angles))
+    return torch.from_numpy(table)  # float64
+
+
+def pe_float64_then_float32(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+    freq = 1.0 / (10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model))
+    table = torch.empty(max_len, d_model, dtype=torch.float64)
+    table[:, ::2] = torch.sin(pos * freq)
+    table[:, 1::2] = torch.cos(pos * freq)
+    return table.float()
+
+
+def pe_where(max_len, d_model):
+    dim = torch.arange(d_model).float()
+    two_i = 2 * torch.div(dim, 2, rounding_mode="floor")
+    values = torch.arange(max_len).float().unsqueeze(1) / torch.pow(1e4, two_i / d_model)
+    return torch.where(dim.long() % 2 == 0, torch.sin(values), torch.cos(values))
+
+
+def pe_stub(max_len, d_model):
+    # YOUR CODE HERE
+    raise NotImplementedError()
+
+
+def pe_crash(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(torch.arange(max_len))  # (max_len,) into (max_len, d_model/2)
+    return pe
+
+
+@pytest.mark.parametrize(
+    "fn", [pe_vectorised, pe_loops, pe_pow_stack, pe_float64_numpy, pe_float64_then_float32, pe_where]
+)
+def test_function_accepts_correct_variants(fn):
+    result = check_positional_encoding(fn)
+    assert result.passed, str(result)
+
+
+def test_function_stub_is_not_attempted():
+    expect(check_positional_encoding(pe_stub), "not attempted", "NotImplementedError")
+
+
+def test_function_crash_is_an_error():
+    expect(check_positional_encoding(pe_crash), "error", "RuntimeError", "max_len = 50")
+
+
+def test_function_wants_the_function_itself():
+    expect(check_positional_encoding(pe_vectorised(4, 4)), "failed", "expected a function")
+
+
+# --------------------------------------------------------------------------
+# The function: mistakes, each with the words of its diagnosis.
+
+
+def _generic(max_len, d_model, *, pos0=0, base=10000.0, exponent=lambda col, d: 2 * (col // 2) / d, sin_even=True):
+    """A table built with one knob turned (only for the tests)."""
+    table = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for col in range(d_model):
+            angle = (pos + pos0) / base ** exponent(col, d_model)
+            use_sin = (col % 2 == 0) == sin_even
+            table[pos, col] = math.sin(angle) if use_sin else math.cos(angle)
+    return table
+
+
+def wrong_transposed(max_len, d_model):
+    return pe_vectorised(max_len, d_model).T
+
+
+def wrong_batch_axis(max_len, d_model):
+    return pe_vectorised(max_len, d_model).unsqueeze(0)
+
+
+def wrong_integer_dtype(max_len, d_model):
+    pe = torch.zeros(max_len, d_model, dtype=torch.long)
+    pe[:] = pe_vectorised(max_len, d_model).long()
+    return pe
+
+
+def wrong_swapped(max_len, d_model):
+    return _generic(max_len, d_model, sin_even=False)
+
+
+def wrong_halves(max_len, d_model):
+    pos = torch.arange(max_len).float()[:, None]
+    freq = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)
+    return torch.cat([torch.sin(pos * freq), torch.cos(pos * freq)], dim=1)
+
+
+def wrong_seed_001_exponent(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    for pos in range(max_len):
+        for i in range(0, d_model, 2):
+            pe[pos, i] = math.sin(pos / (10000 ** ((2 * i) / d_model)))
+            pe[pos, i + 1] = math.cos(pos / (10000 ** ((2 * (i + 1)) / d_model)))
+    return pe
+
+
+def wrong_column_exponent(max_len, d_model):
+    return _generic(max_len, d_model, exponent=lambda col, d: col / d)
+
+
+def wrong_i_not_2i(max_len, d_model):
+    return _generic(max_len, d_model, exponent=lambda col, d: (col // 2) / d)
+
+
+def wrong_doubled_step(max_len, d_model):
+    pos = torch.arange(max_len).float()[:, None]
+    i = torch.arange(0, d_model, 2).float()
+    angles = pos / 10000 ** (2 * i / d_model)
+    return torch.stack([angles.sin(), angles.cos()], -1).reshape(max_len, d_model)
+
+
+def wrong_integer_division(max_len, d_model):
+    pos = torch.arange(max_len).float()[:, None]
+    i = torch.arange(0, d_model, 2)
+    angles = pos / 10000 ** (i // d_model)
+    return torch.stack([angles.sin(), angles.cos()], -1).reshape(max_len, d_model)
+
+
+def wrong_positions_from_one(max_len, d_model):
+    return _generic(max_len, d_model, pos0=1)
+
+
+def wrong_base(max_len, d_model):
+    return _generic(max_len, d_model, base=1000.0)
+
+
+def wrong_reciprocal(max_len, d_model):
+    return _generic(max_len, d_model, exponent=lambda col, d: -2 * (col // 2) / d)
+
+
+def wrong_max_len_in_exponent(max_len, d_model):
+    return _generic(max_len, d_model, exponent=lambda col, d: 2 * (col // 2) / max_len)
+
+
+def wrong_nan(max_len, d_model):
+    pe = torch.empty(max_len, d_model).fill_(float("nan"))
+    pe[:, 0::2] = pe_vectorised(max_len, d_model)[:, 0::2]
+    return pe
+
+
+def wrong_cos_next_frequency(max_len, d_model):
+    return _generic(max_len, d_model, exponent=lambda col, d: 2 * ((col + 1) // 2) / d)
+
+
+def wrong_half_angles(max_len, d_model):
+    pos = torch.arange(max_len).float()[:, None]
+    freq = 10000 ** (-torch.arange(0, d_model, 2).float() / d_model)
+    angles = pos * freq / 2  # an unknown mistake: every angle halved
+    return torch.stack([angles.sin(), angles.cos()], -1).flatten(1)
+
+
+def wrong_hard_coded_16(max_len, d_model):
+    return _generic(max_len, d_model, exponent=lambda col, d: 2 * (col // 2) / 16)
+
+
+FUNCTION_MISTAKES = [
+    (wrong_transposed, ["wrong shape", "(16, 50)", "transposed"]),
+    (wrong_batch_axis, ["wrong shape", "(1, 50, 16)", "extra axis"]),
+    (wrong_integer_dtype, ["torch.int64", "floating-point", "truncated"]),
+    (wrong_swapped, ["sine and cosine are swapped"]),
+    (wrong_halves, ["first half", "interleaves"]),
+    (wrong_seed_001_exponent, ["its own frequency", "10000^(-2 * column / d_model)", "do not double it"]),
+    (wrong_column_exponent, ["its own frequency", "(2i + 1) / d_model", "pair index"]),
+    (wrong_i_not_2i, ["i instead of 2i"]),
+    (wrong_doubled_step, ["exponent is doubled"]),
+    (wrong_integer_division, ["same frequency 1", "integer (floor) division"]),
+    (wrong_positions_from_one, ["shifted by one position", "start at 0"]),
+    (wrong_base, ["base 1000 instead of 10000"]),
+    (wrong_reciprocal, ["multiplied by 10000^(2i / d_model) instead of divided"]),
+    (wrong_max_len_in_exponent, ["divides by max_len instead of d_model"]),
+    (wrong_nan, ["NaN", "columns 1, 3, 5"]),
+    (wrong_cos_next_frequency, ["do not hold the sine and cosine of the same angle", "sin^2 + cos^2"]),
+    (wrong_half_angles, ["frequencies", "wrong"]),
+    (wrong_hard_coded_16, ["max_len=7, d_model=6", "divides the exponent by 16 instead of d_model=6"]),
+]
+
+
+@pytest.mark.parametrize("fn, phrases", FUNCTION_MISTAKES, ids=[f.__name__ for f, _ in FUNCTION_MISTAKES])
+def test_function_diagnoses_mistakes(fn, phrases):
+    expect(check_positional_encoding(fn), "failed", *phrases)
+
+
+def test_function_leaves_the_rng_untouched_and_is_quick():
+    def noisy(max_len, d_model):
+        torch.rand(3)
+        random.random()
+        return pe_vectorised(max_len, d_model)
+
+    torch.manual_seed(7)
+    random.seed(7)
+    before = (torch.get_rng_state(), random.getstate())
+    start = time.perf_counter()
+    result = check_positional_encoding(noisy)
+    print(f"check_positional_encoding: {time.perf_counter() - start:.3f} s")
+    assert result.passed, str(result)
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+# --------------------------------------------------------------------------
+# The module: correct versions in several styles.
+
+
+def _table(max_len, d_model):
+    return pe_vectorised(max_len, d_model)
+
+
+class PEModule(nn.Module):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", _table(max_len, d_model))  # (max_len, d_model)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class PEModuleBatchAxis(nn.Module):
+    """Table stored as (1, max_len, d_model), non-persistent buffer, functional dropout with training flag."""
+
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        self.p = dropout
+        self.register_buffer("encoding", pe_loops(max_len, d_model).unsqueeze(0), persistent=False)
+
+    def forward(self, x):
+        L = x.shape[1]
+        return nn.functional.dropout(x + self.encoding[:, :L, :], self.p, training=self.training)
+
+
+class PEModuleNarrow(nn.Module):
+    """Slices with narrow and adds with torch.add."""
+
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        self.drop = nn.Dropout(p=dropout)
+        self.register_buffer("table", pe_pow_stack(max_len, d_model))
+
+    def forward(self, x):
+        return self.drop(torch.add(x, self.table.narrow(0, 0, x.size(1)).unsqueeze(0)))
+
+
+class PEModuleSeqFirstTable(nn.Module):
+    """Table stored as (max_len, 1, d_model), transposed into place."""
+
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", pe_float64_then_float32(max_len, d_model).unsqueeze(1))
+
+    def forward(self, x):
+        pe = self.pe[: x.size(1)].transpose(0, 1)  # (1, L, d_model)
+        return self.dropout(x + pe)
+
+
+class PEModuleStub(nn.Module):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+    def forward(self, x):
+        # YOUR CODE HERE
+        raise NotImplementedError()
+
+
+class PEModuleCrash(PEModule):
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(2)])  # uses d_model as the length
+
+
+@pytest.mark.parametrize("cls", [PEModule, PEModuleBatchAxis, PEModuleNarrow, PEModuleSeqFirstTable])
+def test_module_accepts_correct_variants(cls):
+    result = check_positional_encoding_module(cls)
+    assert result.passed, str(result)
+
+
+def test_module_stub_is_not_attempted():
+    expect(check_positional_encoding_module(PEModuleStub), "not attempted", "NotImplementedError")
+
+
+def test_module_crash_is_an_error():
+    expect(check_positional_encoding_module(PEModuleCrash), "error", "RuntimeError", "x = tensor of shape (3, 11, 16)")
+
+
+def test_module_wants_the_class():
+    expect(check_positional_encoding_module(PEModule(4)), "failed", "expected a class")
+
+
+# --------------------------------------------------------------------------
+# The module: mistakes.
+
+
+class PEParameter(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        nn.Module.__init__(self)
+        self.dropout = nn.Dropout(dropout)
+        self.pe = nn.Parameter(_table(max_len, d_model))
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class PEPlainAttribute(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        nn.Module.__init__(self)
+        self.dropout = nn.Dropout(dropout)
+        self.pe = _table(max_len, d_model)
+
+
+class PENoSlice(PEModule):
+    def forward(self, x):
+        return self.dropout(x + self.pe)
+
+
+class PEDropoutFirst(PEModule):
+    def forward(self, x):
+        return self.dropout(x) + self.pe[: x.size(1)]
+
+
+class PEScaled(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, max_len)
+        self.d_model = d_model
+
+    def forward(self, x):
+        return self.dropout(x * math.sqrt(self.d_model) + self.pe[: x.size(1)])
+
+
+class PEWrongTable(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, max_len)
+        self.pe = wrong_seed_001_exponent(max_len, d_model)  # replaces the buffer's value
+
+
+class PEBatchSlice(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, max_len)
+        self.pe = self.pe.unsqueeze(1)  # (max_len, 1, d_model), as for seq-first inputs
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(0)])
+
+
+class PEInPlace(PEModule):
+    def forward(self, x):
+        x += self.pe[: x.size(1)]
+        return self.dropout(x)
+
+
+class PEAlwaysDropout(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, max_len)
+        self.p = dropout
+
+    def forward(self, x):
+        return nn.functional.dropout(x + self.pe[: x.size(1)], self.p)
+
+
+class PENoDropout(PEModule):
+    def forward(self, x):
+        return x + self.pe[: x.size(1)]
+
+
+class PEFixedRate(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, 0.1, max_len)
+
+
+class PEFloat64(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, max_len)
+        self.pe = self.pe.double()
+
+
+class PEUnscaledMask(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, max_len)
+        self.p = dropout
+
+    def forward(self, x):
+        out = x + self.pe[: x.size(1)]
+        if self.training:
+            keep = torch.rand(out.shape) >= self.p
+            out = out * keep
+        return out
+
+
+class PENoDefaults(PEModule):
+    def __init__(self, d_model, dropout, max_len):
+        super().__init__(d_model, dropout, max_len)
+
+
+MODULE_MISTAKES = [
+    (PEParameter, ["nn.Parameter", "register_buffer", "optimizer"]),
+    (PEPlainAttribute, ["plain attribute", "not registered", "register_buffer"]),
+    (PENoSlice, ["adds the whole table", "first L rows"]),
+    (PEDropoutFirst, ["dropout to x before adding the table"]),
+    (PEScaled, ["multiplies x by sqrt(d_model)", "embedding"]),
+    (PEWrongTable, ["its own frequency", "do not double it"]),
+    (PEBatchSlice, ["batch size instead of the sequence length"]),
+    (PEInPlace, ["changed its input `x` in place"]),
+    (PEAlwaysDropout, ["eval mode", "F.dropout"]),
+    (PENoDropout, ["no dropout was applied"]),
+    (PEFixedRate, ["about 50% of the outputs should be zeroed", "constructor"]),
+    (PEFloat64, ["torch.float64", "float32"]),
+    (PEUnscaledMask, ["scaled by 1 / (1 - p)"]),
+    (PENoDefaults, ["defaults", "dropout=(none), max_len=(none)"]),
+]
+
+
+@pytest.mark.parametrize("cls, phrases", MODULE_MISTAKES, ids=[c.__name__ for c, _ in MODULE_MISTAKES])
+def test_module_diagnoses_mistakes(cls, phrases):
+    result = check_positional_encoding_module(cls)
+    expect(result, "failed", *phrases)
+
+
+def test_module_leaves_the_rng_untouched_and_is_quick():
+    torch.manual_seed(11)
+    random.seed(11)
+    before = (torch.get_rng_state(), random.getstate())
+    start = time.perf_counter()
+    result = check_positional_encoding_module(PEModule)
+    print(f"check_positional_encoding_module: {time.perf_counter() - start:.3f} s")
+    assert result.passed, str(result)
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
