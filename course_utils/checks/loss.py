@@ -1,0 +1,323 @@
+"""Checker for lesson 06: cross entropy with label smoothing that ignores padding.
+
+The oracle is PyTorch itself,
+``F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)``,
+in double precision, for the loss and for its gradient with respect to the
+logits. Closed forms of common slips (smoothing spread over V-1 classes,
+padding counted, KL divergence...) are used only to name the cause once the
+values are known to be wrong.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ._core import Check, CheckResult, fmt_number, fmt_shape, generator, run_check
+
+_ORACLE = "F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)"
+
+
+def _cases() -> list[dict]:
+    """Inputs with N != V, pad ids other than 0, and real targets equal to 0."""
+    g = generator(6)
+    cases = []
+    for n, v, pad_id, smoothing in [(7, 5, 3, 0.1), (9, 6, 1, 0.0), (11, 8, 6, 0.3)]:
+        logits = torch.randn(n, v, generator=g) * 2.0
+        target = torch.randint(0, v, (n,), generator=g)
+        target[0], target[1] = 0, pad_id  # a real 0 and a pad, whatever the draw gave
+        target[n - 1] = pad_id
+        target[2] = 0 if pad_id != 0 else 2
+        cases.append({"logits": logits, "target": target, "smoothing": smoothing, "pad_id": pad_id})
+    return cases
+
+
+def _large_case() -> dict:
+    """Logits far apart, where softmax underflows to 0 in float32 (log of it is -inf)."""
+    g = generator(7)
+    logits = torch.randn(6, 7, generator=g)
+    logits[torch.arange(6), torch.tensor([1, 4, 0, 6, 2, 5])] += 150.0
+    target = torch.tensor([1, 3, 0, 2, 5, 5])
+    return {"logits": logits, "target": target, "smoothing": 0.2, "pad_id": 5}
+
+
+def _describe_case(case: dict) -> str:
+    n, v = case["logits"].shape
+    real = int((case["target"] != case["pad_id"]).sum())
+    return f"N={n}, V={v}, smoothing={case['smoothing']}, pad_id={case['pad_id']} ({n - real} pad positions)"
+
+
+def _oracle(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The loss and its gradient w.r.t. the logits, by PyTorch, in float64."""
+    x = case["logits"].double().requires_grad_(True)
+    loss = F.cross_entropy(x, case["target"], label_smoothing=case["smoothing"], ignore_index=case["pad_id"])
+    loss.backward()
+    return loss.detach(), x.grad.detach()
+
+
+# --------------------------------------------------------------------------
+# Common slips, one factor at a time; any combination of them is recognised.
+
+_SPREAD = {
+    "all": "",
+    "others": (
+        "The smoothing mass is spread over the V-1 wrong classes (smoothing/(V-1) each, 1-smoothing on the "
+        "true class). F.cross_entropy(label_smoothing=smoothing) spreads smoothing/V over all V classes, the "
+        "true one included: the target is (1-smoothing) * one_hot + smoothing / V, so the true class gets "
+        "1-smoothing+smoothing/V."
+    ),
+    "others_no_pad": (
+        "Your target distribution follows the Annotated Transformer: smoothing/(V-2) on the classes other "
+        "than the true one and the pad column, which is set to 0. That is a reasonable choice, but this course "
+        "follows F.cross_entropy(label_smoothing=...): smoothing/V on every one of the V classes, the true class "
+        "and the pad column included."
+    ),
+    "none": (
+        "Your loss ignores the smoothing: it equals plain cross entropy with one-hot targets. Mix the one-hot "
+        "target with the uniform distribution: (1-smoothing) * one_hot + smoothing / V."
+    ),
+    "true_only": (
+        "Only the true class is smoothed: it gets 1-smoothing and every other class 0, so the smoothing mass "
+        "disappears. It should be spread as smoothing/V over all V classes."
+    ),
+}
+_SCORE = {
+    "log": "",
+    "prob": (
+        "You used probabilities (softmax) where log-probabilities belong: cross entropy is "
+        "-sum(q * log p). Use F.log_softmax(logits, dim=-1)."
+    ),
+}
+_KIND = {
+    "ce": "",
+    "kl": (
+        "You computed the KL divergence KL(q || p) instead of the cross entropy. They differ by the entropy "
+        "H(q) of the smoothed target distribution q: CE(q, p) = KL(q || p) + H(q). H(q) is a constant (it does not "
+        "depend on the logits), so the gradients are the same and training is unaffected, but the loss value is "
+        "lower than F.cross_entropy's (and can reach 0). Return -sum(q * log p) averaged over the real tokens."
+    ),
+}
+_PAD = {
+    "given": "",
+    "zero": (
+        "You skip the positions where target == 0 instead of those where target == pad_id. The pad id is an "
+        "argument (here not 0), and 0 is an ordinary token in these targets: compare with pad_id."
+    ),
+}
+_REDUCE = {
+    "mean_real": "",
+    "mean_all": (
+        "The pad positions are counted: you average over all N positions, padding included. Positions where "
+        "target == pad_id must add nothing to the sum and must not be counted in the average: divide by the "
+        "number of non-pad tokens."
+    ),
+    "mean_all_zeroed": (
+        "You zero the loss at pad positions but still divide by N, all positions: divide by the number of "
+        "non-pad tokens instead."
+    ),
+    "sum_real": (
+        "You return the sum over tokens; F.cross_entropy returns the mean over the non-pad tokens (reduction='mean')."
+    ),
+    "sum_all": (
+        "You return the sum over all tokens, padding included; F.cross_entropy returns the mean over the non-pad "
+        "tokens (reduction='mean'), and pad positions add nothing."
+    ),
+}
+
+
+def _slip_per_token(case: dict, spread: str, score: str, kind: str, pad_id: int) -> torch.Tensor:
+    """The loss at each position under the given slips (float64)."""
+    logits, target, s = case["logits"].double(), case["target"], case["smoothing"]
+    v = logits.shape[-1]
+    one_hot = F.one_hot(target, v).double()
+    if spread == "all":
+        q = (1 - s) * one_hot + s / v
+    elif spread == "others":
+        q = (1 - s) * one_hot + s / (v - 1) * (1 - one_hot)
+    elif spread == "others_no_pad":
+        rest = s / (v - 2) * (1 - one_hot)
+        rest[:, pad_id] = 0.0
+        q = (1 - s) * one_hot + rest
+    elif spread == "none":
+        q = one_hot
+    else:
+        q = (1 - s) * one_hot
+    scores = F.log_softmax(logits, dim=-1) if score == "log" else F.softmax(logits, dim=-1)
+    per_token = -(q * scores).sum(-1)
+    if kind == "kl":
+        per_token = per_token + torch.xlogy(q, q).sum(-1)
+    return per_token
+
+
+def _slip_value(per_token: torch.Tensor, target: torch.Tensor, pad_id: int, reduce: str) -> torch.Tensor:
+    real = target != pad_id
+    if reduce == "mean_real":
+        return per_token[real].sum() / real.sum().clamp(min=1)
+    if reduce == "mean_all":
+        return per_token.mean()
+    if reduce == "mean_all_zeroed":
+        return per_token[real].sum() / target.numel()
+    if reduce == "sum_real":
+        return per_token[real].sum()
+    return per_token.sum()
+
+
+class _Slips:
+    """Loss values under combinations of slips, computed once per case and combination."""
+
+    def __init__(self, cases: list[dict]):
+        self.cases = cases
+        self.cache: dict[tuple, torch.Tensor] = {}
+
+    def value(self, i: int, combo: tuple[str, ...]) -> torch.Tensor:
+        spread, score, kind, pad, reduce = combo
+        case = self.cases[i]
+        pad_id = case["pad_id"] if pad == "given" else 0
+        key = (i, spread, score, kind, pad_id)
+        if key not in self.cache:
+            self.cache[key] = _slip_per_token(case, spread, score, kind, pad_id)
+        return _slip_value(self.cache[key], case["target"], pad_id, reduce)
+
+
+def _slips() -> list[tuple[tuple[str, ...], list[str]]]:
+    """Every combination of slips, simplest explanations first."""
+    combos = []
+    for combo in itertools.product(_SPREAD, _SCORE, _KIND, _PAD, _REDUCE):
+        tables = (_SPREAD, _SCORE, _KIND, _PAD, _REDUCE)
+        messages = [table[key] for table, key in zip(tables, combo) if table[key]]
+        if messages:
+            combos.append((combo, messages))
+    combos.sort(key=lambda item: len(item[1]))
+    return combos
+
+
+# --------------------------------------------------------------------------
+
+
+def check_label_smoothing_loss(label_smoothing_loss: Callable) -> CheckResult:
+    """Check ``label_smoothing_loss(logits, target, smoothing, pad_id)`` against F.cross_entropy."""
+    return run_check("label_smoothing_loss", _check_label_smoothing_loss, label_smoothing_loss)
+
+
+def _scalar(check: Check, value, case: dict) -> torch.Tensor:
+    n = case["logits"].shape[0]
+    if isinstance(value, (float, int)) and not isinstance(value, bool):
+        check.fail(
+            f"label_smoothing_loss returned a Python number ({fmt_number(value)}), not a tensor. The loss must stay "
+            f"a tensor connected to the logits, so that `loss.backward()` can compute gradients: do not call "
+            f"`.item()` or `float(...)` on it."
+        )
+    value = check.tensor(value, "the loss", dtype="float", finite=False)
+    if value.dim() != 0:
+        if tuple(value.shape) == (n,):
+            cause = (
+                "It looks like one loss per position: average them over the non-pad positions "
+                "(the ones where target != pad_id)."
+            )
+        elif value.numel() == 1:
+            cause = "It holds a single number: return a 0-d tensor (for example with `.squeeze()` or by reducing with `.sum()` / `.mean()`)."
+        else:
+            cause = "Reduce the per-token losses to one number: the mean over the non-pad positions."
+        check.fail(
+            f"The loss should be a scalar (a 0-d tensor, shape ()), but it has shape {fmt_shape(value.shape)} "
+            f"for logits of shape {fmt_shape(case['logits'].shape)}.\n{cause}"
+        )
+    return value
+
+
+def _check_label_smoothing_loss(check: Check, label_smoothing_loss: Callable) -> None:
+    check.callable_(label_smoothing_loss, "label_smoothing_loss")
+    cases = _cases()
+
+    # 1. It runs, returns a scalar tensor, leaves its inputs alone (logits without grad here, so that an
+    #    in-place change shows up as such rather than as an autograd error).
+    values = []
+    for case in cases:
+        out = check.call(
+            label_smoothing_loss, case["logits"].clone(), case["target"].clone(), case["smoothing"], case["pad_id"]
+        )
+        values.append(_scalar(check, out, case).detach().double())
+    check.ok("returns a scalar tensor and leaves its inputs unchanged")
+    for case, value in zip(cases, values):
+        if not bool(torch.isfinite(value)):
+            check.fail(
+                f"The loss is {float(value)} for {_describe_case(case)}, with ordinary logits (between about -6 "
+                f"and 6).\nLikely causes: the log of a probability that is 0 (use F.log_softmax rather than "
+                f"torch.log(softmax(...))), or a division by zero when counting the non-pad tokens."
+            )
+
+    # 2. Values, against PyTorch.
+    oracles = [_oracle(case) for case in cases]
+    wrong = [i for i, (value, (loss, _)) in enumerate(zip(values, oracles)) if not _close(value, loss)]
+    if wrong:
+        table = "\n".join(
+            f"  {_describe_case(cases[i])}: expected {fmt_number(oracles[i][0])}, got {fmt_number(values[i])}"
+            for i in range(len(cases))
+        )
+        head = f"Your loss does not match {_ORACLE}.\n{table}\n"
+        slips = _Slips(cases)
+        for combo, messages in _slips():
+            if all(_close(values[i], slips.value(i, combo)) for i in range(len(cases))):
+                if len(messages) == 1:
+                    check.fail(head + messages[0])
+                check.fail(head + "It matches a loss with these differences:\n" + "\n".join(f"- {m}" for m in messages))
+        hint = ""
+        if 1 not in wrong:  # the case with smoothing 0.0 is right
+            hint = "It is right when smoothing is 0, so look at how the smoothing mass is spread.\n"
+        check.fail(
+            head
+            + hint
+            + "The target distribution is (1-smoothing) * one_hot(target) + smoothing / V; the loss at a position "
+            "is -sum(q * log_softmax(logits)), and the result is the mean over the positions where target != pad_id."
+        )
+    check.ok(f"matches {_ORACLE}, with several smoothing values (0.0 included) and pad ids other than 0")
+
+    # 3. Numerically stable for logits far apart.
+    large = _large_case()
+    out = check.call(label_smoothing_loss, large["logits"].clone(), large["target"].clone(), large["smoothing"], large["pad_id"])
+    value = _scalar(check, out, large).detach().double()
+    expected, _ = _oracle(large)
+    if not _close(value, expected):
+        check.fail(
+            f"Your loss is wrong when the logits are far apart (differences of about 150, as a confident model "
+            f"produces): expected {fmt_number(expected)}, got {fmt_number(value)}.\n"
+            f"In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) is "
+            f"-inf (a small epsilon inside the log only moves the error). Compute the log-probabilities directly "
+            f"with F.log_softmax(logits, dim=-1), which subtracts the maximum first."
+        )
+    check.ok("stays exact for logits far apart (log_softmax, not log of softmax)")
+
+    # 4. Gradients w.r.t. the logits, on a fresh clone that requires grad.
+    for case, (_, grad) in zip(cases, oracles):
+        x = case["logits"].clone().requires_grad_(True)
+        out = check.call(label_smoothing_loss, x, case["target"].clone(), case["smoothing"], case["pad_id"])
+        out = _scalar(check, out, case)
+        if not out.requires_grad:
+            check.fail(
+                "Your loss is not connected to the logits (its requires_grad is False), so `loss.backward()` cannot "
+                "train anything.\nLikely causes: `.detach()`, `.item()` or `torch.tensor(...)` on the result, or the "
+                "whole computation inside `torch.no_grad()` (only the target distribution may be built there)."
+            )
+        check.call(out.backward, what="loss.backward() on your loss", guard_inputs=False)
+        if x.grad is None:
+            check.fail("After `loss.backward()`, the logits have no gradient: the loss does not depend on them through autograd.")
+        check.close(
+            x.grad,
+            grad,
+            f"the gradient of your loss w.r.t. the logits ({_describe_case(case)})",
+            atol=1e-6,
+            rtol=1e-4,
+            hint="The loss values are right but the gradient is not: is part of the computation detached "
+            "(`.detach()`, `.data`) where it depends on the logits?",
+        )
+    check.ok("its gradient w.r.t. the logits matches PyTorch's")
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    return bool(torch.isfinite(actual)) and torch.allclose(actual.double(), expected.double(), atol=1e-5, rtol=1e-4)
+
+
+__all__ = ["check_label_smoothing_loss"]

@@ -1,0 +1,398 @@
+"""Checkers for lesson 06: the Noam learning-rate schedule and the scheduler built on it.
+
+The oracle is the formula of the paper (section 5.3),
+``d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` with step 0 read
+as step 1, evaluated in double precision. Buggy variants of the formula serve
+only to name a likely cause once a value is already known to be wrong.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from ._core import Check, CheckResult, describe, fmt_number, run_check
+
+_RTOL = 1e-4  # relative: learning rates are tiny, so an absolute tolerance would accept anything
+
+
+def _paper(step: int, d_model: int, warmup_steps: int) -> float:
+    s = max(step, 1)
+    return d_model**-0.5 * min(s**-0.5, s * warmup_steps**-1.5)
+
+
+def _near(a: float, b: float) -> bool:
+    return math.isfinite(a) and abs(a - b) <= _RTOL * abs(b) + 1e-15
+
+
+_STEP_ZERO = (
+    "Step 0 really happens: `torch.optim.lr_scheduler.LambdaLR` calls your schedule once with step 0 "
+    "while it is being built, to set the starting learning rate. `0 ** -0.5` divides by zero, so the "
+    "schedule must treat step 0 as step 1, for example with `step = max(step, 1)` as its first line."
+)
+
+# (formula, message) pairs: each formula is a common slip, used only to name the cause.
+_NOAM_SLIPS: list[tuple[Callable[[int, int, int], float], str]] = [
+    (
+        lambda s, d, w: d**-0.5 * s**-0.5,
+        "There is no warmup: your learning rate is largest at step 1 and only decreases. It matches "
+        "`d_model ** -0.5 * step ** -0.5` alone, which is what `min` returns when the warmup term is huge. "
+        "Check the sign of the exponent: the paper has `step * warmup_steps ** -1.5` (not `** 1.5`).",
+    ),
+    (
+        lambda s, d, w: d**0.5 * min(s**-0.5, s * w**-1.5),
+        "Your values are d_model times too large: they match `d_model ** 0.5 * ...`. The factor in front "
+        "is `d_model ** -0.5` (one over the square root of d_model), so bigger models get smaller steps.",
+    ),
+    (
+        lambda s, d, w: d**-0.5 * max(s**-0.5, s * w**-1.5),
+        "Your schedule takes the larger of the two terms: it matches `max(...)` where the paper has "
+        "`min(step ** -0.5, step * warmup_steps ** -1.5)`. With `min`, the linear warmup term is used "
+        "while it is the smaller one (step < warmup_steps) and the decay term afterwards.",
+    ),
+    (
+        lambda s, d, w: min(s**-0.5, s * w**-1.5),
+        "Your values are missing the factor `d_model ** -0.5` in front of `min(...)`: they match the "
+        "formula without it.",
+    ),
+    (
+        lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, (s + 1) * w**-1.5),
+        "Your schedule is one step ahead: noam_lr(step) returns the paper's value for step + 1. "
+        "Use `step` itself (only step 0 is read as step 1, with `max(step, 1)`); the `+ 1` that "
+        "LambdaLR needs belongs in the scheduler, not in noam_lr.",
+    ),
+    (
+        lambda s, d, w: d**-0.5 * s * w**-1.5,
+        "Your learning rate keeps growing after warmup_steps: it matches the warmup term "
+        "`step * warmup_steps ** -1.5` alone. Take the `min` with the decay term `step ** -0.5`.",
+    ),
+]
+
+# (d_model, warmup_steps, steps) grids: steps cross the warmup boundary, hit it exactly, and go far.
+_GRIDS = [
+    (512, 4000, [1, 2, 3, 10, 100, 2000, 3999, 4000, 4001, 8000, 40000, 100000]),
+    (64, 10, [1, 2, 5, 9, 10, 11, 20, 40, 1000]),
+    (100, 7, [1, 3, 6, 7, 8, 28, 500]),
+]
+
+
+def _number(check: Check, value: Any, where: str) -> tuple[float, bool]:
+    """The learner's learning rate as a float, and whether it came out as an integer."""
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            check.fail(
+                f"noam_lr should return one number (a float or a 0-d tensor), but {where} it returned a "
+                f"{describe(value)}."
+            )
+        is_int = not value.is_floating_point()
+        return float(value.detach().reshape(())), is_int
+    if value is None:
+        check.fail(f"noam_lr returned None {where}. Did you forget a `return` statement?")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        check.fail(f"noam_lr should return a number (a float or a 0-d tensor), but {where} it returned {describe(value)}.")
+    return float(value), isinstance(value, int)
+
+
+def check_noam_lr(noam_lr: Callable) -> CheckResult:
+    """Check ``noam_lr(step, d_model, warmup_steps)`` against the formula of the paper."""
+    return run_check("noam_lr", _check_noam_lr, noam_lr)
+
+
+def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
+    check.callable_(noam_lr, "noam_lr")
+
+    # 1. It runs on an ordinary step and returns a number.
+    first = check.call(noam_lr, 1, 512, 4000)
+    at_one, _ = _number(check, first, "at step=1, d_model=512, warmup_steps=4000")
+    check.ok("returns a number")
+
+    # 2. Step 0, which LambdaLR really asks for, must give what step 1 gives (right or wrong: values come later).
+    expected_zero = at_one
+    try:
+        at_zero = noam_lr(0, 512, 4000)
+        raised = None
+    except Exception as exc:  # the learner's code: any failure at step 0 gets the step-0 explanation
+        at_zero, raised = None, exc
+    if raised is not None:
+        text = str(raised).strip().splitlines()
+        check.problem(
+            f"noam_lr(0, 512, 4000) raised {type(raised).__name__}"
+            + (f": {text[0]}" if text else "")
+            + f".\n{_STEP_ZERO}"
+        )
+    else:
+        value, _ = _number(check, at_zero, "at step=0")
+        if not math.isfinite(value):
+            check.problem(f"noam_lr(0, 512, 4000) returned {value}, expected {fmt_number(expected_zero)}.\n{_STEP_ZERO}")
+        elif not _near(value, expected_zero):
+            check.problem(
+                f"noam_lr(0, 512, 4000) returned {fmt_number(value)}, but step 0 should give the same value as "
+                f"step 1 (your noam_lr(1, 512, 4000) = {fmt_number(expected_zero)}).\n"
+                + (
+                    "A learning rate of 0 there means the first update does nothing (or, with torch ops, "
+                    "`min(inf, 0)` came out as 0).\n"
+                    if value == 0
+                    else ""
+                )
+                + _STEP_ZERO
+            )
+        else:
+            check.ok("treats step 0 as step 1")
+
+    # 3. The values on grids that cross the warmup boundary.
+    rows = []  # (d_model, warmup_steps, step, learner's value, expected value)
+    ints = False
+    for d_model, warmup_steps, steps in _GRIDS:
+        for step in steps:
+            out = check.call(noam_lr, step, d_model, warmup_steps)
+            value, is_int = _number(check, out, f"at step={step}, d_model={d_model}, warmup_steps={warmup_steps}")
+            ints = ints or is_int
+            rows.append((d_model, warmup_steps, step, value, _paper(step, d_model, warmup_steps)))
+    if ints or all(v == 0 for *_, v, _e in rows):
+        check.fail(
+            "noam_lr returns "
+            + ("integers" if ints else "0.0 everywhere")
+            + f" (at step=4000, d_model=512, warmup_steps=4000 you return {fmt_number(rows[7][3])}, expected "
+            f"{fmt_number(rows[7][4])}).\nThe learning rate is a small fraction, and integer arithmetic rounds it "
+            f"down to 0. Likely causes: floor division `//` (write `1 / x` or `x ** -0.5`), a cast with `int(...)`, "
+            f"or a tensor built from integers with an integer dtype (use floats, e.g. `torch.tensor(step, dtype=torch.float32)`)."
+        )
+    bad = [r for r in rows if not _near(r[3], r[4])]
+    if not bad:
+        check.ok("matches d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) before, at and after warmup_steps")
+        return
+
+    table = "\n".join(
+        f"  step={s:>6}, d_model={d}, warmup_steps={w}: expected {fmt_number(e)}, got {fmt_number(v)}"
+        for d, w, s, v, e in bad[:4]
+    )
+    for formula, message in _NOAM_SLIPS:
+        if all(_near(v, formula(s, d, w)) for d, w, s, v, _e in rows):
+            check.fail(f"noam_lr returns the wrong values.\n{table}\n{message}")
+
+    # No named slip fits: describe how the curve behaves instead.
+    lr = {(d, w, s): v for d, w, s, v, _e in rows}
+    notes = []
+    rise = lr[(512, 4000, 2000)] / lr[(512, 4000, 100)] if lr[(512, 4000, 100)] else float("nan")
+    if not math.isclose(rise, 20.0, rel_tol=1e-3):
+        notes.append(
+            f"During warmup the rate should grow in proportion to step: from step 100 to step 2000 "
+            f"(warmup_steps=4000) it should be multiplied by 20, yours by {fmt_number(rise)}."
+        )
+    decay = lr[(512, 4000, 40000)] / lr[(512, 4000, 8000)] if lr[(512, 4000, 8000)] else float("nan")
+    if not math.isclose(decay, 5**-0.5, rel_tol=1e-3):
+        notes.append(
+            f"After warmup the rate should fall like step ** -0.5: from step 8000 to step 40000 it should be "
+            f"multiplied by {fmt_number(5 ** -0.5)}, yours by {fmt_number(decay)}."
+        )
+    around = [(s, lr[(64, 10, s)]) for s in (9, 10, 11)]
+    if not (around[1][1] > around[0][1] and around[1][1] > around[2][1]):
+        values = ", ".join(f"step {s}: {fmt_number(v)}" for s, v in around)
+        notes.append(
+            f"The peak should be exactly at step == warmup_steps (here 10), where the two terms of `min` "
+            f"are equal; yours: {values}. Check the exponents of warmup_steps (-1.5) and of step (-0.5)."
+        )
+    hint = "\n".join(notes) if notes else (
+        "The shape of your curve is right, but the values are off by a factor: check the `d_model ** -0.5` in front."
+    )
+    check.fail(f"noam_lr returns the wrong values.\n{table}\n{hint}")
+
+
+# --------------------------------------------------------------------------
+# The scheduler.
+
+
+def check_noam_scheduler(make_noam_scheduler: Callable) -> CheckResult:
+    """Check that ``make_noam_scheduler(optimizer, d_model, warmup_steps)`` scales every param group's lr."""
+    return run_check("make_noam_scheduler", _check_noam_scheduler, make_noam_scheduler)
+
+
+# (optimizer, initial lrs of the two param groups, d_model, warmup_steps, steps to take)
+_SCHEDULER_CASES = [
+    ("SGD", (0.5, 2.0), 64, 4, 9),
+    ("Adam", (0.3, 1.5), 16, 6, 10),
+]
+
+
+class _Raised:
+    """What a guarded call returns instead of raising."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _lr(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return float("nan")
+
+
+def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
+    check.callable_(make_noam_scheduler, "make_noam_scheduler")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for kind, lrs, d_model, warmup_steps, n_steps in _SCHEDULER_CASES:
+            _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps, n_steps)
+            check.stop_if_problems()
+    check.ok("works with SGD and with Adam")
+
+
+def _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps, n_steps) -> None:
+    generator = torch.Generator().manual_seed(0)
+    first = torch.nn.Parameter(torch.randn(3, 2, generator=generator))
+    second = torch.nn.Parameter(torch.randn(2, generator=generator))
+    groups = [{"params": [first], "lr": lrs[0]}, {"params": [second], "lr": lrs[1]}]
+    optimizer = torch.optim.SGD(groups) if kind == "SGD" else torch.optim.Adam(groups)
+    setup = (
+        f"(a torch.optim.{kind} with two param groups whose lr are {lrs[0]} and {lrs[1]}, "
+        f"d_model={d_model}, warmup_steps={warmup_steps})"
+    )
+
+    def make_noam_scheduler_(optimizer, d_model, warmup_steps):
+        try:
+            return make_noam_scheduler(optimizer, d_model, warmup_steps)
+        except (ZeroDivisionError, ValueError) as exc:
+            if isinstance(exc, ValueError) and "domain" not in str(exc):
+                raise
+            return _Raised(exc)
+
+    scheduler = check.call(
+        make_noam_scheduler_, optimizer, d_model, warmup_steps, what="make_noam_scheduler", guard_inputs=False
+    )
+    if isinstance(scheduler, _Raised):
+        exc = scheduler.exc
+        check.fail(
+            f"make_noam_scheduler crashed while building the scheduler with {type(exc).__name__}: {exc}.\n{_STEP_ZERO}\n"
+            "(LambdaLR multiplies each group's own lr by your function's value, so make the function handle step 0.)"
+        )
+    if scheduler is None:
+        check.fail("make_noam_scheduler returned None. Did you forget to `return` the scheduler you built?")
+    step = getattr(scheduler, "step", None)
+    if not callable(step):
+        check.fail(
+            f"make_noam_scheduler should return a scheduler (an object with a `step()` method, normally "
+            f"`torch.optim.lr_scheduler.LambdaLR`), but it returned {describe(scheduler)}."
+        )
+    try:
+        required = [
+            p.name
+            for p in inspect.signature(step).parameters.values()
+            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        required = []
+    if required:
+        check.fail(
+            f"Your scheduler's step() requires the argument {required[0]!r}, but a training loop calls "
+            f"`scheduler.step()` with no argument after each `optimizer.step()`. Let the scheduler count "
+            f"the steps itself (LambdaLR does)."
+        )
+    check.ok("returns a scheduler with a step() method")
+
+    observed = [[_lr(g["lr"]) for g in optimizer.param_groups]]
+    for _ in range(n_steps):
+        check.call(optimizer.step, what="optimizer.step()", guard_inputs=False)
+        check.call(scheduler.step, what="scheduler.step()", guard_inputs=False)
+        observed.append([_lr(g["lr"]) for g in optimizer.param_groups])
+    _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup)
+
+
+def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup) -> None:
+    n_rows = len(observed)
+
+    def factor(k):  # the paper's rate at step k
+        return _paper(k, d_model, warmup_steps)
+
+    def fits(predict) -> bool:
+        return all(_near(observed[n][g], predict(n, g)) for n in range(n_rows) for g in range(2))
+
+    def table(predict, ns=None) -> str:
+        ns = ns or sorted({0, 1, 2, warmup_steps - 1, warmup_steps, n_rows - 1})
+        return "\n".join(
+            f"  after {n} step{'s' if n != 1 else ''}: expected "
+            f"[{', '.join(fmt_number(predict(n, g)) for g in range(2))}], got "
+            f"[{', '.join(fmt_number(observed[n][g]) for g in range(2))}]"
+            for n in ns
+            if 0 <= n < n_rows
+        )
+
+    def expected(n, g):
+        return lrs[g] * factor(n + 1)
+
+    if fits(expected):
+        check.ok("before any step every param group's lr is its initial lr * noam_lr(1)")
+        check.ok("after n calls of scheduler.step() each lr is its initial lr * noam_lr(n + 1), past warmup_steps too")
+        return
+
+    head = f"The learning rates in the optimizer's param groups are wrong {setup}.\n{table(expected)}\n"
+    if not all(math.isfinite(v) for row in observed for v in row):
+        where = "before the first step" if not all(math.isfinite(v) for v in observed[0]) else "during training"
+        check.fail(head + f"Some learning rates are inf or NaN {where}.\n" + (_STEP_ZERO if where.startswith("before") else ""))
+    if fits(lambda n, g: lrs[g]):
+        check.fail(
+            head + "The learning rates never change: your scheduler computes a value but never writes it into "
+            "the optimizer. Each `param_group['lr']` must be set (LambdaLR does this for you on construction "
+            "and on every `scheduler.step()`)."
+        )
+    if all(_near(observed[n][1], lrs[1]) for n in range(n_rows)):
+        check.fail(
+            head + "Only the first param group is updated: the second keeps its initial lr. Loop over "
+            "`optimizer.param_groups` and set the lr of every group (LambdaLR does this for you)."
+        )
+    if all(_near(observed[n][0], observed[n][1]) for n in range(n_rows)):
+        check.fail(
+            head + "Both param groups get the same lr although they started from different ones: your scheduler "
+            "sets the lr to the schedule's value and ignores the optimizer's own lr. The contract is "
+            "lr = initial lr * noam_lr(...): the optimizer's lr acts as a factor (that is what LambdaLR does)."
+        )
+    if fits(lambda n, g: lrs[g] * factor(n)):
+        check.fail(
+            head + "Your scheduler is one step behind: after n calls of scheduler.step() the lr is "
+            "initial lr * noam_lr(n), but it should be noam_lr(n + 1). LambdaLR passes your function the number "
+            "of scheduler.step() calls made so far (0 before the first), while the update that follows is the "
+            "paper's step number n + 1: give noam_lr the step count plus one."
+        )
+    if fits(lambda n, g: lrs[g] * factor(n + 2)):
+        check.fail(
+            head + "Your scheduler is one step ahead: after n calls of scheduler.step() the lr is "
+            "initial lr * noam_lr(n + 2), but it should be noam_lr(n + 1). Did you add 1 twice "
+            "(in the scheduler and in noam_lr)?"
+        )
+    if all(_near(observed[0][g], lrs[g]) for g in range(2)) and all(
+        _near(observed[n][g], expected(n, g)) for n in range(1, n_rows) for g in range(2)
+    ):
+        check.fail(
+            head + "Before the first scheduler.step() the lr is still the initial lr: it should already be "
+            "initial lr * noam_lr(1). Set the lr when the scheduler is built (LambdaLR does this in its constructor)."
+        )
+    if all(observed[0][g] == 0 for g in range(2)):
+        check.fail(head + "Before the first step the lr is 0: your schedule returned 0 for step 0.\n" + _STEP_ZERO)
+    for shift in (0, 1):
+        if all(
+            observed[n - 1][g] and _near(observed[n][g] / observed[n - 1][g], factor(n + shift))
+            for n in range(1, n_rows)
+            for g in range(2)
+        ):
+            check.fail(
+                head + "Each scheduler.step() multiplies the current lr by the schedule's value, so the factors "
+                "compound and the lr collapses. The lr after n steps should be the initial lr times "
+                "noam_lr(n + 1), not the product of all the rates so far (MultiplicativeLR compounds; LambdaLR "
+                "scales the initial lr)."
+            )
+    ratios = [[observed[n][g] / lrs[g] for g in range(2)] for n in range(n_rows)]
+    if all(math.isclose(r[0], r[1], rel_tol=1e-4) for r in ratios):
+        check.fail(
+            head + "Both groups are scaled by the same factor, as they should be, but the factor is not the "
+            "paper's noam_lr(n + 1). Check the formula (run check_noam_lr on your noam_lr) and that the scheduler "
+            "passes step + 1, d_model and warmup_steps in the right order."
+        )
+    check.fail(
+        head + "Each group's lr should be its initial lr times noam_lr(n + 1) after n calls of scheduler.step(), "
+        "and nothing else: `torch.optim.lr_scheduler.LambdaLR` multiplies every group's initial lr by the value "
+        "of a function of the step count, which is exactly this."
+    )

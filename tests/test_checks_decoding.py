@@ -1,0 +1,293 @@
+"""The checker of lesson 06 for greedy decoding."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import torch
+
+from course_utils.checks.decoding import check_greedy_decode
+from conftest import expect
+
+
+# --------------------------------------------------------------------------
+# Correct implementations
+
+
+@torch.no_grad()
+def greedy_decode(model, src, max_len, bos_id, eos_id, pad_id):
+    memory = model.encode(src)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)  # (B, 1)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    while ys.size(1) < max_len and not finished.all():
+        logits = model.decode(ys, memory, src)  # (B, T, V)
+        next_token = logits[:, -1, :].argmax(dim=-1)  # (B,)
+        next_token = next_token.masked_fill(finished, pad_id)
+        ys = torch.cat([ys, next_token[:, None]], dim=1)  # (B, T + 1)
+        finished = finished | (next_token == eos_id)
+    return ys
+
+
+def preallocated(model, src, max_len, bos_id, eos_id, pad_id):
+    """Fills a (B, max_len) buffer of padding and trims it at the end."""
+    batch = src.shape[0]
+    memory = model.encode(src)
+    ys = torch.full((batch, max_len), pad_id, dtype=torch.long)
+    ys[:, 0] = bos_id
+    alive = torch.ones(batch, dtype=torch.bool)
+    length = 1
+    for t in range(1, max_len):
+        logits = model.decode(ys[:, :t], memory, src)
+        choice = torch.max(logits[:, t - 1], dim=1).indices
+        ys[:, t] = torch.where(alive, choice, torch.full_like(choice, pad_id))
+        alive = alive & (choice != eos_id)
+        length = t + 1
+        if not alive.any():
+            break
+    return ys[:, :length].clone()
+
+
+def column_list(model, src, max_len, bos_id, eos_id, pad_id):
+    """Keeps a list of (B,) columns and stacks them."""
+    memory = model.encode(src)
+    columns = [torch.full((len(src),), bos_id)]
+    done = [False] * len(src)
+    for _ in range(max_len - 1):
+        if all(done):
+            break
+        prefix = torch.stack(columns, dim=1)
+        last = model.decode(prefix, memory, src)[:, -1]
+        picked = torch.argmax(last, -1).tolist()
+        column = []
+        for b, token in enumerate(picked):
+            column.append(pad_id if done[b] else token)
+            done[b] = done[b] or token == eos_id
+        columns.append(torch.tensor(column))
+    return torch.stack(columns, dim=1).long()
+
+
+def shrinking_batch(model, src, max_len, bos_id, eos_id, pad_id):
+    """Decodes only the sentences still running, then scatters the results back."""
+    memory = model.encode(src)
+    batch = src.size(0)
+    out = torch.full((batch, max_len), pad_id, dtype=torch.long)
+    out[:, 0] = bos_id
+    running = torch.arange(batch)
+    t = 1
+    while t < max_len and len(running) > 0:
+        logits = model.decode(out[running, :t], memory[running], src[running])
+        token = logits[:, -1].argmax(-1)
+        out[running, t] = token
+        running = running[token != eos_id]
+        t += 1
+    return out[:, :t]
+
+
+def via_log_softmax(model, src, max_len, bos_id, eos_id, pad_id):
+    memory = model.encode(src)
+    ys = src.new_full((src.shape[0], 1), bos_id)
+    ended = src.new_zeros(src.shape[0]).bool()
+    for _ in range(max_len - 1):
+        log_probs = model.decode(ys, memory, src).log_softmax(-1)[:, -1]
+        token = log_probs.argmax(-1, keepdim=True)  # (B, 1)
+        token[ended] = pad_id
+        ys = torch.cat((ys, token), 1)
+        ended |= token.squeeze(1) == eos_id
+        if ended.all():
+            break
+    return ys
+
+
+# --------------------------------------------------------------------------
+# Wrong implementations
+
+
+def _loop(model, src, max_len, bos_id, eos_id, pad_id, *, position=-1, pad=True, stop=True, limit=None,
+          keep_bos=True, encode_each_step=False, last_only=False, dtype=torch.long, stop_on_any=False):
+    memory = model.encode(src)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=dtype)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    steps = max_len - 1 if limit is None else limit
+    for _ in range(steps):
+        if encode_each_step:
+            memory = model.encode(src)
+        prefix = ys[:, -1:] if last_only else ys
+        logits = model.decode(prefix, memory, src)
+        token = logits[:, position, :].argmax(dim=-1)
+        if pad:
+            token = token.masked_fill(finished, pad_id)
+        ys = torch.cat([ys, token[:, None].to(dtype)], dim=1)
+        finished = finished | (token == eos_id)
+        if stop and (finished.any() if stop_on_any else finished.all()):
+            break
+    return ys if keep_bos else ys[:, 1:]
+
+
+def encodes_every_step(*args):
+    return _loop(*args, encode_each_step=True)
+
+
+def calls_forward(model, src, max_len, bos_id, eos_id, pad_id):
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    while ys.size(1) < max_len and not finished.all():
+        token = model(src, ys)[:, -1].argmax(-1).masked_fill(finished, pad_id)
+        ys = torch.cat([ys, token[:, None]], dim=1)
+        finished |= token == eos_id
+    return ys
+
+
+def first_position(*args):
+    return _loop(*args, position=0)
+
+
+def wrong_axis(model, src, max_len, bos_id, eos_id, pad_id):
+    memory = model.encode(src)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    while ys.size(1) < max_len and not finished.all():
+        token = model.decode(ys, memory, src).argmax(dim=1)[:, -1].masked_fill(finished, pad_id)
+        ys = torch.cat([ys, token[:, None]], dim=1)
+        finished |= token == eos_id
+    return ys
+
+
+def last_token_only(*args):
+    """The decode loop of seed 001."""
+    return _loop(*args, last_only=True)
+
+
+def never_stops_at_eos(*args):
+    return _loop(*args, pad=False, stop=False)
+
+
+def no_padding(*args):
+    return _loop(*args, pad=False)
+
+
+def drops_bos(*args):
+    return _loop(*args, keep_bos=False)
+
+
+def too_long(*args):
+    return _loop(*args, limit=args[2])
+
+
+def runs_to_max_len(*args):
+    return _loop(*args, stop=False)
+
+
+def stops_at_first_eos(*args):
+    return _loop(*args, stop_on_any=True)
+
+
+def float_tokens(*args):
+    return _loop(*args, dtype=torch.float32)
+
+
+def hard_coded_ids(model, src, max_len, bos_id, eos_id, pad_id):
+    return _loop(model, src, max_len, 1, eos_id, 0)
+
+
+def one_sentence_only(model, src, max_len, bos_id, eos_id, pad_id):
+    memory = model.encode(src)
+    ys = [bos_id]
+    for _ in range(max_len - 1):
+        logits = model.decode(torch.tensor([ys]), memory, src)
+        token = logits[0, -1].argmax().item() if src.size(0) == 1 else logits[:, -1].argmax(-1).item()
+        ys.append(token)
+        if token == eos_id:
+            break
+    return torch.tensor([ys])
+
+
+def per_sentence_loop(model, src, max_len, bos_id, eos_id, pad_id):
+    rows = []
+    for b in range(src.size(0)):
+        rows.append(greedy_decode(model, src[b : b + 1], max_len, bos_id, eos_id, pad_id)[0])
+    width = max(len(r) for r in rows)
+    return torch.stack([torch.cat([r, r.new_full((width - len(r),), pad_id)]) for r in rows])
+
+
+def trims_after_the_fact(model, src, max_len, bos_id, eos_id, pad_id):
+    ys = _loop(model, src, max_len, bos_id, eos_id, pad_id, stop=False)
+    keep = int((ys != pad_id).any(0).nonzero().max()) + 1
+    return ys[:, :keep]
+
+
+def returns_list(*args):
+    return _loop(*args).tolist()
+
+
+def stub(*args):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize(
+    "fn", [greedy_decode, preallocated, column_list, shrinking_batch, via_log_softmax]
+)
+def test_accepts_correct_variants(fn):
+    expect(check_greedy_decode(fn), "passed")
+
+
+@pytest.mark.parametrize(
+    "fn, phrases",
+    [
+        (encodes_every_step, ["called model.encode", "times", "once"]),
+        (calls_forward, ["called model.encode", "model(src, ys)"]),
+        (per_sentence_loop, ["called model.encode 3 times", "once per sentence"]),
+        (first_position, ["first position", "logits[:, -1, :]"]),
+        (wrong_axis, ["not the argmax of the logits at the last position", "dim=-1"]),
+        (last_token_only, ["single token", "only the last token", "whole prefix"]),
+        (never_stops_at_eos, ["emitted eos at position 5", "should be pad_id"]),
+        (no_padding, ["every later position should be pad_id", "finished"]),
+        (drops_bos, ["column 0", "starts with the first generated token"]),
+        (too_long, ["more than max_len", "counts bos"]),
+        (runs_to_max_len, ["extra columns hold only padding", "as soon as every sentence has finished"]),
+        (trims_after_the_fact, ["model.decode was called", "as soon as all sentences"]),
+        (stops_at_first_eos, ["has not emitted eos", "every sentence"]),
+        (float_tokens, ["dtype torch.float32", "torch.long"]),
+        (hard_coded_ids, ["yours is 1", "bos_id argument"]),
+        (one_sentence_only, ["works for one sentence", "batch of 3", ".item()"]),
+        (returns_list, ["should be a torch.tensor", "a list"]),
+    ],
+)
+def test_diagnoses_mistakes(fn, phrases):
+    expect(check_greedy_decode(fn), "failed", *phrases)
+
+
+def test_outcomes():
+    expect(check_greedy_decode(stub), "not attempted", "NotImplementedError")
+
+    def swaps_arguments(model, src, max_len, bos_id, eos_id, pad_id):
+        memory = model.encode(src)
+        ys = torch.full((src.size(0), 1), bos_id)
+        return model.decode(ys, src, memory)
+
+    expect(check_greedy_decode(swaps_arguments), "error", "ValueError", "memory = model.encode(src)")
+
+
+def test_leaves_rng_untouched_and_is_fast():
+    def noisy(*args):
+        torch.rand(2)
+        random.random()
+        return greedy_decode(*args)
+
+    torch.manual_seed(5)
+    random.seed(5)
+    before = (torch.get_rng_state(), random.getstate())
+    start = time.perf_counter()
+    expect(check_greedy_decode(noisy), "passed")
+    print(f"check_greedy_decode: {time.perf_counter() - start:.3f} s")
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+def test_src_is_not_modified():
+    def clobbers_src(model, src, max_len, bos_id, eos_id, pad_id):
+        out = greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
+        src.zero_()
+        return out
+
+    expect(check_greedy_decode(clobbers_src), "failed", "changed its input `src` in place")

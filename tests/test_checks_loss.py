@@ -1,0 +1,237 @@
+"""The checker of lesson 06 for cross entropy with label smoothing."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from course_utils.checks.loss import check_label_smoothing_loss
+from conftest import expect
+
+
+# --------------------------------------------------------------------------
+# Correct implementations
+
+
+def label_smoothing_loss(logits, target, smoothing, pad_id):
+    vocab_size = logits.size(-1)
+    log_probs = F.log_softmax(logits, dim=-1)  # (N, V)
+    with torch.no_grad():
+        true_dist = torch.full_like(log_probs, smoothing / vocab_size)
+        true_dist.scatter_add_(1, target.unsqueeze(1), torch.full_like(log_probs[:, :1], 1 - smoothing))
+    per_token = -(true_dist * log_probs).sum(-1)  # (N,)
+    real = target != pad_id
+    return per_token[real].sum() / real.sum()
+
+
+def pytorch_itself(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)
+
+
+def nll_plus_uniform(logits, target, smoothing, pad_id):
+    """(1 - eps) * NLL + eps * mean over classes of -log p."""
+    log_probs = logits.log_softmax(-1)
+    mask = (target != pad_id).float()
+    nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)
+    uniform = -log_probs.mean(-1)
+    per_token = (1 - smoothing) * nll + smoothing * uniform
+    return (per_token * mask).sum() / mask.sum()
+
+
+def masked_select_float64(logits, target, smoothing, pad_id):
+    keep = target != pad_id
+    x = logits[keep].double()
+    t = target[keep]
+    log_probs = x - torch.logsumexp(x, dim=1, keepdim=True)
+    q = F.one_hot(t, x.shape[1]).double() * (1 - smoothing) + smoothing / x.shape[1]
+    return torch.einsum("nv,nv->", -q, log_probs) / t.numel()
+
+
+def kl_plus_entropy(logits, target, smoothing, pad_id):
+    """KL divergence with the entropy of the target added back: exactly cross entropy."""
+    v = logits.shape[-1]
+    log_probs = F.log_softmax(logits, -1)
+    q = F.one_hot(target, v) * (1 - smoothing) + smoothing / v
+    kl = F.kl_div(log_probs, q, reduction="none").sum(-1)
+    entropy = -torch.xlogy(q, q).sum(-1)
+    real = target != pad_id
+    return (kl + entropy)[real].mean()
+
+
+# --------------------------------------------------------------------------
+# Wrong implementations
+
+
+def _per_token(logits, target, smoothing, spread, zero_pad_col=None):
+    v = logits.shape[-1]
+    log_probs = F.log_softmax(logits, -1)
+    one_hot = F.one_hot(target, v).float()
+    q = (1 - smoothing) * one_hot + smoothing / spread * (1 - one_hot)
+    if zero_pad_col is not None:
+        q[:, zero_pad_col] = 0.0
+    return -(q * log_probs).sum(-1)
+
+
+def counts_pad(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits, target, label_smoothing=smoothing)
+
+
+def zeroes_pad_divides_by_n(logits, target, smoothing, pad_id):
+    per_token = F.cross_entropy(logits, target, label_smoothing=smoothing, reduction="none", ignore_index=pad_id)
+    return per_token.mean()
+
+
+def seed_004(logits, target, smoothing, pad_id):
+    """V-1 spread and no padding handling at all."""
+    return _per_token(logits, target, smoothing, logits.shape[-1] - 1).mean()
+
+
+def v_minus_one(logits, target, smoothing, pad_id):
+    real = target != pad_id
+    return _per_token(logits, target, smoothing, logits.shape[-1] - 1)[real].mean()
+
+
+def annotated_transformer(logits, target, smoothing, pad_id):
+    real = target != pad_id
+    v = logits.shape[-1]
+    return _per_token(logits, target, smoothing, v - 2, zero_pad_col=pad_id)[real].mean()
+
+
+def sums(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id, reduction="sum")
+
+
+def softmax_not_log(logits, target, smoothing, pad_id):
+    probs = F.softmax(logits, -1)
+    q = F.one_hot(target, logits.shape[-1]) * (1 - smoothing) + smoothing / logits.shape[-1]
+    real = target != pad_id
+    return -(q * probs).sum(-1)[real].mean()
+
+
+def log_of_softmax(logits, target, smoothing, pad_id):
+    log_probs = torch.log(F.softmax(logits, -1))
+    q = F.one_hot(target, logits.shape[-1]) * (1 - smoothing) + smoothing / logits.shape[-1]
+    real = target != pad_id
+    return -(q * log_probs).sum(-1)[real].mean()
+
+
+def log_of_softmax_eps(logits, target, smoothing, pad_id):
+    log_probs = torch.log(F.softmax(logits, -1) + 1e-9)
+    q = F.one_hot(target, logits.shape[-1]) * (1 - smoothing) + smoothing / logits.shape[-1]
+    real = target != pad_id
+    return -(q * log_probs).sum(-1)[real].mean()
+
+
+def kl_divergence(logits, target, smoothing, pad_id):
+    q = F.one_hot(target, logits.shape[-1]) * (1 - smoothing) + smoothing / logits.shape[-1]
+    real = target != pad_id
+    return F.kl_div(F.log_softmax(logits, -1), q, reduction="none").sum(-1)[real].mean()
+
+
+def hard_coded_pad(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=0)
+
+
+def per_token_losses(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id, reduction="none")
+
+
+def no_smoothing(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits, target, ignore_index=pad_id)
+
+
+def true_class_only(logits, target, smoothing, pad_id):
+    return (1 - smoothing) * F.cross_entropy(logits, target, ignore_index=pad_id)
+
+
+def in_place(logits, target, smoothing, pad_id):
+    logits -= logits.max(dim=-1, keepdim=True).values
+    return F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)
+
+
+def item(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id).item()
+
+
+def detached(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits.detach(), target, label_smoothing=smoothing, ignore_index=pad_id)
+
+
+def partly_detached(logits, target, smoothing, pad_id):
+    log_probs = logits - torch.logsumexp(logits, -1, keepdim=True).detach()
+    q = F.one_hot(target, logits.shape[-1]) * (1 - smoothing) + smoothing / logits.shape[-1]
+    real = target != pad_id
+    return -(q * log_probs).sum(-1)[real].mean()
+
+
+def stub(logits, target, smoothing, pad_id):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize(
+    "fn", [label_smoothing_loss, pytorch_itself, nll_plus_uniform, masked_select_float64, kl_plus_entropy]
+)
+def test_accepts_correct_variants(fn):
+    result = check_label_smoothing_loss(fn)
+    expect(result, "passed")
+    assert any("gradient" in item for item in result.checked)
+
+
+@pytest.mark.parametrize(
+    "fn, phrases",
+    [
+        (counts_pad, ["pad positions are counted", "number of non-pad tokens"]),
+        (zeroes_pad_divides_by_n, ["still divide by n"]),
+        (seed_004, ["v-1 wrong classes", "smoothing/v over all v classes", "pad positions are counted"]),
+        (v_minus_one, ["v-1 wrong classes", "the true one included"]),
+        (annotated_transformer, ["annotated transformer", "smoothing/(v-2)", "pad column"]),
+        (sums, ["sum over tokens", "mean"]),
+        (softmax_not_log, ["probabilities (softmax) where log-probabilities belong"]),
+        (log_of_softmax, ["far apart", "underflows", "f.log_softmax"]),
+        (log_of_softmax_eps, ["far apart", "epsilon"]),
+        (kl_divergence, ["kl divergence", "entropy", "constant", "gradients are the same"]),
+        (hard_coded_pad, ["target == 0 instead of", "pad_id"]),
+        (per_token_losses, ["should be a scalar", "shape (7,)", "one loss per position"]),
+        (no_smoothing, ["ignores the smoothing"]),
+        (true_class_only, ["only the true class is smoothed"]),
+        (in_place, ["changed its input `logits` in place"]),
+        (item, ["python number", ".item()"]),
+        (detached, ["not connected to the logits", "requires_grad is false"]),
+        (partly_detached, ["gradient of your loss", "detached"]),
+    ],
+)
+def test_diagnoses_mistakes(fn, phrases):
+    expect(check_label_smoothing_loss(fn), "failed", *phrases)
+
+
+def test_outcomes():
+    expect(check_label_smoothing_loss(stub), "not attempted", "NotImplementedError")
+
+    def crashes(logits, target, smoothing, pad_id):
+        return F.cross_entropy(logits, target.float(), label_smoothing=smoothing)
+
+    expect(check_label_smoothing_loss(crashes), "error", "logits = tensor of shape (7, 5)")
+
+
+def test_messages_show_expected_and_actual():
+    text = "\n".join(check_label_smoothing_loss(v_minus_one).messages)
+    assert "expected" in text and "got" in text and "pad_id=3" in text
+
+
+def test_leaves_rng_untouched_and_is_fast():
+    def noisy(logits, target, smoothing, pad_id):
+        torch.rand(1)
+        random.random()
+        return pytorch_itself(logits, target, smoothing, pad_id)
+
+    torch.manual_seed(11)
+    random.seed(11)
+    before = (torch.get_rng_state(), random.getstate())
+    start = time.perf_counter()
+    expect(check_label_smoothing_loss(noisy), "passed")
+    print(f"check_label_smoothing_loss: {time.perf_counter() - start:.3f} s")
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()

@@ -1,0 +1,372 @@
+"""The checkers of lesson 06 for the Noam schedule: noam_lr and make_noam_scheduler."""
+
+from __future__ import annotations
+
+import functools
+import math
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
+
+from course_utils.checks.schedule import check_noam_lr, check_noam_scheduler
+from conftest import expect
+
+
+# --------------------------------------------------------------------------
+# noam_lr: correct implementations
+
+
+def noam_lr(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def noam_lr_torch(step, d_model, warmup_steps):
+    step = torch.tensor(float(max(step, 1)))
+    return torch.rsqrt(torch.tensor(float(d_model))) * torch.minimum(step.rsqrt(), step * warmup_steps**-1.5)
+
+
+def noam_lr_branches(step, d_model, warmup_steps):
+    if step == 0:
+        step = 1
+    if step < warmup_steps:
+        rate = step / warmup_steps**1.5
+    else:
+        rate = 1 / math.sqrt(step)
+    return rate / math.sqrt(d_model)
+
+
+def noam_lr_numpy(step, d_model, warmup_steps):
+    step = np.float32(step or 1)
+    return np.float32(d_model) ** -0.5 * np.minimum(step ** -0.5, step * np.float32(warmup_steps) ** -1.5)
+
+
+def noam_lr_peak_form(step, d_model, warmup_steps):
+    """The same curve written as peak * shape."""
+    step = max(1, step)
+    peak = (d_model * warmup_steps) ** -0.5
+    return peak * min(step / warmup_steps, (warmup_steps / step) ** 0.5)
+
+
+# noam_lr: wrong implementations, each with the words of its diagnosis
+
+
+def no_step_zero(step, d_model, warmup_steps):
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def no_step_zero_torch(step, d_model, warmup_steps):
+    step = torch.tensor(float(step))
+    return d_model**-0.5 * torch.minimum(step**-0.5, step * warmup_steps**-1.5)
+
+
+def warmup_sign(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**1.5)
+
+
+def d_model_sign(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return d_model**0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def uses_max(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return d_model**-0.5 * max(step**-0.5, step * warmup_steps**-1.5)
+
+
+def no_d_model(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def plus_one(step, d_model, warmup_steps):
+    step = step + 1
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def peak_moved(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.0)
+
+
+def floor_division(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return (1 // d_model**0.5) * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def integer_tensor(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return torch.tensor(d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)).long()
+
+
+def only_warmup_term(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return d_model**-0.5 * step * warmup_steps**-1.5
+
+
+def returns_list(step, d_model, warmup_steps):
+    return [noam_lr(step, d_model, warmup_steps)]
+
+
+def forgets_return(step, d_model, warmup_steps):
+    noam_lr(step, d_model, warmup_steps)
+
+
+def stub(*args):
+    raise NotImplementedError()
+
+
+@pytest.mark.parametrize("fn", [noam_lr, noam_lr_torch, noam_lr_branches, noam_lr_numpy, noam_lr_peak_form])
+def test_noam_lr_accepts_correct_variants(fn):
+    result = check_noam_lr(fn)
+    expect(result, "passed")
+    assert "treats step 0 as step 1" in result.checked
+
+
+@pytest.mark.parametrize(
+    "fn, phrases",
+    [
+        (no_step_zero, ["step 0", "ZeroDivisionError", "calls your schedule once with step 0", "max(step, 1)"]),
+        (no_step_zero_torch, ["step 0", "0.0", "same value as step 1", "calls your schedule once with step 0"]),
+        (warmup_sign, ["no warmup", "** -1.5"]),
+        (d_model_sign, ["d_model times too large", "d_model ** -0.5"]),
+        (uses_max, ["larger of the two", "min("]),
+        (no_d_model, ["missing the factor", "d_model ** -0.5"]),
+        (plus_one, ["one step ahead", "step + 1"]),
+        (peak_moved, ["peak should be exactly at step == warmup_steps"]),
+        (floor_division, ["0.0 everywhere", "integer arithmetic", "//"]),
+        (integer_tensor, ["returns integers", "integer arithmetic"]),
+        (only_warmup_term, ["keeps growing after warmup_steps"]),
+        (returns_list, ["should return a number", "a list of 1 item"]),
+        (forgets_return, ["returned None", "return"]),
+    ],
+)
+def test_noam_lr_diagnoses_mistakes(fn, phrases):
+    expect(check_noam_lr(fn), "failed", *phrases)
+
+
+def test_noam_lr_outcomes():
+    expect(check_noam_lr(stub), "not attempted", "NotImplementedError")
+    expect(check_noam_lr(lambda step, d_model, warmup_steps: d_model / "x"), "error", "TypeError")
+    expect(check_noam_lr(3.0), "failed", "expected a function")
+
+
+def test_noam_lr_only_step_zero_wrong_still_reports_the_rest_as_fine():
+    result = check_noam_lr(no_step_zero)
+    assert len(result.messages) == 1  # the curve itself is right
+
+
+def test_noam_lr_leaves_rng_untouched_and_is_fast():
+    def noisy(step, d_model, warmup_steps):
+        torch.randn(2)
+        random.random()
+        return noam_lr(step, d_model, warmup_steps)
+
+    torch.manual_seed(7)
+    random.seed(7)
+    before = (torch.get_rng_state(), random.getstate())
+    start = time.perf_counter()
+    expect(check_noam_lr(noisy), "passed")
+    print(f"check_noam_lr: {time.perf_counter() - start:.3f} s")
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+# --------------------------------------------------------------------------
+# make_noam_scheduler: correct implementations (each relies on the correct noam_lr above)
+
+
+def make_noam_scheduler(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps))
+
+
+def _factor(step, d_model, warmup_steps):
+    return noam_lr(step + 1, d_model, warmup_steps)
+
+
+def scheduler_partial(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lr_lambda=functools.partial(_factor, d_model=d_model, warmup_steps=warmup_steps))
+
+
+class HandWritten:
+    """Writes param_group['lr'] itself."""
+
+    def __init__(self, optimizer, d_model, warmup_steps):
+        self.optimizer, self.d_model, self.warmup_steps = optimizer, d_model, warmup_steps
+        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.step_count = 0
+        self._apply()
+
+    def _apply(self):
+        rate = noam_lr(self.step_count + 1, self.d_model, self.warmup_steps)
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = base * rate
+
+    def step(self):
+        self.step_count += 1
+        self._apply()
+
+
+class NoamSubclass(LRScheduler):
+    def __init__(self, optimizer, d_model, warmup_steps):
+        self.d_model, self.warmup_steps = d_model, warmup_steps
+        super().__init__(optimizer)
+
+    def get_lr(self):
+        rate = noam_lr(self.last_epoch + 1, self.d_model, self.warmup_steps)
+        return [base * rate for base in self.base_lrs]
+
+
+def scheduler_list_of_lambdas(optimizer, d_model, warmup_steps):
+    rate = lambda step: noam_lr(step + 1, d_model, warmup_steps)  # noqa: E731
+    return LambdaLR(optimizer, [rate] * len(optimizer.param_groups))
+
+
+# make_noam_scheduler: wrong implementations
+
+
+class NeverWrites:
+    """The reference code of seed 004: computes the rate and drops it."""
+
+    def __init__(self, optimizer, d_model, warmup_steps):
+        self.optimizer, self.d_model, self.warmup_steps = optimizer, d_model, warmup_steps
+        self.n = 0
+
+    def step(self):
+        self.n += 1
+        rate = noam_lr(self.n, self.d_model, self.warmup_steps)  # noqa: F841
+
+
+class SetsRateDirectly(HandWritten):
+    def _apply(self):
+        for group in self.optimizer.param_groups:
+            group["lr"] = noam_lr(self.step_count + 1, self.d_model, self.warmup_steps)
+
+
+class FirstGroupOnly(HandWritten):
+    def _apply(self):
+        group = self.optimizer.param_groups[0]
+        group["lr"] = self.base_lrs[0] * noam_lr(self.step_count + 1, self.d_model, self.warmup_steps)
+
+
+class NotSetAtConstruction(HandWritten):
+    def __init__(self, optimizer, d_model, warmup_steps):
+        self.optimizer, self.d_model, self.warmup_steps = optimizer, d_model, warmup_steps
+        self.base_lrs = [group["lr"] for group in optimizer.param_groups]
+        self.step_count = 0
+
+
+class StepNeedsArgument:
+    def __init__(self, optimizer, d_model, warmup_steps):
+        self.optimizer = optimizer
+
+    def step(self, step_num):
+        pass
+
+
+def one_behind(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: noam_lr(step, d_model, warmup_steps))
+
+
+def one_ahead(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: noam_lr(step + 2, d_model, warmup_steps))
+
+
+def crashes_at_step_zero(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5))
+
+
+def zero_at_step_zero(optimizer, d_model, warmup_steps):
+    def rate(step):
+        step = torch.tensor(float(step))
+        return float(d_model**-0.5 * torch.minimum(step**-0.5, step * warmup_steps**-1.5))
+
+    return LambdaLR(optimizer, rate)
+
+
+def wrong_formula(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: uses_max(step + 1, d_model, warmup_steps))
+
+
+def swapped_arguments(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: noam_lr(step + 1, warmup_steps, d_model))
+
+
+def forgets_to_return(optimizer, d_model, warmup_steps):
+    LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps))
+
+
+def returns_the_function(optimizer, d_model, warmup_steps):
+    return lambda step: noam_lr(step + 1, d_model, warmup_steps)
+
+
+def compounding(optimizer, d_model, warmup_steps):
+    from torch.optim.lr_scheduler import MultiplicativeLR
+
+    return MultiplicativeLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [make_noam_scheduler, scheduler_partial, HandWritten, NoamSubclass, scheduler_list_of_lambdas],
+)
+def test_noam_scheduler_accepts_correct_variants(fn):
+    expect(check_noam_scheduler(fn if not isinstance(fn, type) else (lambda o, d, w: fn(o, d, w))), "passed")
+
+
+@pytest.mark.parametrize(
+    "fn, phrases",
+    [
+        (NeverWrites, ["never change", "never writes it into the optimizer"]),
+        (SetsRateDirectly, ["same lr", "ignores the optimizer's own lr"]),
+        (FirstGroupOnly, ["only the first param group"]),
+        (NotSetAtConstruction, ["before the first scheduler.step()", "noam_lr(1)"]),
+        (StepNeedsArgument, ["requires the argument 'step_num'"]),
+        (one_behind, ["one step behind", "noam_lr(n + 1)", "0 before the first"]),
+        (one_ahead, ["one step ahead", "noam_lr(n + 2)"]),
+        (crashes_at_step_zero, ["crashed while building", "ZeroDivisionError", "calls your schedule once with step 0", "step 0"]),
+        (zero_at_step_zero, ["lr is 0", "step 0"]),
+        (wrong_formula, ["same factor", "not the paper's", "check_noam_lr"]),
+        (swapped_arguments, ["same factor", "right order"]),
+        (forgets_to_return, ["returned None", "return"]),
+        (returns_the_function, ["should return a scheduler", "step()"]),
+        (compounding, ["factors compound", "initial lr times noam_lr(n + 1)"]),
+    ],
+)
+def test_noam_scheduler_diagnoses_mistakes(fn, phrases):
+    if isinstance(fn, type):
+        cls = fn
+        fn = lambda o, d, w: cls(o, d, w)  # noqa: E731
+    expect(check_noam_scheduler(fn), "failed", *phrases)
+
+
+def test_noam_scheduler_outcomes():
+    expect(check_noam_scheduler(stub), "not attempted", "NotImplementedError")
+
+    def crashes(optimizer, d_model, warmup_steps):
+        return LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps)["lr"])
+
+    expect(check_noam_scheduler(crashes), "error", "TypeError")
+
+
+def test_noam_scheduler_shows_expected_and_actual_values():
+    text = "\n".join(check_noam_scheduler(one_behind).messages)
+    assert "after 1 step: expected" in text and "got" in text
+    assert "lr are 0.5 and 2.0" in text
+
+
+def test_noam_scheduler_leaves_rng_untouched_and_is_fast():
+    def noisy(optimizer, d_model, warmup_steps):
+        torch.randn(3)
+        return make_noam_scheduler(optimizer, d_model, warmup_steps)
+
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    start = time.perf_counter()
+    expect(check_noam_scheduler(noisy), "passed")
+    print(f"check_noam_scheduler: {time.perf_counter() - start:.3f} s")
+    assert torch.equal(before, torch.get_rng_state())
