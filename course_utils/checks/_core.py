@@ -487,8 +487,8 @@ def _error_message(name: str, exc: BaseException, named: list[tuple[str, Any]]) 
 def preserved_state(seed: int = 0) -> Iterator[None]:
     """Run a block with a known torch state, then restore the learner's exactly.
 
-    Restores torch's, Python's and NumPy's global RNG state, the default dtype
-    and the grad mode. Inside, the default dtype is float32, grad mode is on,
+    Restores torch's, Python's and NumPy's global RNG state, the default dtype,
+    the grad mode and torch's thread count. Inside, the default dtype is float32, grad mode is on,
     and the RNGs are seeded, so results (and messages) are reproducible.
     """
     torch_state = torch.get_rng_state()
@@ -502,7 +502,10 @@ def preserved_state(seed: int = 0) -> Iterator[None]:
         numpy, np_state = None, None
     dtype = torch.get_default_dtype()
     grad = torch.is_grad_enabled()
+    threads = torch.get_num_threads()
     try:
+        # Checkers use tiny tensors: one thread is fastest, and stays fast on a busy machine.
+        torch.set_num_threads(1)
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
         torch.manual_seed(seed)
@@ -517,6 +520,7 @@ def preserved_state(seed: int = 0) -> Iterator[None]:
             numpy.random.set_state(np_state)
         torch.set_default_dtype(dtype)
         torch.set_grad_enabled(grad)
+        torch.set_num_threads(threads)
 
 
 def run_check(exercise: str, body: Callable[..., None], *args: Any, **kwargs: Any) -> CheckResult:

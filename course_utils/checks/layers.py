@@ -1,0 +1,656 @@
+"""Checkers for lesson 05: the position-wise feed-forward network and the encoder and decoder layers.
+
+Each checker takes the learner's class, builds small instances of its own and
+tests what the layer means: properties first (shapes, positions processed
+independently, masks honoured, causality, dropout only in training), then the
+values against PyTorch's own ``nn.TransformerEncoderLayer`` /
+``nn.TransformerDecoderLayer`` carrying the learner's weights, wherever the
+learner's submodules can be found (they may be named anything).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import _modules as mods
+from ._core import Check, CheckResult, generator, run_check
+
+D_MODEL, NUM_HEADS, D_FF = 16, 4, 24
+ATOL, RTOL = 1e-4, 1e-4
+
+
+def check_feed_forward(FeedForward) -> CheckResult:
+    """Check ``FeedForward(d_model, d_ff, dropout)``: linear2(dropout(relu(linear1(x)))), position by position."""
+    return run_check("FeedForward", _check_feed_forward, FeedForward)
+
+
+def check_encoder_layer(EncoderLayer) -> CheckResult:
+    """Check ``EncoderLayer(d_model, num_heads, d_ff, dropout)``: post-LN self-attention and feed-forward."""
+    return run_check("EncoderLayer", _check_encoder_layer, EncoderLayer)
+
+
+def check_decoder_layer(DecoderLayer) -> CheckResult:
+    """Check ``DecoderLayer(d_model, num_heads, d_ff, dropout)``: masked self-attention, cross-attention, feed-forward."""
+    return run_check("DecoderLayer", _check_decoder_layer, DecoderLayer)
+
+
+# --------------------------------------------------------------------------
+# Shared pieces.
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> bool:
+    return a.shape == b.shape and bool(torch.allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=RTOL))
+
+
+def _module(check: Check, obj, name: str) -> nn.Module:
+    if not isinstance(obj, nn.Module):
+        check.fail(
+            f"{name}(...) should build an nn.Module, but it built an object of type {type(obj).__name__}.\n"
+            f"Make your class inherit from nn.Module and call super().__init__() first."
+        )
+    return obj
+
+
+def _is_normalised(out: torch.Tensor) -> bool:
+    """Every row has mean 0 and standard deviation 1, as a fresh LayerNorm leaves it."""
+    o = out.detach().double()
+    mean = o.mean(-1)
+    std = o.std(-1, unbiased=False)
+    return bool((mean.abs() < 1e-3).all() and ((std - 1).abs() < 0.05).all())
+
+
+def _dropout_in_training(check: Check, build: Callable[[], nn.Module], run: Callable[[nn.Module], torch.Tensor], name: str) -> None:
+    """Eval mode deterministic; train mode random; dropout on the sublayer outputs, before the residual addition."""
+    layer = build()
+    layer.eval()
+    first, second = run(layer), run(layer)
+    if not _same(first, second, atol=0):
+        check.fail(
+            f"In eval mode your {name} gives different outputs for the same input (built with dropout=0.5).\n"
+            f"Dropout must switch off in eval mode. Likely cause: F.dropout(x, p) without "
+            f"training=self.training; use an nn.Dropout module created in __init__ instead."
+        )
+    check.ok("is deterministic in eval mode")
+    layer.train()
+    first, second = run(layer), run(layer)
+    if _same(first, second, atol=0):
+        check.fail(
+            f"In training mode your {name} gives the same output twice for the same input, although it "
+            f"was built with dropout=0.5: dropout is not applied.\n"
+            f"Create nn.Dropout(dropout) in __init__ and apply it to the output of each sublayer: "
+            f"LayerNorm(x + dropout(sublayer(x)))."
+        )
+    check.ok("applies dropout in training mode")
+    # A fresh LayerNorm has gain 1 and bias 0, so the pattern dropout leaves is visible in the output.
+    rows = first.detach().double().reshape(-1, first.shape[-1])
+    zeros = float((rows == 0).double().mean())
+    repeats = 0
+    for row in rows:
+        counts = torch.unique(row.round(decimals=6), return_counts=True)[1]
+        repeats += int(counts.max() >= 3)
+    if zeros > 0.2:
+        check.fail(
+            f"In training mode {round(zeros * 100)}% of your {name}'s outputs are exactly 0: dropout is "
+            f"applied after the LayerNorm, to the layer's output.\n"
+            f"Dropout belongs on the sublayer's output, before the residual addition: "
+            f"LayerNorm(x + dropout(sublayer(x)))."
+        )
+    if repeats > rows.shape[0] // 2:
+        check.fail(
+            f"In training mode many values in each output row of your {name} are identical: dropout zeroes "
+            f"entries of the sum x + sublayer(x) before the LayerNorm, which drops the residual too.\n"
+            f"Apply dropout to the sublayer's output only, then add: LayerNorm(x + dropout(sublayer(x))), "
+            f"not LayerNorm(dropout(x + sublayer(x)))."
+        )
+    check.ok("applies dropout to the sublayer outputs, not to the residual or to the normalised output")
+
+
+def _norm_message(name: str) -> str:
+    return (
+        f"The output of your {name} is not layer-normalised: with freshly created LayerNorms every "
+        f"output row should have mean 0 and standard deviation 1.\n"
+        f"The paper's layers are post-LN: each sublayer ends with LayerNorm(x + dropout(sublayer(x))). "
+        f"Did you forget a LayerNorm, or use pre-LN (x + sublayer(LayerNorm(x)))?"
+    )
+
+
+def _best_match(layout: mods.LayerLayout, out: torch.Tensor, run_twin: Callable, variants: list) -> tuple:
+    """(matched assignment or None, name of the first variant that matches or None)."""
+    for twin, attentions, norms in layout.twins():
+        with torch.no_grad():
+            if _same(out, run_twin(twin)):
+                return (attentions, norms), None
+    for twin, _, _ in layout.twins():
+        with torch.no_grad():
+            for cause, variant in variants:
+                try:
+                    expected = variant(twin)
+                except RuntimeError:
+                    continue
+                if _same(out, expected):
+                    return None, cause
+    return None, None
+
+
+def _check_norm_use(check: Check, name: str, layout: mods.LayerLayout, used: tuple) -> None:
+    """Each sublayer must have its own LayerNorm (its own learned gain and bias)."""
+    distinct = len({id(n) for n in used})
+    if distinct == len(used):
+        return
+    if len(layout.norms) < layout.slots:
+        check.fail(
+            f"Your {name} has {len(layout.norms)} LayerNorm{'s' if len(layout.norms) != 1 else ''} for its "
+            f"{layout.slots} sublayers: one LayerNorm is shared between sublayers.\n"
+            f"Each sublayer needs its own nn.LayerNorm(d_model), with its own learned gain and bias "
+            f"(after training they differ)."
+        )
+    check.fail(
+        f"Your {name} uses the same LayerNorm for two sublayers although it creates {len(layout.norms)}: "
+        f"a copy-paste slip such as norm1 where norm2 was meant?\n"
+        f"Each sublayer has its own LayerNorm, with its own learned gain and bias."
+    )
+
+
+def _uses_d_ff(check: Check, layer: nn.Module, name: str) -> None:
+    if not any(D_FF in p.shape for p in layer.parameters()):
+        check.fail(
+            f"None of the weights of {name}(d_model={D_MODEL}, num_heads={NUM_HEADS}, d_ff={D_FF}) has a "
+            f"dimension of size d_ff = {D_FF}: the feed-forward sublayer is missing, or it ignores d_ff.\n"
+            f"The last sublayer is LayerNorm(x + dropout(ffn(x))) with FeedForward(d_model, d_ff, dropout)."
+        )
+    check.ok("has a feed-forward network of hidden size d_ff")
+
+
+def _layout_unused(layout: mods.LayerLayout, name: str) -> str:
+    return (
+        f"only the properties above were checked: your {name}'s layout could not be matched to PyTorch's layer "
+        f"({layout.missing}), so its exact values were not compared"
+    )
+
+
+# --------------------------------------------------------------------------
+# FeedForward
+
+
+def _ffn_candidates(module: nn.Module, d_model: int, d_ff: int) -> list[tuple]:
+    """Every (A, b1, B, b2) drawn from the module's parameters with x @ A: d_model -> d_ff, h @ B: d_ff -> d_model."""
+    params = [p for p in module.parameters()]
+    firsts, seconds = [], []
+    for p in params:
+        if p.dim() != 2:
+            continue
+        if tuple(p.shape) == (d_ff, d_model):
+            firsts.append((p, p.detach().double().T))
+            seconds.append((p, p.detach().double()))
+        if tuple(p.shape) == (d_model, d_ff):
+            firsts.append((p, p.detach().double()))
+            seconds.append((p, p.detach().double().T))
+    biases1 = [p.detach().double() for p in params if tuple(p.shape) == (d_ff,)] or [None]
+    biases2 = [p.detach().double() for p in params if tuple(p.shape) == (d_model,)] or [None]
+    found = []
+    for p1, a in firsts:
+        for p2, b in seconds:
+            if p1 is p2:
+                continue
+            found += [(a, b1, b, b2) for b1 in biases1 for b2 in biases2]
+    return found
+
+
+def _ffn_value(x: torch.Tensor, cand: tuple, act: Callable = torch.relu, after: bool = False) -> torch.Tensor:
+    a, b1, b, b2 = cand
+    h = x.double() @ a + (0 if b1 is None else b1)
+    y = act(h) @ b + (0 if b2 is None else b2)
+    return torch.relu(y) if after else y
+
+
+def _check_feed_forward(check: Check, FeedForward) -> None:
+    check.callable_(FeedForward, "FeedForward", want_class=True)
+    g = generator(0)
+    ff = _module(check, check.build(FeedForward, D_MODEL, D_FF, 0.0), "FeedForward")
+    ff.eval()
+    x = torch.randn(3, 5, D_MODEL, generator=g)
+    out = check.call(ff, x, what="FeedForward.forward")
+    hint = ""
+    if isinstance(out, torch.Tensor) and out.shape[-1:] == (D_FF,):
+        hint = (
+            f"The last dimension is d_ff = {D_FF}: the second linear layer, nn.Linear(d_ff, d_model), "
+            f"which maps back to d_model, seems to be missing."
+        )
+    out = check.tensor(out, "the output of FeedForward(16, 24)", shape=(3, 5, D_MODEL), dtype=torch.float32, shape_hint=hint)
+    check.ok("returns a (batch, length, d_model) tensor")
+
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    moved = check.tensor(check.call(ff, x[:, perm], what="FeedForward.forward"), "the output", shape=(3, 5, D_MODEL))
+    changed = x.clone()
+    changed[:, 2] = torch.randn(3, D_MODEL, generator=g)
+    local = check.tensor(check.call(ff, changed, what="FeedForward.forward"), "the output", shape=(3, 5, D_MODEL))
+    others = [0, 1, 3, 4]
+    if not _same(moved, out[:, perm]) or not _same(local[:, others], out[:, others]):
+        check.fail(
+            "Your FeedForward mixes positions: changing or shuffling some positions of the input changed "
+            "the outputs at other positions.\n"
+            "The network is position-wise: the same two linear layers act on each position's d_model "
+            "vector on its own, so apply them along the last dimension only (no reshaping across positions)."
+        )
+    check.ok("processes each position independently (position-wise)")
+
+    candidates = _ffn_candidates(ff, D_MODEL, D_FF)
+    if not candidates:
+        sizes = sorted({tuple(p.shape) for p in ff.parameters() if p.dim() == 2})
+        check.fail(
+            f"Could not find the two weight matrices of FeedForward(d_model={D_MODEL}, d_ff={D_FF}): "
+            f"one mapping d_model -> d_ff, one mapping d_ff -> d_model. Your weight matrices have shapes "
+            f"{', '.join(str(s) for s in sizes) or 'none'}.\n"
+            f"Use nn.Linear(d_model, d_ff) then nn.Linear(d_ff, d_model): is the hidden size d_ff, and is the "
+            f"second linear layer there?"
+        )
+    match = next((c for c in candidates if _same(out, _ffn_value(x, c))), None)
+    if match is None:
+        variants = {
+            "no activation": (
+                lambda c: _ffn_value(x, c, act=lambda h: h),
+                "there is no ReLU between the two linear layers: FFN(x) = max(0, x W1 + b1) W2 + b2.",
+            ),
+            "gelu": (
+                lambda c: _ffn_value(x, c, act=F.gelu),
+                "you used GELU: the paper's feed-forward network uses ReLU, max(0, x W1 + b1).",
+            ),
+            "gelu tanh": (
+                lambda c: _ffn_value(x, c, act=lambda h: F.gelu(h, approximate="tanh")),
+                "you used GELU: the paper's feed-forward network uses ReLU, max(0, x W1 + b1).",
+            ),
+            "relu after": (
+                lambda c: _ffn_value(x, c, after=True),
+                "a ReLU is applied after the second linear layer too: only the hidden layer has a ReLU, "
+                "the output of linear2 is returned as it is (it must be able to go negative).",
+            ),
+            "residual": (
+                lambda c: x.double() + _ffn_value(x, c),
+                "the input is added to the output (a residual connection): the residual and the LayerNorm "
+                "belong in the encoder/decoder layer, not inside FeedForward.",
+            ),
+        }
+        for _, (value, cause) in variants.items():
+            if any(_same(out, value(c)) for c in candidates):
+                check.fail(f"The output of FeedForward has the wrong values: {cause}")
+        check.close(
+            out, _ffn_value(x, candidates[0]), "the output of FeedForward",
+            atol=ATOL, rtol=RTOL,
+            hint="Expected relu(x W1^T + b1) W2^T + b2 with your two linear layers (in eval mode).",
+        )
+    if match[1] is None or match[3] is None:
+        check.fail(
+            "Your FeedForward computes relu(x W1) W2 without biases. The paper's network has them: "
+            "FFN(x) = max(0, x W1 + b1) W2 + b2; nn.Linear includes a bias by default."
+        )
+    check.ok("computes relu(x W1 + b1) W2 + b2 with its two linear layers")
+
+    # Dropout: off in eval mode, on the hidden activations in train mode.
+    ffd = _module(check, check.build(FeedForward, D_MODEL, D_FF, 0.5), "FeedForward")
+    ffd.eval()
+    first = check.call(ffd, x, what="FeedForward.forward")
+    second = check.call(ffd, x, what="FeedForward.forward")
+    if not _same(first, second, atol=0):
+        check.fail(
+            "In eval mode FeedForward(16, 24, dropout=0.5) gives different outputs for the same input: "
+            "dropout is active although the module is in eval mode.\n"
+            "Likely cause: F.dropout(h, p) without training=self.training; use an nn.Dropout module "
+            "created in __init__."
+        )
+    check.ok("is deterministic in eval mode")
+
+    # With d_ff < d_model the hidden vector can be recovered from the output, so dropout's
+    # footprint on it is visible.
+    p, small = 0.3, 8
+    ffs = _module(check, check.build(FeedForward, D_MODEL, small, p), "FeedForward")
+    ffs.eval()
+    base = check.call(ffs, x, what="FeedForward.forward")
+    cand = next((c for c in _ffn_candidates(ffs, D_MODEL, small) if _same(base, _ffn_value(x, c))), None)
+    if cand is None:
+        check.fail(
+            "FeedForward(16, 8, dropout=0.3) in eval mode does not compute relu(x W1 + b1) W2 + b2, although "
+            "FeedForward(16, 24) does. Does your class use its d_ff argument (and no fixed size)?"
+        )
+    ffs.train()
+    noisy = check.call(ffs, x, what="FeedForward.forward").detach().double()
+    if _same(noisy, base, atol=0):
+        check.fail(
+            "In training mode FeedForward(16, 8, dropout=0.3) gives the same output as in eval mode: "
+            "dropout is not applied.\n"
+            "Apply nn.Dropout(dropout) to the hidden activations: linear2(dropout(relu(linear1(x))))."
+        )
+    a, b1, b, b2 = cand
+    rows = (noisy - b2).reshape(-1, D_MODEL)
+    hidden = torch.linalg.lstsq(b.T, rows.T).solution.T  # (N, small): the vector linear2 received
+    if not _same(hidden @ b, rows):
+        check.fail(
+            "In training mode the output of your FeedForward is not linear2 of anything: dropout is applied "
+            "after the second linear layer.\n"
+            "Dropout sits on the hidden activations: linear2(dropout(relu(linear1(x)))); the layer that uses "
+            "FeedForward applies its own dropout to the sublayer's output."
+        )
+    h = torch.relu(x.double() @ a + b1).reshape(-1, small)
+    dropped = hidden.abs() < 1e-4
+    kept = (hidden - h / (1 - p)).abs() < 1e-4 * (1 + h.abs())
+    if not bool((dropped | kept).all()):
+        unscaled = (hidden - h).abs() < 1e-4 * (1 + h.abs())
+        if bool((dropped | unscaled).all()):
+            check.fail(
+                "In training mode the hidden units your FeedForward keeps are not scaled by 1 / (1 - p).\n"
+                "nn.Dropout does the scaling for you: use it rather than multiplying by a random 0/1 mask."
+            )
+        check.fail(
+            "In training mode the hidden vector of your FeedForward is not relu(linear1(x)) with some units "
+            "zeroed and the rest scaled by 1 / (1 - p): dropout is in the wrong place (on the input, or "
+            "before the ReLU?).\n"
+            "Use linear2(dropout(relu(linear1(x))))."
+        )
+    check.ok("applies dropout to the hidden activations in training mode")
+
+
+# --------------------------------------------------------------------------
+# EncoderLayer
+
+
+def _check_encoder_layer(check: Check, EncoderLayer) -> None:
+    check.callable_(EncoderLayer, "EncoderLayer", want_class=True)
+    g = generator(1)
+    B, L = 2, 5
+    layer = _module(check, check.build(EncoderLayer, D_MODEL, NUM_HEADS, D_FF, 0.0), "EncoderLayer")
+    _uses_d_ff(check, layer, "EncoderLayer")
+    layer.eval()
+    x = torch.randn(B, L, D_MODEL, generator=g)
+    keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
+    keep[1, ..., 3:] = False  # the last two positions of sentence 1 are padding
+
+    def run(layer_, x_, mask_=None):
+        out_ = check.call(layer_, x_, mask_, what="EncoderLayer.forward")
+        return check.tensor(out_, "the output of EncoderLayer", shape=(B, L, D_MODEL), dtype=torch.float32)
+
+    out = run(layer, x, keep)
+    check.ok("returns a (batch, length, d_model) tensor")
+    plain = run(layer, x)
+    check.ok("runs without a mask (mask=None)")
+
+    x2 = x.clone()
+    x2[1, 3:] = torch.randn(2, D_MODEL, generator=g)
+    if _same(run(layer, x2)[1, :3], plain[1, :3]):
+        check.fail(
+            "Without a mask, changing some positions of x did not change the outputs at the other "
+            "positions: your EncoderLayer does not mix information between positions.\n"
+            "Its first sublayer is self-attention over the whole sequence: self_attn(x, x, x, mask)."
+        )
+    if not _same(run(layer, x2, keep)[1, :3], out[1, :3]):
+        check.fail(
+            "Positions hidden by the mask still influence the outputs: changing padded positions of x "
+            "changed the outputs at the real positions.\n"
+            "Pass the mask to the self-attention: self_attn(x, x, x, mask)."
+        )
+    check.ok("honours the mask: hidden positions do not influence the others")
+    normalised = _is_normalised(out)
+
+    layout = mods.LayerLayout(layer, "encoder", D_MODEL, NUM_HEADS, D_FF)
+    if layout.missing:
+        if not normalised:
+            check.fail(_norm_message("EncoderLayer"))
+        check.ok("ends with a LayerNorm (post-LN)")
+    else:
+        _compare_encoderlayer(check, layout, run, g, x, keep, normalised)
+    _dropout_in_training(
+        check,
+        lambda: _module(check, check.build(EncoderLayer, D_MODEL, NUM_HEADS, D_FF, 0.5), "EncoderLayer"),
+        lambda layer_: run(layer_, x, keep),
+        "EncoderLayer",
+    )
+    if layout.missing:
+        check.ok(_layout_unused(layout, "EncoderLayer"))
+
+
+def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable, g: torch.Generator,
+                          x: torch.Tensor, keep: torch.Tensor, normalised: bool) -> None:
+    """Compare with PyTorch's layer carrying the learner's weights; name the cause on a mismatch."""
+    B, L = x.shape[:2]
+    mods.randomise_norms(layout.norms, g)
+    out = run(layout.layer, x, keep).double()
+    xd = x.double()
+    mask = mods.torch_mask(keep, B, NUM_HEADS, L, L)
+
+    def sa(t, q, m=mask):
+        return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
+
+    def ff(t, y):
+        return t.linear2(torch.relu(t.linear1(y)))
+
+    def post(t, ffn=True, res1=True, res2=True, m=mask):
+        y = t.norm1((xd if res1 else 0) + sa(t, xd, m))
+        return t.norm2((y if res2 else 0) + ff(t, y)) if ffn else y
+
+    variants = [
+        ("the residual connection around self-attention is missing: LayerNorm(x + dropout(self_attn(x))) "
+        "adds the sublayer's input x back", lambda t: post(t, res1=False)),
+        ("the residual connection around the feed-forward network is missing: LayerNorm(y + dropout(ffn(y))) "
+        "adds the sublayer's input y back", lambda t: post(t, res2=False)),
+        ("the residual connections are missing: each sublayer output is added to its input before "
+        "the LayerNorm", lambda t: post(t, res1=False, res2=False)),
+        ("the mask is not used by the self-attention", lambda t: post(t, m=None)),
+        ("the feed-forward sublayer is missing: after self-attention comes LayerNorm(y + dropout(ffn(y)))", lambda t: post(t, ffn=False)),
+        ("this is pre-LN, x + sublayer(LayerNorm(x)); the paper (and this course) use post-LN: "
+        "LayerNorm(x + dropout(sublayer(x)))", lambda t: _pre_ln_encoder(t, xd, sa, ff)),
+        ("there is no LayerNorm: each sublayer is LayerNorm(x + dropout(sublayer(x)))", lambda t: _no_norm_encoder(t, xd, sa, ff)),
+        ("the LayerNorm is applied to the sublayer's output before the residual addition; it normalises the "
+        "sum: LayerNorm(x + dropout(sublayer(x)))", lambda t: _norm_inside_encoder(t, xd, sa, ff)),
+        ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network", lambda t: _swapped_encoder(t, xd, sa, ff)),
+    ]
+    matched, cause = _best_match(layout, out, lambda t: t(xd, src_mask=mask), variants)
+    if matched is None:
+        if cause:
+            check.fail(f"The output of your EncoderLayer has the wrong values: {cause}.")
+        if not normalised:
+            check.fail(_norm_message("EncoderLayer"))
+        twin = next(layout.twins())[0]
+        with torch.no_grad():
+            expected = twin(xd, src_mask=mask)
+        check.close(
+            out, expected, "the output of EncoderLayer", atol=ATOL, rtol=RTOL,
+            hint="Expected nn.TransformerEncoderLayer (post-LN, ReLU) with your weights: "
+            "y = LayerNorm(x + dropout(self_attn(x, x, x, mask))), out = LayerNorm(y + dropout(ffn(y))).",
+        )
+    _check_norm_use(check, "EncoderLayer", layout, matched[1])
+    check.ok("matches nn.TransformerEncoderLayer (post-LN) carrying your weights")
+
+
+def _pre_ln_encoder(t, x, sa, ff):
+    y = x + sa(t, t.norm1(x))
+    return y + ff(t, t.norm2(y))
+
+
+def _no_norm_encoder(t, x, sa, ff):
+    y = x + sa(t, x)
+    return y + ff(t, y)
+
+
+def _norm_inside_encoder(t, x, sa, ff):
+    y = x + t.norm1(sa(t, x))
+    return y + t.norm2(ff(t, y))
+
+
+def _swapped_encoder(t, x, sa, ff):
+    y = t.norm1(x + ff(t, x))
+    return t.norm2(y + sa(t, y))
+
+
+# --------------------------------------------------------------------------
+# DecoderLayer
+
+
+def _check_decoder_layer(check: Check, DecoderLayer) -> None:
+    check.callable_(DecoderLayer, "DecoderLayer", want_class=True)
+    g = generator(2)
+    B, T, S = 2, 4, 6  # target length T differs from memory length S
+    layer = _module(check, check.build(DecoderLayer, D_MODEL, NUM_HEADS, D_FF, 0.0), "DecoderLayer")
+    _uses_d_ff(check, layer, "DecoderLayer")
+    layer.eval()
+    x = torch.randn(B, T, D_MODEL, generator=g)
+    memory = torch.randn(B, S, D_MODEL, generator=g)
+    src_keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    src_keep[1, ..., 4:] = False  # the last two memory positions of sentence 1 are padding
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T).clone()
+
+    def run(layer_, x_, memory_, src_mask_=None, tgt_mask_=None):
+        out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
+        hint = ""
+        if isinstance(out_, torch.Tensor) and out_.dim() == 3 and out_.shape[1] == S:
+            hint = (
+                "The output has one row per memory position: in cross-attention the queries come from the "
+                "decoder (x), the keys and values from memory: cross_attn(x, memory, memory, src_mask)."
+            )
+        return check.tensor(out_, "the output of DecoderLayer", shape=(B, T, D_MODEL), dtype=torch.float32, shape_hint=hint)
+
+    out = run(layer, x, memory, src_keep, causal)
+    check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
+    plain = run(layer, x, memory)
+    check.ok("runs without masks (src_mask=None, tgt_mask=None)")
+
+    other = memory.clone()
+    other[:, :4] = torch.randn(B, 4, D_MODEL, generator=g)
+    if _same(run(layer, x, other, src_keep, causal), out):
+        check.fail(
+            "Changing memory (the encoder output) does not change the output of your DecoderLayer: the "
+            "cross-attention does not use it.\n"
+            "In cross-attention the queries come from the decoder and the keys and values from memory: "
+            "cross_attn(x, memory, memory, src_mask), not cross_attn(x, x, x, ...)."
+        )
+    check.ok("uses memory (changing the encoder output changes the result)")
+
+    hidden = memory.clone()
+    hidden[1, 4:] = torch.randn(2, D_MODEL, generator=g)
+    if not _same(run(layer, x, hidden, src_keep, causal), out):
+        check.fail(
+            "Memory positions hidden by src_mask still influence the output: changing padded positions of "
+            "memory changed the result.\n"
+            "Pass src_mask to the cross-attention: cross_attn(x, memory, memory, src_mask)."
+        )
+    check.ok("honours src_mask in the cross-attention")
+
+    later = x.clone()
+    later[:, 2:] = torch.randn(B, T - 2, D_MODEL, generator=g)
+    if _same(run(layer, later, memory)[:, :2], plain[:, :2]):
+        check.fail(
+            "Without a target mask, changing later target positions did not change earlier outputs: your "
+            "DecoderLayer does not mix information between target positions.\n"
+            "Its first sublayer is self-attention over the target: self_attn(x, x, x, tgt_mask)."
+        )
+    if not _same(run(layer, later, memory, src_keep, causal)[:, :2], out[:, :2]):
+        check.fail(
+            "With a causal tgt_mask, changing target positions 2 and 3 changed the outputs at positions 0 "
+            "and 1: the decoder can see the future.\n"
+            "Pass tgt_mask to the (first) self-attention: self_attn(x, x, x, tgt_mask)."
+        )
+    check.ok("is causal with a causal tgt_mask (the future does not influence the past)")
+    normalised = _is_normalised(out)
+
+    layout = mods.LayerLayout(layer, "decoder", D_MODEL, NUM_HEADS, D_FF)
+    if layout.missing:
+        if not normalised:
+            check.fail(_norm_message("DecoderLayer"))
+        check.ok("ends with a LayerNorm (post-LN)")
+    else:
+        _compare_decoderlayer(check, layout, run, g, x, memory, src_keep, causal, normalised)
+    _dropout_in_training(
+        check,
+        lambda: _module(check, check.build(DecoderLayer, D_MODEL, NUM_HEADS, D_FF, 0.5), "DecoderLayer"),
+        lambda layer_: run(layer_, x, memory, src_keep, causal),
+        "DecoderLayer",
+    )
+    if layout.missing:
+        check.ok(_layout_unused(layout, "DecoderLayer"))
+
+
+def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable, g: torch.Generator,
+                          x: torch.Tensor, memory: torch.Tensor, src_keep: torch.Tensor, causal: torch.Tensor,
+                          normalised: bool) -> None:
+    """Compare with PyTorch's layer carrying the learner's weights; name the cause on a mismatch."""
+    (B, T), S = x.shape[:2], memory.shape[1]
+    mods.randomise_norms(layout.norms, g)
+    out = run(layout.layer, x, memory, src_keep, causal).double()
+    xd, md = x.double(), memory.double()
+    tmask = mods.torch_mask(causal, B, NUM_HEADS, T, T)
+    smask = mods.torch_mask(src_keep, B, NUM_HEADS, T, S)
+
+    def sa(t, q, m=tmask):
+        return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
+
+    def ca(t, q, kv, m=smask):
+        return t.multihead_attn(q, kv, kv, attn_mask=m, need_weights=False)[0]
+
+    def ff(t, y):
+        return t.linear2(torch.relu(t.linear1(y)))
+
+    def post(t, res=(True, True, True), tm=tmask, sm=smask, kv=None, query_x=False, ffn=True):
+        y1 = t.norm1((xd if res[0] else 0) + sa(t, xd, tm))
+        source = md if kv is None else (y1 if kv == "y" else xd)
+        y2 = t.norm2((y1 if res[1] else 0) + ca(t, xd if query_x else y1, source, sm))
+        return t.norm3((y2 if res[2] else 0) + ff(t, y2)) if ffn else y2
+
+    def pre_ln(t):
+        y1 = xd + sa(t, t.norm1(xd))
+        y2 = y1 + ca(t, t.norm2(y1), md)
+        return y2 + ff(t, t.norm3(y2))
+
+    def no_norm(t):
+        y1 = xd + sa(t, xd)
+        y2 = y1 + ca(t, y1, md)
+        return y2 + ff(t, y2)
+
+    def norm_inside(t):
+        y1 = xd + t.norm1(sa(t, xd))
+        y2 = y1 + t.norm2(ca(t, y1, md))
+        return y2 + t.norm3(ff(t, y2))
+
+    def cross_first(t):
+        y1 = t.norm1(xd + ca(t, xd, md))
+        y2 = t.norm2(y1 + sa(t, y1))
+        return t.norm3(y2 + ff(t, y2))
+
+    variants = [
+        ("the target mask is not used by the self-attention: self_attn(x, x, x, tgt_mask)", lambda t: post(t, tm=None)),
+        ("the source mask is not used by the cross-attention: cross_attn(x, memory, memory, src_mask)", lambda t: post(t, sm=None)),
+        ("the cross-attention takes its keys and values from the decoder's own states instead of memory: "
+        "cross_attn(x, memory, memory, src_mask)", lambda t: post(t, kv="y", sm=tmask)),
+        ("the cross-attention query is the layer's input instead of the output of the first sublayer "
+        "(the query must be the result of the masked self-attention sublayer)", lambda t: post(t, query_x=True)),
+        ("the residual connection around the masked self-attention is missing", lambda t: post(t, res=(False, True, True))),
+        ("the residual connection around the cross-attention is missing", lambda t: post(t, res=(True, False, True))),
+        ("the residual connection around the feed-forward network is missing", lambda t: post(t, res=(True, True, False))),
+        ("the residual connections are missing: each sublayer output is added to its input before the "
+        "LayerNorm", lambda t: post(t, res=(False, False, False))),
+        ("the feed-forward sublayer is missing: the third sublayer is LayerNorm(y + dropout(ffn(y)))", lambda t: post(t, ffn=False)),
+        ("this is pre-LN, x + sublayer(LayerNorm(x)); the paper (and this course) use post-LN: "
+        "LayerNorm(x + dropout(sublayer(x)))", pre_ln),
+        ("there is no LayerNorm: each sublayer is LayerNorm(x + dropout(sublayer(x)))", no_norm),
+        ("the LayerNorm is applied to the sublayer's output before the residual addition; it normalises the "
+        "sum: LayerNorm(x + dropout(sublayer(x)))", norm_inside),
+        ("the sublayers are in the wrong order: masked self-attention first, then cross-attention, then the "
+        "feed-forward network", cross_first),
+    ]
+    matched, cause = _best_match(layout, out, lambda t: t(xd, md, tgt_mask=tmask, memory_mask=smask), variants)
+    if matched is None:
+        if cause:
+            check.fail(f"The output of your DecoderLayer has the wrong values: {cause}.")
+        if not normalised:
+            check.fail(_norm_message("DecoderLayer"))
+        twin = next(layout.twins())[0]
+        with torch.no_grad():
+            expected = twin(xd, md, tgt_mask=tmask, memory_mask=smask)
+        check.close(
+            out, expected, "the output of DecoderLayer", atol=ATOL, rtol=RTOL,
+            hint="Expected nn.TransformerDecoderLayer (post-LN, ReLU) with your weights: "
+            "y1 = LayerNorm(x + self_attn(x, x, x, tgt_mask)), y2 = LayerNorm(y1 + cross_attn(y1, memory, "
+            "memory, src_mask)), out = LayerNorm(y2 + ffn(y2)) (dropout on each sublayer output).",
+        )
+    _check_norm_use(check, "DecoderLayer", layout, matched[1])
+    check.ok("matches nn.TransformerDecoderLayer (post-LN) carrying your weights")

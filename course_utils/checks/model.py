@@ -1,0 +1,539 @@
+"""Checker for lesson 05: the whole encoder-decoder ``Transformer``.
+
+The checker builds small models from the learner's class (different source and
+target vocabularies, a pad id other than 0, source and target of different
+lengths) and tests what a translation model must do: logits of the right
+shape, ``decode(tgt, encode(src), src) == forward(src, tgt)``, causality,
+invariance to padding, sensitivity to word order, gradients reaching every
+parameter, distinct layers, the parameter count of the paper's layout, and
+dropout only in training. Where the parts can be found, the logits are
+compared with a model assembled from PyTorch's own encoder and decoder layers
+carrying the learner's weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from . import _modules as mods
+from ._core import Check, CheckResult, generator, run_check
+
+SRC_VOCAB, TGT_VOCAB = 11, 13
+D_MODEL, NUM_HEADS, NUM_LAYERS, D_FF = 16, 4, 2, 24
+MAX_LEN, PAD = 64, 3
+B, L_SRC, L_TGT = 2, 7, 5
+ATOL, RTOL = 1e-4, 1e-4
+
+
+def check_transformer(Transformer) -> CheckResult:
+    """Check ``Transformer(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)``."""
+    return run_check("Transformer", _check_transformer, Transformer)
+
+
+def _same(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> bool:
+    return a.shape == b.shape and bool(torch.allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=RTOL))
+
+
+def _tokens(g: torch.Generator, vocab: int, shape: tuple, pad: int) -> torch.Tensor:
+    """Random real tokens (never pad, sometimes 0)."""
+    t = torch.randint(0, vocab - 1, shape, generator=g)
+    return t + (t >= pad).long()  # skip the pad id
+
+
+class _Model:
+    """The learner's model with guarded calls."""
+
+    def __init__(self, check: Check, model: nn.Module):
+        self.check, self.model = check, model
+
+    def logits(self, src: torch.Tensor, tgt: torch.Tensor, what: str = "the logits") -> torch.Tensor:
+        out = self.check.call(self.model, src, tgt, what="Transformer.forward")
+        hint = ""
+        if isinstance(out, torch.Tensor) and out.dim() == 3:
+            if out.shape[1] == src.shape[1] and out.shape[1] != tgt.shape[1]:
+                hint = "There is one row per source position: the logits belong to the target positions (the decoder's output)."
+            elif out.shape[-1] == D_MODEL:
+                hint = "The last dimension is d_model: the final nn.Linear(d_model, tgt_vocab_size) seems to be missing."
+            elif out.shape[-1] == SRC_VOCAB:
+                hint = "The last dimension is the source vocabulary size: the output projection maps to tgt_vocab_size."
+        shape = (src.shape[0], tgt.shape[1], TGT_VOCAB)
+        return self.check.tensor(out, what, shape=shape, dtype="float", shape_hint=hint)
+
+
+def _check_transformer(check: Check, Transformer) -> None:
+    check.callable_(Transformer, "Transformer", want_class=True)
+    g = generator(5)
+
+    def build(pad_id: int = PAD, dropout: float = 0.0) -> nn.Module:
+        model = check.build(Transformer, SRC_VOCAB, TGT_VOCAB, D_MODEL, NUM_HEADS, NUM_LAYERS, D_FF, dropout, MAX_LEN, pad_id)
+        if not isinstance(model, nn.Module):
+            check.fail(
+                f"Transformer(...) should build an nn.Module, but it built an object of type {type(model).__name__}.\n"
+                f"Make your class inherit from nn.Module and call super().__init__() first."
+            )
+        return model.eval()
+
+    model = build()
+    m = _Model(check, model)
+    src = _tokens(g, SRC_VOCAB, (B, L_SRC), PAD)
+    tgt = _tokens(g, TGT_VOCAB, (B, L_TGT), PAD)
+    src[0, 2], tgt[1, 1] = 0, 0  # token 0 is a real word when pad_id is 3
+    for tokens, (i, j), vocab in ((src, (1, 4), SRC_VOCAB), (tgt, (1, 2), TGT_VOCAB)):
+        same = tokens[:, i] == tokens[:, j]  # the order tests swap positions i and j: make them differ
+        tokens[:, j] = torch.where(same, (tokens[:, i] + 1) % vocab, tokens[:, j])
+        tokens[tokens == PAD] = PAD + 1
+
+    logits = m.logits(src, tgt)
+    check.ok(f"returns logits of shape (batch, target length, tgt_vocab_size) = ({B}, {L_TGT}, {TGT_VOCAB})")
+    _not_probabilities(check, logits)
+    _encode_decode(check, model, src, tgt, logits)
+
+    other = src.clone()
+    other[:, 1] = (other[:, 1] + 1) % SRC_VOCAB
+    other[other == PAD] = PAD + 1
+    if _same(m.logits(other, tgt), logits, atol=1e-6):
+        check.fail(
+            "Changing the source sentence does not change the logits: the decoder does not use the encoder's "
+            "output.\nPass memory = encode(src) to every decoder layer, where it is the key and value of the "
+            "cross-attention."
+        )
+    check.ok("uses the source (changing it changes the logits)")
+
+    _causality(check, m, src, tgt, logits)
+    _padding(check, m, build, src, tgt, logits)
+    _order(check, m, src, tgt, logits)
+    _distinct_layers(check, model)
+    _parameter_count(check, model)
+    _gradients(check, model, m, src, tgt)
+    _compare_with_oracle(check, model, m, g)
+    _dropout(check, build, src, tgt)
+
+
+def _not_probabilities(check: Check, logits: torch.Tensor) -> None:
+    x = logits.detach().double()
+    if bool(((x >= 0) & (x <= 1)).all()) and _same(x.sum(-1), torch.ones(x.shape[:-1], dtype=x.dtype)):
+        check.fail(
+            "Your Transformer returns probabilities (every row is in [0, 1] and sums to 1): there is a softmax "
+            "at the end.\nReturn the raw logits of the final linear layer; F.cross_entropy applies log-softmax "
+            "itself, and argmax gives the same word either way."
+        )
+    if _same(torch.logsumexp(x, -1), torch.zeros(x.shape[:-1], dtype=x.dtype)):
+        check.fail(
+            "Your Transformer returns log-probabilities (the log-sum-exp of every row is 0): there is a "
+            "log_softmax at the end.\nReturn the raw logits of the final linear layer; F.cross_entropy applies "
+            "log-softmax itself."
+        )
+    check.ok("returns raw logits (no softmax at the end)")
+
+
+def _encode_decode(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
+    for name in ("encode", "decode"):
+        if not callable(getattr(model, name, None)):
+            check.fail(
+                f"Your Transformer has no method `{name}`. Greedy decoding needs encode(src) -> memory and "
+                f"decode(tgt, memory, src) -> logits, and forward(src, tgt) is decode(tgt, encode(src), src)."
+            )
+    memory = check.call(model.encode, src, what="Transformer.encode")
+    memory = check.tensor(memory, "the output of encode(src)", shape=(B, L_SRC, D_MODEL), dtype="float")
+    check.ok("encode(src) returns memory of shape (batch, source length, d_model)")
+    out = check.call(model.decode, tgt, memory, src, what="Transformer.decode")
+    out = check.tensor(out, "the output of decode(tgt, memory, src)", shape=(B, L_TGT, TGT_VOCAB), dtype="float")
+    if not _same(out, logits):
+        check.close(
+            out, logits, "decode(tgt, encode(src), src)", atol=ATOL, rtol=RTOL,
+            hint="It should equal forward(src, tgt): let forward call encode and decode, so that greedy decoding "
+            "computes exactly what training does.",
+        )
+    check.ok("decode(tgt, encode(src), src) equals forward(src, tgt)")
+
+
+def _causality(check: Check, m: _Model, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
+    changed = tgt.clone()
+    changed[:, 3] = (changed[:, 3] + 1) % TGT_VOCAB
+    changed[changed == PAD] = PAD + 1
+    out = m.logits(src, changed)
+    if not _same(out[:, :3], logits[:, :3], atol=1e-6):
+        check.fail(
+            "Changing the target token at position 3 changed the logits at positions 0 to 2: the decoder can "
+            "see the future.\nBuild the target mask with make_target_mask(tgt, pad_id) (padding AND causal) and "
+            "pass it to the decoder's self-attention."
+        )
+    if _same(out[:, 3], logits[:, 3], atol=1e-6):
+        check.fail(
+            "Changing the target token at position 3 did not change the logits at position 3: each position "
+            "should see its own token (the causal mask keeps the diagonal)."
+        )
+    check.ok("is causal: changing a target token never changes the logits at earlier positions")
+
+
+def _padding(check: Check, m: _Model, build: Callable, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
+    pads = torch.full((B, 3), PAD)
+    longer = torch.cat([src, pads], dim=1)
+    if not _same(m.logits(longer, tgt), logits):
+        memory = m.check.call(m.model.encode, longer, what="Transformer.encode")
+        encoder_ok = isinstance(memory, torch.Tensor) and _same(memory[:, :L_SRC], m.model.encode(src))
+        model0 = build(pad_id=0)
+        src0, pads0 = src.clone(), torch.zeros(B, 3, dtype=torch.long)
+        src0[src0 == 0] = PAD
+        with_zeros = torch.cat([src0, pads0], dim=1)
+        m0 = _Model(m.check, model0)
+        if _same(m0.logits(with_zeros, tgt), m0.logits(src0, tgt)):
+            m.check.fail(
+                f"Appending padding to the source changed the logits when pad_id={PAD}, but not when pad_id=0: "
+                f"your masks treat token 0 as padding whatever pad_id is.\n"
+                f"Build them from the model's own pad id: make_padding_mask(src, self.pad_id)."
+            )
+        if encoder_ok:
+            m.check.fail(
+                "Appending padding to the source did not change encode(src) at the real positions, but it changed "
+                "the logits: the cross-attention does not use the source mask.\n"
+                "Pass the source padding mask to every decoder layer (src_mask) so the cross-attention ignores "
+                "padded source positions."
+            )
+        m.check.fail(
+            "Appending padding tokens to the source changed the output at the real positions: the padding is "
+            "not masked.\nBuild src_mask = make_padding_mask(src, pad_id) and pass it to the encoder's "
+            "self-attention and to the decoder's cross-attention."
+        )
+    check_ok = m.check.ok
+    check_ok(f"ignores padding appended to the source (pad_id={PAD})")
+    longer_tgt = torch.cat([tgt, pads], dim=1)
+    out = m.logits(src, longer_tgt)
+    if not _same(out[:, :L_TGT], logits):
+        m.check.fail(
+            "Appending padding tokens to the target changed the logits at the real target positions.\n"
+            "The target mask combines padding and causality: make_target_mask(tgt, pad_id)."
+        )
+    check_ok(f"ignores padding appended to the target (pad_id={PAD})")
+
+
+def _order(check: Check, m: _Model, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
+    swapped = src.clone()
+    swapped[:, [1, 4]] = swapped[:, [4, 1]]
+    if _same(m.logits(swapped, tgt), logits, atol=1e-6):
+        check.fail(
+            "Swapping two source words does not change the logits: the encoder cannot see word order.\n"
+            "Add the positional encoding to the source embeddings: positional_encoding(embed(src) * sqrt(d_model))."
+        )
+    swapped = tgt.clone()
+    swapped[:, [1, 2]] = swapped[:, [2, 1]]
+    if _same(m.logits(src, swapped)[:, 4], logits[:, 4], atol=1e-6):
+        check.fail(
+            "Swapping two earlier target words does not change the logits at the last position: the decoder "
+            "cannot see word order.\nAdd the positional encoding to the target embeddings too."
+        )
+    check.ok("is sensitive to word order in the source and in the target (positional encoding in use)")
+
+
+def _owner(model: nn.Module, name: str) -> nn.Module:
+    path = name.rpartition(".")[0]
+    return model.get_submodule(path) if path else model
+
+
+def _is_vocab_matrix(module: nn.Module) -> bool:
+    return isinstance(module, nn.Embedding) or (isinstance(module, nn.Linear) and module.out_features == TGT_VOCAB)
+
+
+def _distinct_layers(check: Check, model: nn.Module) -> None:
+    for names in mods.shared_parameter_groups(model):
+        if all(_is_vocab_matrix(_owner(model, n)) for n in names):
+            continue  # weight tying between the target embedding and the output projection
+        shown = ", ".join(f"`{n}`" for n in names[:3])
+        check.fail(
+            f"Some of your layers share their weights: {shown} are one and the same tensor.\n"
+            f"Likely cause: `[layer] * num_layers` or `[layer for _ in range(num_layers)]` with one layer object, "
+            f"which repeats the same layer. Create a new layer each time: "
+            f"nn.ModuleList([EncoderLayer(...) for _ in range(num_layers)])."
+        )
+    check.ok("its layers are distinct modules (no shared weights apart from tied embeddings)")
+
+
+def _parameter_count(check: Check, model: nn.Module) -> None:
+    d = D_MODEL
+    attention = 4 * (d * d + d)
+    ffn = d * D_FF + D_FF + D_FF * d + d
+    norm = 2 * d
+    enc, dec = attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm
+    base = SRC_VOCAB * d + TGT_VOCAB * d + NUM_LAYERS * (enc + dec)
+    options = {}
+    for bias in (True, False):
+        for tied in (False, True):
+            for finals in (0, 1, 2):
+                total = base + d * TGT_VOCAB * (not tied) + TGT_VOCAB * bias + finals * norm
+                words = [
+                    "output projection " + ("with" if bias else "without") + " bias",
+                    "tied to the target embedding" if tied else "its own weight matrix",
+                ]
+                if finals:
+                    words.append(f"{'a final LayerNorm' if finals == 1 else 'final LayerNorms'} after the "
+                                 f"{'encoder or decoder' if finals == 1 else 'encoder and decoder'} stacks")
+                options.setdefault(total, ", ".join(words))
+    actual = mods.count_parameters(model)
+    if actual in options:
+        check.ok(f"has the paper's number of parameters, {actual:,} (recognised: {options[actual]})")
+        return
+    expected = base + d * TGT_VOCAB + TGT_VOCAB
+    lines = [
+        f"Your Transformer has {actual:,} parameters; the paper's layout has {expected:,} with these sizes "
+        f"(d_model={d}, num_heads={NUM_HEADS}, num_layers={NUM_LAYERS}, d_ff={D_FF}, vocabularies "
+        f"{SRC_VOCAB} and {TGT_VOCAB}):",
+        f"  source embedding {SRC_VOCAB} x {d} = {SRC_VOCAB * d:,}; target embedding {TGT_VOCAB} x {d} = {TGT_VOCAB * d:,}",
+        f"  {NUM_LAYERS} encoder layers x {enc:,} (self-attention {attention:,}, feed-forward {ffn:,}, 2 LayerNorms {2 * norm})",
+        f"  {NUM_LAYERS} decoder layers x {dec:,} (2 attentions {2 * attention:,}, feed-forward {ffn:,}, 3 LayerNorms {3 * norm})",
+        f"  output projection {d} x {TGT_VOCAB} + {TGT_VOCAB} = {d * TGT_VOCAB + TGT_VOCAB:,} "
+        f"(also accepted: without bias, tied to the target embedding, final LayerNorms)",
+        "In yours: " + _breakdown(model),
+    ]
+    if any(MAX_LEN in p.shape for p in model.parameters() if p.requires_grad):
+        lines.append(
+            "A parameter has a dimension of size max_len: is the positional-encoding table an nn.Parameter? "
+            "Register it with register_buffer: it is fixed, not learned."
+        )
+    check.fail("\n".join(lines))
+
+
+def _breakdown(model: nn.Module) -> str:
+    """The learner's parameters grouped by what holds them."""
+    attention = {id(p) for a in mods.attention_modules(model) for p in a.parameters()}
+    groups: dict[str, int] = {}
+    seen: set[int] = set()
+    for name, p in model.named_parameters():
+        if id(p) in seen or not p.requires_grad:
+            continue
+        seen.add(id(p))
+        owner = _owner(model, name)
+        if id(p) in attention:
+            kind = "attention modules"
+        elif isinstance(owner, nn.Embedding):
+            kind = "embeddings"
+        elif isinstance(owner, nn.LayerNorm):
+            kind = "LayerNorms"
+        elif isinstance(owner, nn.Linear):
+            kind = "other linear layers"
+        else:
+            kind = "other parameters"
+        groups[kind] = groups.get(kind, 0) + p.numel()
+    counts = {
+        "attention modules": len(mods.attention_modules(model)),
+        "LayerNorms": len(mods.layer_norms(model)),
+        "embeddings": sum(isinstance(x, nn.Embedding) for x in model.modules()),
+    }
+    parts = []
+    for kind in ("embeddings", "attention modules", "LayerNorms", "other linear layers", "other parameters"):
+        if kind in groups:
+            count = f"{counts[kind]} " if kind in counts else ""
+            parts.append(f"{count}{kind} {groups[kind]:,}")
+    return "; ".join(parts) + "."
+
+
+def _gradients(check: Check, model: nn.Module, m: _Model, src: torch.Tensor, tgt: torch.Tensor) -> None:
+    model.zero_grad(set_to_none=True)
+    logits = m.logits(src, tgt)
+    weights = torch.randn(logits.shape, generator=generator(6))
+    if not logits.requires_grad:
+        check.fail("The logits do not require a gradient: is part of forward run under torch.no_grad() or .detach()ed?")
+    (logits * weights).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    model.zero_grad(set_to_none=True)
+    if missing:
+        shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        check.fail(
+            f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your Transformer receive no gradient "
+            f"from a loss on the logits: {shown}.\n"
+            f"A module created in __init__ but never used in forward (a layer skipped in the loop, an unused "
+            f"LayerNorm or projection) never learns. Use it, or remove it."
+        )
+    check.ok("every parameter receives a gradient from a loss on the logits")
+
+
+# --------------------------------------------------------------------------
+# The assembled oracle.
+
+
+def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Generator) -> None:
+    """Compare the logits with PyTorch's layers carrying the learner's weights, where the parts are found."""
+    parts = _find_parts(model)
+    if isinstance(parts, str):
+        check.ok(f"only the properties above were checked: the parts of your Transformer could not all be "
+                 f"found ({parts}), so its exact values were not compared")
+        return
+    src_emb, tgt_emb, enc_layers, dec_layers, finals, project = parts
+    mods.randomise_norms(mods.layer_norms(model), g)
+
+    enc_twins = [_twin_of(layer, "encoder", g) for layer in enc_layers]
+    dec_twins = [_twin_of(layer, "decoder", g) for layer in dec_layers]
+    for kind, twins in (("encoder", enc_twins), ("decoder", dec_twins)):
+        if any(t is None for t in twins):
+            check.fail(
+                f"One of the {kind} layers inside your Transformer does not compute a post-LN {kind} layer. "
+                f"Run check_{kind}_layer on your {kind.capitalize()}Layer class first."
+            )
+
+    src = _tokens(g, SRC_VOCAB, (B, L_SRC), PAD)
+    tgt = _tokens(g, TGT_VOCAB, (B, L_TGT), PAD)
+    src[0, 1], tgt[0, 2] = 0, 0
+    src[1, 5:], tgt[1, 4:] = PAD, PAD
+    out = m.logits(src, tgt)
+
+    def oracle(scale: float = math.sqrt(D_MODEL), final: tuple = (None, None), scale_after: bool = False) -> torch.Tensor:
+        src_keep = (src != PAD)[:, None, None, :]
+        tgt_keep = (tgt != PAD)[:, None, None, :] & torch.tril(torch.ones(L_TGT, L_TGT, dtype=torch.bool))
+        pos = torch.arange(MAX_LEN, dtype=torch.float64)[:, None]
+        angle = pos / 10000 ** (torch.arange(0, D_MODEL, 2, dtype=torch.float64) / D_MODEL)
+        table = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(MAX_LEN, D_MODEL)
+
+        def embed(emb, tokens):
+            e = emb.weight.detach().double()[tokens]
+            return (e + table[: tokens.shape[1]]) * scale if scale_after else e * scale + table[: tokens.shape[1]]
+
+        h = embed(src_emb, src)
+        for twin in enc_twins:
+            h = twin(h, src_mask=mods.torch_mask(src_keep, B, NUM_HEADS, L_SRC, L_SRC))
+        if final[0] is not None:
+            h = _double_norm(final[0])(h)
+        y = embed(tgt_emb, tgt)
+        for twin in dec_twins:
+            y = twin(y, h, tgt_mask=mods.torch_mask(tgt_keep, B, NUM_HEADS, L_TGT, L_TGT),
+                     memory_mask=mods.torch_mask(src_keep, B, NUM_HEADS, L_TGT, L_SRC))
+        if final[1] is not None:
+            y = _double_norm(final[1])(y)
+        return project(y)
+
+    with torch.no_grad():
+        for option in _final_options(finals):
+            if _same(out, oracle(final=option)):
+                if any(n is not None for n in option):
+                    check.ok("matches PyTorch's layers carrying your weights (with the extra final LayerNorm "
+                             "that nn.Transformer also has; the paper's post-LN model does not need it)")
+                else:
+                    check.ok("matches a model assembled from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer "
+                             "carrying your weights (embeddings scaled by sqrt(d_model), sinusoidal positions)")
+                return
+        causes = [
+            (dict(scale=1.0), "the embeddings are not multiplied by sqrt(d_model) before the positional encoding "
+                              "is added: embed(tokens) * math.sqrt(d_model)"),
+            (dict(scale=float(D_MODEL)), "the embeddings are multiplied by d_model instead of sqrt(d_model)"),
+            (dict(scale=1 / math.sqrt(D_MODEL)), "the embeddings are divided by sqrt(d_model): multiply instead"),
+            (dict(scale_after=True), "the scaling by sqrt(d_model) is applied after adding the positional encoding; "
+                                     "scale the embeddings first, then add the positions"),
+        ]
+        for options, cause in causes:
+            for final in _final_options(finals):
+                if _same(out, oracle(final=final, **options)):
+                    check.fail(f"The logits of your Transformer have the wrong values: {cause}.")
+        expected = oracle()
+    check.close(
+        out, expected, "the logits of your Transformer", atol=ATOL, rtol=RTOL,
+        hint="Expected: memory = encoder layers(PE(embed(src) * sqrt(d_model)), src_mask); logits = "
+        "linear(decoder layers(PE(embed(tgt) * sqrt(d_model)), memory, src_mask, tgt_mask)), with the "
+        "sinusoidal table of lesson 03 and masks built from pad_id.",
+    )
+
+
+def _final_options(finals: list) -> list[tuple]:
+    if not finals:
+        return [(None, None)]
+    if len(finals) == 1:
+        return [(None, None), (finals[0], None), (None, finals[0])]
+    return [(None, None), (finals[0], finals[1]), (finals[1], finals[0])]
+
+
+def _double_norm(norm: nn.LayerNorm) -> nn.LayerNorm:
+    twin = nn.LayerNorm(D_MODEL, dtype=torch.float64)
+    mods.copy_norm(norm, twin)
+    return twin
+
+
+def _find_parts(model: nn.Module):
+    """(src_emb, tgt_emb, encoder layers, decoder layers, final norms, projection) or why not."""
+    embeddings = [x for x in model.modules() if isinstance(x, nn.Embedding)]
+    src_emb = [e for e in embeddings if tuple(e.weight.shape) == (SRC_VOCAB, D_MODEL)]
+    tgt_emb = [e for e in embeddings if tuple(e.weight.shape) == (TGT_VOCAB, D_MODEL)]
+    if len(src_emb) != 1 or len(tgt_emb) != 1:
+        return "no single nn.Embedding per vocabulary"
+    encoders, decoders = [], []
+    for _, sub in model.named_modules(remove_duplicate=False):
+        for kind, found in (("encoder", encoders), ("decoder", decoders)):
+            if not mods.LayerLayout(sub, kind, D_MODEL, NUM_HEADS, D_FF).missing:
+                found.append(sub)
+    if len(encoders) != NUM_LAYERS or len(decoders) != NUM_LAYERS:
+        return f"found {len(encoders)} encoder and {len(decoders)} decoder layers made of contract attention modules, nn.LayerNorm and nn.Linear"
+    inner = {id(x) for layer in encoders + decoders for x in layer.modules()}
+    finals = [n for n in mods.layer_norms(model) if id(n) not in inner]
+    if len(finals) > 2:
+        return "more than two LayerNorms outside the layers"
+    linears = [x for x in mods.linears_outside(model, encoders + decoders)
+               if (x.in_features, x.out_features) == (D_MODEL, TGT_VOCAB)]
+    if len(linears) > 1:
+        return "more than one nn.Linear(d_model, tgt_vocab_size)"
+    if linears:
+        weight, bias = linears[0].weight, linears[0].bias
+    else:  # the output projection may reuse the target embedding's matrix
+        weight = tgt_emb[0].weight
+        biases = [p for p in model.parameters() if tuple(p.shape) == (TGT_VOCAB,)]
+        bias = biases[0] if len(biases) == 1 else None
+
+    def project(y: torch.Tensor) -> torch.Tensor:
+        out = y @ weight.detach().double().T
+        return out if bias is None else out + bias.detach().double()
+
+    return src_emb[0], tgt_emb[0], encoders, decoders, finals, project
+
+
+def _twin_of(layer: nn.Module, kind: str, g: torch.Generator):
+    """PyTorch's layer wired like the learner's one (found by comparing outputs), or None."""
+    layout = mods.LayerLayout(layer, kind, D_MODEL, NUM_HEADS, D_FF)
+    x = torch.randn(B, 4, D_MODEL, generator=g)
+    memory = torch.randn(B, 6, D_MODEL, generator=g)
+    keep = torch.ones(B, 1, 1, 6, dtype=torch.bool)
+    keep[1, ..., 4:] = False
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool)).expand(B, 1, 4, 4)
+    try:
+        with torch.no_grad():
+            if kind == "encoder":
+                out = layer(memory, keep)
+            else:
+                out = layer(x, memory, keep, causal)
+    except Exception:  # an unusual signature: leave this comparison out
+        return None
+    if not isinstance(out, torch.Tensor):
+        return None
+    for twin, _, norms in layout.twins():
+        if len({id(n) for n in norms}) < len(norms) <= len(layout.norms):
+            continue  # one LayerNorm used twice while another sits unused: not a post-LN layer
+        with torch.no_grad():
+            if kind == "encoder":
+                expected = twin(memory.double(), src_mask=mods.torch_mask(keep, B, NUM_HEADS, 6, 6))
+            else:
+                expected = twin(x.double(), memory.double(), tgt_mask=mods.torch_mask(causal, B, NUM_HEADS, 4, 4),
+                                memory_mask=mods.torch_mask(keep, B, NUM_HEADS, 4, 6))
+        if _same(out, expected):
+            return copy.deepcopy(twin)
+    return None
+
+
+def _dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
+    model = build(dropout=0.5)
+    m = _Model(check, model)
+    first, second = m.logits(src, tgt), m.logits(src, tgt)
+    if not _same(first, second, atol=0):
+        check.fail(
+            "In eval mode your Transformer (built with dropout=0.5) gives different logits for the same input: "
+            "dropout is active in eval mode.\nUse nn.Dropout modules (they follow model.eval()), or pass "
+            "training=self.training to F.dropout."
+        )
+    check.ok("is deterministic in eval mode")
+    model.train()
+    first, second = m.logits(src, tgt), m.logits(src, tgt)
+    model.eval()
+    if _same(first, second, atol=0):
+        check.fail(
+            "In training mode your Transformer (built with dropout=0.5) gives the same logits twice: dropout "
+            "is not applied.\nPass the dropout rate to the positional encoding and to every layer."
+        )
+    check.ok("applies dropout in training mode")

@@ -1,0 +1,374 @@
+"""Checker for lesson 05 (model): the whole Transformer.
+
+The correct and wrong implementations below exist only to test the checker.
+They reuse the layers written in test_checks_layers.py.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from conftest import expect
+from course_utils.checks.model import check_transformer
+from test_checks_layers import (
+    BlockDecoderLayer,
+    BlockEncoderLayer,
+    DecoderLayer,
+    EncoderLayer,
+    TorchAttentionDecoderLayer,
+    TorchAttentionEncoderLayer,
+)
+
+
+class PositionalEncoding(nn.Module):
+    """dropout(x + PE[:L]) with the sinusoidal table as a buffer."""
+
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        pos = torch.arange(max_len).unsqueeze(1)
+        freq = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(pos * freq)
+        pe[:, 1::2] = torch.cos(pos * freq)
+        self.register_buffer("pe", pe)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer, post-LN, as in the paper."""
+
+    enc_cls, dec_cls = EncoderLayer, DecoderLayer
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__()
+        self.d_model, self.pad_id = d_model, pad_id
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
+        self.positions = PositionalEncoding(d_model, dropout, max_len)
+        self.encoder_layers = nn.ModuleList([self.enc_cls(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+        self.decoder_layers = nn.ModuleList([self.dec_cls(d_model, num_heads, d_ff, dropout) for _ in range(num_layers)])
+        self.output = nn.Linear(d_model, tgt_vocab_size)
+
+    def src_mask(self, src):
+        return (src != self.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
+
+    def tgt_mask(self, tgt):
+        L = tgt.size(1)
+        causal = torch.tril(torch.ones(L, L, dtype=torch.bool, device=tgt.device))
+        return (tgt != self.pad_id)[:, None, None, :] & causal  # (B, 1, L, L)
+
+    def embed(self, embedding, tokens):
+        return self.positions(embedding(tokens) * math.sqrt(self.d_model))
+
+    def encode(self, src):
+        x = self.embed(self.src_embed, src)
+        for layer in self.encoder_layers:
+            x = layer(x, self.src_mask(src))
+        return x
+
+    def decode(self, tgt, memory, src):
+        y = self.embed(self.tgt_embed, tgt)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, self.src_mask(src), self.tgt_mask(tgt))
+        return self.output(y)
+
+    def forward(self, src, tgt):
+        return self.decode(tgt, self.encode(src), src)
+
+
+# --------------------------------------------------------------------------
+# Correct variants.
+
+
+class TiedTransformer(Transformer):
+    """Output projection tied to the target embedding; padding_idx; other layer styles."""
+
+    enc_cls, dec_cls = BlockEncoderLayer, BlockDecoderLayer
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)
+        del self.output
+        self.src_embed = nn.Embedding(src_vocab_size, d_model, padding_idx=pad_id)
+
+    def decode(self, tgt, memory, src):
+        y = self.embed(self.tgt_embed, tgt)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, self.src_mask(src), self.tgt_mask(tgt))
+        return F.linear(y, self.tgt_embed.weight)
+
+
+class Encoder(nn.Module):
+    def __init__(self, vocab, d_model, num_heads, num_layers, d_ff, dropout, max_len):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for _ in range(num_layers):
+            self.layers.append(EncoderLayer(d_model, num_heads, d_ff, dropout))
+        self.embedding = nn.Embedding(vocab, d_model)
+        self.pe = PositionalEncoding(d_model, dropout, max_len)
+        self.scale = d_model**0.5
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, src, mask):
+        x = self.pe(self.embedding(src) * self.scale)
+        for layer in self.layers:
+            x = layer(x, mask=mask)
+        return self.norm(x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, vocab, d_model, num_heads, num_layers, d_ff, dropout, max_len):
+        super().__init__()
+        self.pe = PositionalEncoding(d_model, dropout, max_len)
+        self.embedding = nn.Embedding(vocab, d_model)
+        self.layers = nn.ModuleList()
+        for _ in range(num_layers):
+            self.layers.append(DecoderLayer(d_model, num_heads, d_ff, dropout))
+        self.norm = nn.LayerNorm(d_model)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, tgt, memory, src_mask, tgt_mask):
+        y = self.pe(self.embedding(tgt) * self.scale)
+        for layer in self.layers:
+            y = layer(y, memory, src_mask=src_mask, tgt_mask=tgt_mask)
+        return self.norm(y)
+
+
+class StackTransformer(nn.Module):
+    """Encoder and Decoder modules, final LayerNorms (like nn.Transformer), projection without bias, masks via torch.where."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__()
+        self.pad_id = pad_id
+        self.decoder = Decoder(tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len)
+        self.encoder = Encoder(src_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len)
+        self.generator = nn.Linear(d_model, tgt_vocab_size, bias=False)
+
+    def masks(self, src, tgt):
+        src_mask = (src != self.pad_id).unsqueeze(1).unsqueeze(2)
+        L = tgt.shape[1]
+        future = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)
+        tgt_mask = torch.where(future, False, (tgt != self.pad_id)[:, None, None, :])
+        return src_mask, tgt_mask
+
+    def encode(self, src):
+        return self.encoder(src, self.masks(src, src[:, :1])[0])
+
+    def decode(self, tgt, memory, src):
+        src_mask, tgt_mask = self.masks(src, tgt)
+        return self.generator(self.decoder(tgt, memory, src_mask, tgt_mask))
+
+    def forward(self, src, tgt):
+        return self.decode(tgt, self.encode(src), src)
+
+
+class TorchLayersTransformer(Transformer):
+    """Layers built on nn.MultiheadAttention: checked by properties only."""
+
+    enc_cls, dec_cls = TorchAttentionEncoderLayer, TorchAttentionDecoderLayer
+
+
+CORRECT = [Transformer, TiedTransformer, StackTransformer, TorchLayersTransformer]
+
+
+@pytest.mark.parametrize("impl", CORRECT)
+def test_transformer_accepts_correct_variants(impl):
+    expect(check_transformer(impl), "passed")
+
+
+def test_transformer_says_what_it_recognised():
+    tied = check_transformer(TiedTransformer)
+    assert any("tied to the target embedding" in item for item in tied.checked), str(tied)
+    stack = check_transformer(StackTransformer)
+    assert any("final LayerNorm" in item for item in stack.checked), str(stack)
+    torch_layers = check_transformer(TorchLayersTransformer)
+    assert any("could not all be found" in item for item in torch_layers.checked), str(torch_layers)
+
+
+# --------------------------------------------------------------------------
+# Wrong variants.
+
+
+def _variant(**methods):
+    class Variant(Transformer):
+        pass
+
+    for name, method in methods.items():
+        setattr(Variant, name, method)
+    return Variant
+
+
+class SharedLayersTransformer(Transformer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        n = len(self.encoder_layers)
+        self.encoder_layers = nn.ModuleList([self.encoder_layers[0]] * n)
+        self.decoder_layers = nn.ModuleList([self.decoder_layers[0]] * n)
+
+
+class LearnedTableTransformer(Transformer):
+    """The positional table as a learnable nn.Parameter."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        table = self.positions.pe
+        del self.positions.pe
+        self.positions.pe = nn.Parameter(table.clone())
+
+
+class UnusedModuleTransformer(Transformer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.final_norm = nn.LayerNorm(self.d_model)
+
+
+class NoDropoutTransformer(Transformer):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, 0.0, max_len, pad_id)
+
+
+class NoEncodeTransformer(Transformer):
+    encode = None
+
+    def forward(self, src, tgt):
+        return self.decode(tgt, Transformer.encode(self, src), src)
+
+
+def _decode_without_src_mask(self, tgt, memory, src):
+    y = self.embed(self.tgt_embed, tgt)
+    for layer in self.decoder_layers:
+        y = layer(y, memory, None, self.tgt_mask(tgt))
+    return self.output(y)
+
+
+def _decode_without_memory(self, tgt, memory, src):
+    y = self.embed(self.tgt_embed, tgt)
+    for layer in self.decoder_layers:
+        y = layer(y, y, None, self.tgt_mask(tgt))
+    return self.output(y)
+
+
+WRONG = {
+    "softmax at the end": (_variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).softmax(-1)), ["probabilities", "softmax"]),
+    "log_softmax at the end": (_variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).log_softmax(-1)), ["log-probabilities"]),
+    "no positional encoding": (_variant(embed=lambda s, emb, tokens: emb(tokens) * math.sqrt(s.d_model)), ["word order"]),
+    "layer * N": (SharedLayersTransformer, ["share their weights", "[layer] * num_layers"]),
+    "no src mask in cross-attention": (_variant(decode=_decode_without_src_mask), ["cross-attention does not use the source mask"]),
+    "pad id hard-coded": (
+        _variant(src_mask=lambda s, src: (src != 0)[:, None, None, :],
+                 tgt_mask=lambda s, tgt: (tgt != 0)[:, None, None, :] & torch.tril(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool))),
+        ["token 0 as padding"],
+    ),
+    "no source mask at all": (_variant(src_mask=lambda s, src: None), ["padding is not masked"]),
+    "no causal mask": (_variant(tgt_mask=lambda s, tgt: (tgt != s.pad_id)[:, None, None, :]), ["see the future"]),
+    "encoder output unused": (_variant(decode=_decode_without_memory), ["does not use the encoder"]),
+    "no sqrt(d_model)": (_variant(embed=lambda s, emb, tokens: s.positions(emb(tokens))), ["not multiplied by sqrt(d_model)"]),
+    "times d_model": (_variant(embed=lambda s, emb, tokens: s.positions(emb(tokens) * s.d_model)), ["instead of sqrt(d_model)"]),
+    "learned table as a parameter": (LearnedTableTransformer, ["register_buffer", "In yours"]),
+    "unused module": (UnusedModuleTransformer, ["receive no gradient", "final_norm.weight"]),
+    "forward differs from decode": (
+        _variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt) * 2.0),
+        ["decode(tgt, encode(src), src)", "equal forward"],
+    ),
+    "no encode method": (NoEncodeTransformer, ["no method `encode`"]),
+    "dropout ignored": (NoDropoutTransformer, ["dropout is not applied"]),
+    "dropout in eval mode": (
+        _variant(embed=lambda s, emb, tokens: F.dropout(s.positions(emb(tokens) * math.sqrt(s.d_model)), 0.5 if s.positions.dropout.p else 0.0)),
+        ["active in eval mode"],
+    ),
+    "no return": (_variant(forward=lambda s, src, tgt: None), ["forget a `return`"]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_transformer_diagnoses(name):
+    impl, phrases = WRONG[name]
+    expect(check_transformer(impl), "failed", *phrases)
+
+
+def test_wrong_layers_inside_the_model_are_reported():
+    class PreLN(EncoderLayer):
+        def forward(self, x, mask=None):
+            x = x + self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask)
+            return x + self.ffn(self.norm2(x))
+
+    class PreLNTransformer(Transformer):
+        enc_cls = PreLN
+
+    expect(check_transformer(PreLNTransformer), "failed", "does not compute a post-LN encoder layer")
+
+
+def test_parameter_count_breakdown():
+    class BiggerFeedForward(Transformer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.extra = nn.Linear(self.d_model, self.d_model)
+
+        def decode(self, tgt, memory, src):
+            return Transformer.decode(self, tgt, self.extra(memory), src)
+
+    expect(check_transformer(BiggerFeedForward), "failed", "paper's layout has 10,685", "In yours", "other linear layers")
+
+
+# --------------------------------------------------------------------------
+# Outcomes.
+
+
+def test_stub_is_not_attempted():
+    class Stub(nn.Module):
+        def __init__(self, *args, **kwargs):
+            super().__init__()
+            raise NotImplementedError()
+
+    class StubForward(Transformer):
+        def forward(self, src, tgt):
+            raise NotImplementedError()
+
+    expect(check_transformer(Stub), "not attempted", "NotImplementedError")
+    expect(check_transformer(StubForward), "not attempted", "NotImplementedError")
+
+
+def test_crash_is_an_error():
+    class Crash(Transformer):
+        def forward(self, src, tgt):
+            return self.decode(tgt, self.encode(tgt), src[:, :1].float())
+
+    expect(check_transformer(Crash), "error", "It was called with")
+
+
+def test_in_place_change_of_the_input_is_reported():
+    class Mutating(Transformer):
+        def forward(self, src, tgt):
+            src[:, 0] = 1
+            return super().forward(src, tgt)
+
+    expect(check_transformer(Mutating), "failed", "in place")
+
+
+def test_not_a_class():
+    expect(check_transformer(Transformer(11, 13, 16, 4, 1, 24)), "failed", "expected a class")
+
+
+def test_rng_state_untouched_and_fast():
+    torch.manual_seed(3)
+    random.seed(3)
+    before, py_before = torch.get_rng_state(), random.getstate()
+    start = time.perf_counter()
+    result = check_transformer(Transformer)
+    print(f"check_transformer: {time.perf_counter() - start:.3f} s")
+    assert result.passed, str(result)
+    assert torch.equal(torch.get_rng_state(), before)
+    assert random.getstate() == py_before
