@@ -1,0 +1,171 @@
+"""The setup cell the generator stamps into every notebook (integration test, offline, ~15 s).
+
+On "Colab" it must install course_utils from the repository with pip and make
+the checkers importable; locally it must only import, and print nothing.
+
+Colab is simulated: a throwaway virtual environment in which course_utils is
+NOT importable (it sees the test environment's packages, torch included,
+through a plain path entry, so the editable install's import hook, itself a
+.pth file, is not processed there), a fake ``google.colab`` module, and the
+repository served by a local git repository made from the working tree (so
+uncommitted files count, and a clean CI clone works the same). The pip target
+comes from ``COURSE_UTILS_PIP_TARGET``; pip runs with no index (offline) and
+without build isolation (setuptools comes from the test environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from course_utils._schema import PIP_TARGET_ENV
+from course_utils.generate import load_config, main
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TOP_LEVEL = ("pyproject.toml", "README.md", "LICENSE", "MANIFEST.in", "setup.cfg", "setup.py")
+
+RUNNER = """\
+import importlib.util, json, os, sys
+
+sys.path.insert(0, sys.argv[2])  # the fake google.colab
+import google.colab
+
+found = importlib.util.find_spec("course_utils")
+assert found is None, f"course_utils was importable before the setup cell ran: {found.origin}"
+cell = open(sys.argv[1]).read()
+exec(compile(cell, "setup cell", "exec"), {"__name__": "__main__"})
+
+import course_utils
+from course_utils.checks import CheckResult, Status
+import course_utils.checks as checks
+
+resolved = []
+for name, module in sorted(checks._TOPICS.items()):
+    if os.path.exists(os.path.join(os.path.dirname(checks.__file__), module + ".py")):
+        assert callable(getattr(checks, name)), name
+        resolved.append(name)
+
+# Run again, as a learner would: already installed, so pip is not called (the target is broken).
+os.environ["COURSE_UTILS_PIP_TARGET"] = "/nonexistent/course_utils"
+exec(compile(cell, "setup cell", "exec"), {"__name__": "__main__"})
+print(json.dumps({"file": course_utils.__file__, "checkers": resolved}))
+"""
+
+
+def setup_cell(tmp_path: Path) -> str:
+    """The setup cell's source, taken from an exercise notebook generated with the real [tool.course] settings."""
+    root = tmp_path / "course"
+    (root / "solutions").mkdir(parents=True)
+    shutil.copyfile(REPO_ROOT / "pyproject.toml", root / "pyproject.toml")
+    solution = {
+        "cells": [{"cell_type": "markdown", "id": "title", "metadata": {}, "source": "# Title"}],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    (root / "solutions" / "01_x.ipynb").write_text(json.dumps(solution))
+    assert main(["--root", str(root)]) == 0
+    cells = json.loads((root / "notebooks" / "01_x.ipynb").read_text())["cells"]
+    assert cells[1]["metadata"]["tags"] == ["colab-setup"]
+    return "".join(cells[1]["source"])
+
+
+def snapshot_repository(destination: Path, branch: str) -> None:
+    """A git repository holding the package as it is in the working tree (tracked and new files)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()
+    for name in listed:
+        source = REPO_ROOT / name
+        if source.is_file() and (name.startswith("course_utils/") or name in TOP_LEVEL):
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, destination / name)
+    if not (destination / "README.md").exists():
+        (destination / "README.md").write_text("placeholder\n")
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", "-b", branch], cwd=destination, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=destination, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "snapshot"], cwd=destination, check=True)
+
+
+def colab_like_python(venv: Path) -> Path:
+    """A virtual environment that sees this environment's packages (torch...) but not course_utils's import hook."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    parents = list(site.getsitepackages()) + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    (Path(purelib) / "_test_environment.pth").write_text("\n".join(parents) + "\n")
+    return python
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PIP_TARGET", "PIP_PREFIX")}
+    env.update(PYTHONNOUSERSITE="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(extra)
+    return env
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_on_colab_the_setup_cell_installs_the_package_and_the_checkers_import(tmp_path: Path) -> None:
+    config = load_config(REPO_ROOT)
+    cell = tmp_path / "setup_cell.py"
+    cell.write_text(setup_cell(tmp_path))
+    assert config.pip_target in cell.read_text()
+
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    snapshot_repository(repository, config.branch)
+    python = colab_like_python(tmp_path / "colab")
+
+    fake = tmp_path / "fake"
+    (fake / "google" / "colab").mkdir(parents=True)
+    (fake / "google" / "__init__.py").write_text("")
+    (fake / "google" / "colab" / "__init__.py").write_text('"""Stands in for Colab."""\n')
+    runner = tmp_path / "runner.py"
+    runner.write_text(RUNNER)
+    isolated = tmp_path / "cwd"
+    isolated.mkdir()
+
+    env = clean_env(
+        **{PIP_TARGET_ENV: f"git+{repository.as_uri()}@{config.branch}"},
+        PIP_NO_INDEX="1",  # offline: nothing may come from an index
+        PIP_NO_BUILD_ISOLATION="0",  # pip's spelling of "build without isolation"
+    )
+    done = subprocess.run(
+        [str(python), str(runner), str(cell), str(fake)], cwd=isolated, env=env, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(report["file"]).resolve().is_relative_to((tmp_path / "colab").resolve()), report["file"]
+    expected = sorted(
+        name for name, module in _topics().items() if (repository / "course_utils" / "checks" / f"{module}.py").exists()
+    )
+    assert report["checkers"] == expected
+
+
+def _topics() -> dict[str, str]:
+    import course_utils.checks as checks
+
+    return dict(checks._TOPICS)
+
+
+def test_locally_the_setup_cell_only_imports_and_prints_nothing(tmp_path: Path) -> None:
+    cell = setup_cell(tmp_path)
+    # A broken pip target proves pip is never called outside Colab.
+    env = clean_env(**{PIP_TARGET_ENV: "/nonexistent/course_utils"})
+    script = f"exec(compile({cell!r}, 'setup cell', 'exec'), {{}})\nimport sys\nassert 'course_utils' in sys.modules"
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == ""
