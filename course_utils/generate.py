@@ -174,6 +174,7 @@ def setup_source(config: Config) -> str:
             "    importlib.invalidate_caches()",
             "",
             "import course_utils",
+            "from course_utils.solutions import show_solution  # stuck? show_solution(\"name\") shows the reference code",
         ]
     )
 

@@ -370,7 +370,7 @@ def test_setup_cell_installs_only_what_colab_lacks(course: Path) -> None:
     assert '"sacrebleu": "sacrebleu>=2"' in source and '"datasets": "datasets"' in source
     assert "torch" not in source.split("_requirements")[1], "torch is never (re)installed"
     assert "jupyterlab" not in source
-    assert source.rstrip().endswith("import course_utils")
+    assert "\nimport course_utils\n" in source and source.rstrip().endswith("shows the reference code")
 
 
 def test_stamping_keeps_every_other_byte_of_the_solution(course: Path) -> None:
