@@ -81,8 +81,54 @@ def returns_list(query, key, value, mask=None):
     return list(reference(query, key, value, mask))
 
 
-CORRECT = [reference, with_minus_1e9, with_einsum_and_where, with_additive_mask, with_fused_kernel,
-           by_hand_stable, mask_then_renormalise, returns_list]
+def in_float64_cast_back(query, key, value, mask=None):
+    q, k, v = query.double(), key.double(), value.double()
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = F.softmax(scores, dim=-1, dtype=torch.float64)
+    return (weights @ v).to(query.dtype), weights.to(query.dtype)
+
+
+def with_baddbmm(query, key, value, mask=None):
+    lead, L_q, L_k = query.shape[:-2], query.size(-2), key.size(-2)
+    q = query.reshape(-1, L_q, query.size(-1))  # (N, L_q, d_k)
+    k = key.reshape(-1, L_k, key.size(-1))
+    v = value.reshape(-1, L_k, value.size(-1))
+    bias = torch.zeros(q.size(0), L_q, L_k)
+    if mask is not None:
+        bias = bias.masked_fill(~mask.expand(*lead, L_q, L_k).reshape(-1, L_q, L_k), float("-inf"))
+    scores = torch.baddbmm(bias, q, k.transpose(1, 2), alpha=1 / math.sqrt(q.size(-1)))
+    weights = scores.softmax(-1)
+    return torch.bmm(weights, v).reshape(*lead, L_q, -1), weights.reshape(*lead, L_q, L_k)
+
+
+def log_sum_exp(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.exp(scores - torch.logsumexp(scores, dim=-1, keepdim=True))
+    return weights @ value, weights
+
+
+def additive_minus_1e9(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (1 - mask.float()) * -1e9  # 0 where allowed, -1e9 where hidden
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def float64_weights_returned(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=-1, dtype=torch.float64)  # kept in float64: harmless for the weights
+    return weights.to(value.dtype) @ value, weights
+
+
+CORRECT = [float64_weights_returned, additive_minus_1e9, reference, with_minus_1e9, with_einsum_and_where, with_additive_mask, with_fused_kernel,
+           by_hand_stable, mask_then_renormalise, returns_list, in_float64_cast_back, with_baddbmm, log_sum_exp]
 
 
 @pytest.mark.parametrize("impl", CORRECT, ids=lambda f: f.__name__)
@@ -198,6 +244,73 @@ def mask_named_differently(query, key, value, attn_mask=None):
     return reference(query, key, value, attn_mask)
 
 
+def weights_detached(query, key, value, mask=None):
+    _, w = reference(query, key, value, mask)
+    w = w.detach()
+    return w @ value, w
+
+
+def under_no_grad(query, key, value, mask=None):
+    with torch.no_grad():
+        return reference(query, key, value, mask)
+
+
+def returns_float64(query, key, value, mask=None):
+    return reference(query.double(), key.double(), value.double(), mask)
+
+
+def half_precision_inside(query, key, value, mask=None):
+    out, w = reference(query.half(), key.half(), value.half(), mask)
+    return out.float(), w.float()
+
+
+def log_softmax_weights(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = F.log_softmax(scores, dim=-1)
+    return w.exp() @ value, w
+
+
+def precedence_scale(query, key, value, mask=None):
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / (d_k ** 1 / 2)  # (d_k ** 1) / 2, not sqrt(d_k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = scores.softmax(-1)
+    return w @ value, w
+
+
+def weights_before_mask(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    unmasked = scores.softmax(-1)
+    out, _ = reference(query, key, value, mask)
+    return out, unmasked
+
+
+def first_batch_mask(query, key, value, mask=None):
+    if mask is not None and mask.dim() >= 3:
+        mask = mask[:1]  # right only when the batch has one element
+    return reference(query, key, value, mask)
+
+
+def causal_when_square(query, key, value, mask=None):
+    L_q, L_k = query.size(-2), key.size(-2)
+    if mask is None and L_q == L_k:
+        mask = torch.ones(L_q, L_k, dtype=torch.bool).tril()
+    return reference(query, key, value, mask)
+
+
+def transposed_when_square(query, key, value, mask=None):
+    out, w = reference(query, key, value, mask)
+    return out, (w.transpose(-2, -1) if w.size(-1) == w.size(-2) else w)
+
+
+def output_divided_by_sqrt_dk(query, key, value, mask=None):
+    out, w = reference(query, key, value, mask)
+    return out / math.sqrt(query.size(-1)), w
+
+
 # the crash hints: these mistakes make the learner's code raise, so the result is an "error" with a hint
 CRASH_HINTS = ("works on 2-D inputs", "works when L_q == L_k", "expected shapes", "worked on 4-d inputs", "positionally")
 
@@ -212,7 +325,7 @@ WRONG = [
     ("multiply by sqrt d_k", _sdpa(scale=lambda q, k, v: math.sqrt(q.size(-1))), ["multiplied by sqrt(d_k)"]),
     ("sqrt d_v", _sdpa(scale=lambda q, k, v: 1 / math.sqrt(v.size(-1))), ["sqrt(d_v)"]),
     ("sqrt L_k", _sdpa(scale=lambda q, k, v: 1 / math.sqrt(k.size(-2))), ["sqrt(L_k)"]),
-    ("hard-coded sqrt 64", _sdpa(scale=lambda q, k, v: 1 / 8), ["multiplied by 0.1250", "1/sqrt(d_k) = 0.5000"]),
+    ("hard-coded sqrt 64", _sdpa(scale=lambda q, k, v: 1 / 8), ["multiplied by 0.1250", "1/sqrt(d_k) = 0.4082"]),
     ("inverted mask", _sdpa(invert=True), ["polarity", "inverted", "True means 'may attend'"]),
     ("inverted mask -1e9", _sdpa(invert=True, fill=-1e9), ["polarity", "inverted"]),
     ("mask after softmax (0)", _sdpa(after=True, fill=0.0), ["after the softmax"]),
@@ -235,6 +348,21 @@ WRONG = [
     ("dropout", with_dropout, ["different results for the same inputs", "dropout"]),
     ("NaN output", returns_nan, ["output contains", "nan"]),
     ("mask parameter name", mask_named_differently, ["positionally", "`mask`"]),
+    ("weights detached", weights_detached, ["no gradient", "`query` and `key`", "detach"]),
+    ("under no_grad", under_no_grad, ["does not require grad", "no_grad"]),
+    ("returns float64", returns_float64, ["dtype torch.float64", "inputs are torch.float32"]),
+    ("half precision inside", half_precision_inside, ["not within float32 precision", "half"]),
+    ("log_softmax", log_softmax_weights, ["logarithms", "log_softmax"]),
+    ("d_k ** 1 / 2", precedence_scale, ["d_k / 2", "precedence"]),
+    ("fill -100", _sdpa(fill=-100.0), ["large scores", "not negative enough"]),
+    ("weights before mask", weights_before_mask, ["output is right", "before the mask"]),
+    ("first batch's mask", first_batch_mask, ["mask of the first batch element"]),
+    ("causal when square", causal_when_square, ["same length", "causal mask on its own"]),
+    ("transposed when square", transposed_when_square, ["do not sum to 1", "transposed"]),
+    ("output scaled too", output_divided_by_sqrt_dk, ["output", "divided by sqrt(d_k)", "scores"]),
+    ("scaled twice", _sdpa(scale=lambda q, k, v: 1 / q.size(-1)), ["sqrt(d_k) twice"]),
+    ("additive mask inverted", _sdpa(invert=True, fill=-1e4), ["polarity is inverted"]),
+    ("sqrt d_v, 3-D", _sdpa(scale=lambda q, k, v: 1 / math.sqrt(v.size(-1))), ["sqrt(d_v)", "d_k = 6"]),
 ]
 
 
@@ -249,7 +377,7 @@ def test_crash_is_an_error_with_the_inputs():
     def crashes(query, key, value, mask=None):
         return torch.cat([query, key], dim=0), None
 
-    expect(check(crashes), "error", "RuntimeError", "query = tensor of shape (2, 3, 5, 4)")
+    expect(check(crashes), "error", "RuntimeError", "query = tensor of shape (2, 3, 5, 6)")
 
 
 def test_not_a_function():

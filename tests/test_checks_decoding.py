@@ -204,6 +204,7 @@ def one_sentence_only(model, src, max_len, bos_id, eos_id, pad_id):
 
 
 def per_sentence_loop(model, src, max_len, bos_id, eos_id, pad_id):
+    """Correct but slow: one greedy decoding per sentence (each sentence is still encoded once)."""
     rows = []
     for b in range(src.size(0)):
         rows.append(greedy_decode(model, src[b : b + 1], max_len, bos_id, eos_id, pad_id)[0])
@@ -237,7 +238,6 @@ def test_accepts_correct_variants(fn):
     [
         (encodes_every_step, ["called model.encode", "times", "once"]),
         (calls_forward, ["called model.encode", "model(src, ys)"]),
-        (per_sentence_loop, ["called model.encode 3 times", "once per sentence"]),
         (first_position, ["first position", "logits[:, -1, :]"]),
         (wrong_axis, ["not the argmax of the logits at the last position", "dim=-1"]),
         (last_token_only, ["single token", "only the last token", "whole prefix"]),
@@ -291,3 +291,173 @@ def test_src_is_not_modified():
         return out
 
     expect(check_greedy_decode(clobbers_src), "failed", "changed its input `src` in place")
+
+
+# --------------------------------------------------------------------------
+# Red-team catalogue: less common mistakes and unusual correct solutions.
+
+
+def per_sentence_without_padding(model, src, max_len, bos_id, eos_id, pad_id):
+    """Decodes each sentence alone, with its source padding cut off (a real model gives the same)."""
+    rows = []
+    for b in range(src.size(0)):
+        sentence = src[b][src[b] != pad_id].unsqueeze(0)  # (1, S_b)
+        memory = model.encode(sentence)
+        ys = [bos_id]
+        while len(ys) < max_len:
+            token = int(model.decode(torch.tensor([ys]), memory, sentence)[0, -1].argmax())
+            ys.append(token)
+            if token == eos_id:
+                break
+        rows.append(ys)
+    width = max(len(row) for row in rows)
+    return torch.tensor([row + [pad_id] * (width - len(row)) for row in rows])
+
+
+def shared_memory_rows(model, src, max_len, bos_id, eos_id, pad_id):
+    """Encodes the batch once, then decodes sentence by sentence with rows of memory."""
+    memory = model.encode(src)
+    rows = []
+    for b in range(src.size(0)):
+        ys = torch.tensor([[bos_id]])
+        while ys.size(1) < max_len:
+            token = model.decode(ys, memory[b : b + 1], src[b : b + 1])[:, -1].argmax(-1, keepdim=True)
+            ys = torch.cat([ys, token], dim=1)
+            if token.item() == eos_id:
+                break
+        rows.append(ys[0])
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=pad_id)
+
+
+def masks_after_the_loop(model, src, max_len, bos_id, eos_id, pad_id):
+    """Lets finished sentences keep generating, stops when all have an EOS, then pads after the first EOS."""
+    memory = model.encode(src)
+    ys = torch.full((src.size(0), 1), bos_id)
+    while ys.size(1) < max_len and not (ys == eos_id).any(1).all():
+        ys = torch.cat([ys, model.decode(ys, memory, src)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    is_eos = (ys == eos_id).long()
+    after_eos = (is_eos.cumsum(1) - is_eos) > 0
+    return ys.masked_fill(after_eos, pad_id)
+
+
+@torch.inference_mode()
+def inference_mode_and_eval(model, src, max_len, bos_id, eos_id, pad_id):
+    model.eval()
+    src = src.to(next(model.parameters()).device)
+    memory = model.encode(src)
+    ys = torch.ones(src.size(0), 1).fill_(bos_id).type_as(src)
+    alive = torch.ones(src.size(0), dtype=torch.bool)
+    for _ in range(max_len - 1):
+        _, token = torch.max(model.decode(ys, memory, src)[:, -1].softmax(-1), dim=1)
+        token = token * alive + pad_id * ~alive
+        ys = torch.cat([ys, token[:, None]], dim=1)
+        alive = alive & (token != eos_id)
+        if not alive.any():
+            break
+    return ys
+
+
+@pytest.mark.parametrize(
+    "fn", [shared_memory_rows, masks_after_the_loop, inference_mode_and_eval]
+)
+def test_accepts_unusual_correct_variants(fn):
+    expect(check_greedy_decode(fn), "passed")
+
+
+@pytest.mark.parametrize("fn", [per_sentence_loop, per_sentence_without_padding])
+def test_decoding_one_sentence_at_a_time_is_not_batched(fn):
+    """Right tokens, but the contract asks for one encoder call for the whole batch."""
+    expect(check_greedy_decode(fn), "failed", "one at a time", "batched decoding")
+
+
+def per_sentence_encoding_every_step(model, src, max_len, bos_id, eos_id, pad_id):
+    rows = []
+    for b in range(src.size(0)):
+        ys = torch.tensor([[bos_id]])
+        for _ in range(max_len - 1):
+            token = model.decode(ys, model.encode(src[b : b + 1]), src[b : b + 1])[0, -1].argmax().item()
+            ys = torch.cat([ys, torch.tensor([[token]])], dim=1)
+            if token == eos_id:
+                break
+        rows.append(ys[0])
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=pad_id)
+
+
+def _variant(model, src, max_len, bos_id, eos_id, pad_id, *, pick=None, fill=None, cumulative=True):
+    memory = model.encode(src)
+    ys = torch.full((src.size(0), 1), bos_id)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len - 1):
+        logits = model.decode(ys, memory, src)
+        token = pick(logits) if pick else logits[:, -1].argmax(-1)
+        token = token.masked_fill(finished, pad_id if fill is None else fill)
+        ys = torch.cat([ys, token[:, None]], dim=1)
+        finished = (finished | (token == eos_id)) if cumulative else token == eos_id
+        if finished.all():
+            break
+    return ys
+
+
+def pads_with_eos(model, src, max_len, bos_id, eos_id, pad_id):
+    return _variant(model, src, max_len, bos_id, eos_id, pad_id, fill=eos_id)
+
+
+def finished_not_remembered(model, src, max_len, bos_id, eos_id, pad_id):
+    return _variant(model, src, max_len, bos_id, eos_id, pad_id, cumulative=False)
+
+
+def softmax_over_the_batch(model, src, max_len, bos_id, eos_id, pad_id):
+    return _variant(model, src, max_len, bos_id, eos_id, pad_id, pick=lambda lg: lg[:, -1].softmax(0).argmax(-1))
+
+
+def samples(model, src, max_len, bos_id, eos_id, pad_id):
+    pick = lambda lg: torch.multinomial(lg[:, -1].softmax(-1), 1).squeeze(1)  # noqa: E731
+    return _variant(model, src, max_len, bos_id, eos_id, pad_id, pick=pick)
+
+
+def eos_overwritten_by_pad(model, src, max_len, bos_id, eos_id, pad_id):
+    memory = model.encode(src)
+    ys = torch.full((src.size(0), 1), bos_id)
+    finished = torch.zeros(src.size(0), dtype=torch.bool)
+    for _ in range(max_len - 1):
+        token = model.decode(ys, memory, src)[:, -1].argmax(-1)
+        finished = finished | (token == eos_id)  # updated before padding: the EOS itself becomes pad
+        ys = torch.cat([ys, token.masked_fill(finished, pad_id)[:, None]], dim=1)
+        if finished.all():
+            break
+    return ys
+
+
+def encodes_a_truncated_source(model, src, max_len, bos_id, eos_id, pad_id):
+    return greedy_decode(model, src[:, :-1], max_len, bos_id, eos_id, pad_id)
+
+
+@pytest.mark.parametrize(
+    "fn, phrases",
+    [
+        (per_sentence_encoding_every_step, ["called model.encode", "should call it once"]),
+        (pads_with_eos, ["every later position should be pad_id"]),
+        (finished_not_remembered, ["every later position should be pad_id", "finished"]),
+        (softmax_over_the_batch, ["not the argmax of the logits at the last position", "dim=-1"]),
+        (samples, ["the model's choice is", "argmax"]),
+        (eos_overwritten_by_pad, ["the model's choice is", "your token is pad_id"]),
+        (encodes_a_truncated_source, ["model.encode received other sentences", "model.encode(src)"]),
+    ],
+)
+def test_diagnoses_unusual_mistakes(fn, phrases):
+    expect(check_greedy_decode(fn), "failed", *phrases)
+
+
+def test_source_given_as_a_mask_is_an_error():
+    def passes_a_mask(model, src, max_len, bos_id, eos_id, pad_id):
+        memory = model.encode(src)
+        return model.decode(torch.full((src.size(0), 1), bos_id), memory, src != pad_id)
+
+    expect(check_greedy_decode(passes_a_mask), "error", "ValueError", "not a mask")
+
+
+def test_sampling_leaves_the_rng_untouched():
+    torch.manual_seed(9)
+    before = torch.get_rng_state()
+    check_greedy_decode(samples)
+    assert torch.equal(before, torch.get_rng_state())

@@ -235,3 +235,108 @@ def test_leaves_rng_untouched_and_is_fast():
     expect(check_label_smoothing_loss(noisy), "passed")
     print(f"check_label_smoothing_loss: {time.perf_counter() - start:.3f} s")
     assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+# --------------------------------------------------------------------------
+# Red-team catalogue: less common mistakes and unusual correct solutions.
+
+
+def returns_float64(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits.double(), target, label_smoothing=smoothing, ignore_index=pad_id)
+
+
+def python_loop(logits, target, smoothing, pad_id):
+    total, count = 0.0, 0
+    for i in range(logits.shape[0]):
+        if int(target[i]) == pad_id:
+            continue
+        log_probs = F.log_softmax(logits[i], dim=-1)
+        total = total - (1 - smoothing) * log_probs[target[i]] - smoothing * log_probs.mean()
+        count += 1
+    return total / count
+
+
+def kl_div_module_plus_entropy(logits, target, smoothing, pad_id):
+    real = target != pad_id
+    q = F.one_hot(target[real], logits.shape[-1]) * (1 - smoothing) + smoothing / logits.shape[-1]
+    kl = torch.nn.KLDivLoss(reduction="sum")(F.log_softmax(logits[real], -1), q)
+    return (kl - torch.xlogy(q, q).sum()) / real.sum()
+
+
+@pytest.mark.parametrize("fn", [returns_float64, python_loop, kl_div_module_plus_entropy])
+def test_accepts_unusual_correct_variants(fn):
+    expect(check_label_smoothing_loss(fn), "passed")
+
+
+def half_precision(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits.half(), target, label_smoothing=smoothing, ignore_index=pad_id)
+
+
+def bfloat16(logits, target, smoothing, pad_id):
+    return F.cross_entropy(logits.bfloat16(), target, label_smoothing=smoothing, ignore_index=pad_id)
+
+
+def true_class_overwritten(logits, target, smoothing, pad_id):
+    q = torch.full_like(logits, smoothing / logits.shape[-1]).scatter(1, target[:, None], 1 - smoothing)
+    real = target != pad_id
+    return -(q * F.log_softmax(logits, -1)).sum(-1)[real].mean()
+
+
+def mask_inverted(logits, target, smoothing, pad_id):
+    per_token = F.cross_entropy(logits, target, label_smoothing=smoothing, reduction="none")
+    return per_token[target == pad_id].mean()
+
+
+def log_softmax_over_positions(logits, target, smoothing, pad_id):
+    q = F.one_hot(target, logits.shape[-1]) * (1 - smoothing) + smoothing / logits.shape[-1]
+    real = target != pad_id
+    return -(q * F.log_softmax(logits, dim=0)).sum(-1)[real].mean()
+
+
+def nll_loss_on_logits(logits, target, smoothing, pad_id):
+    return F.nll_loss(logits, target, ignore_index=pad_id)
+
+
+def kl_batchmean(logits, target, smoothing, pad_id):
+    q = F.one_hot(target, logits.shape[-1]) * (1 - smoothing) + smoothing / logits.shape[-1]
+    q = q * (target != pad_id)[:, None]
+    return F.kl_div(F.log_softmax(logits, -1), q, reduction="batchmean")
+
+
+def divides_by_vocab_size(logits, target, smoothing, pad_id):
+    per_token = F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id, reduction="none")
+    return per_token.sum() / logits.shape[-1]
+
+
+@pytest.mark.parametrize(
+    "fn, phrases",
+    [
+        (half_precision, ["dtype float16", "significant digits"]),
+        (bfloat16, ["dtype bfloat16"]),
+        (true_class_overwritten, ["1-smoothing+smoothing/v", "overwritten"]),
+        (mask_inverted, ["pad positions only", "inverted"]),
+        (log_softmax_over_positions, ["wrong axis", "dim=-1"]),
+        (nll_loss_on_logits, ["raw logits", "log_softmax", "ignores the smoothing"]),
+        (kl_batchmean, ["kl divergence", "still divide by n"]),
+        (divides_by_vocab_size, ["does not match", "mean over the positions where target != pad_id"]),
+    ],
+)
+def test_diagnoses_unusual_mistakes(fn, phrases):
+    expect(check_label_smoothing_loss(fn), "failed", *phrases)
+
+
+def test_one_hot_without_num_classes_is_an_error():
+    def one_hot_too_narrow(logits, target, smoothing, pad_id):
+        q = F.one_hot(target) * (1 - smoothing) + smoothing / logits.shape[-1]
+        return -(q * F.log_softmax(logits, -1)).sum(-1)[target != pad_id].mean()
+
+    expect(check_label_smoothing_loss(one_hot_too_narrow), "error", "RuntimeError")
+
+
+def test_no_case_has_as_many_real_tokens_as_classes():
+    """Dividing by V instead of the number of real tokens must never be right by accident."""
+    from course_utils.checks.loss import _cases, _large_case
+
+    for case in [*_cases(), _large_case()]:
+        real = int((case["target"] != case["pad_id"]).sum())
+        assert real != case["logits"].shape[1] and real != case["logits"].shape[0]

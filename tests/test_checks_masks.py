@@ -41,18 +41,20 @@ def padding_indexing(tokens, pad_id):
     return ~(tokens == pad_id)[:, None, None, :]
 
 
-def padding_from_lengths(tokens, pad_id):
-    lengths = (tokens != pad_id).sum(dim=1)  # right-padded batches
-    positions = torch.arange(tokens.size(1))
-    return (positions[None, :] < lengths[:, None]).reshape(tokens.size(0), 1, 1, -1)
-
-
 def padding_where(tokens, pad_id):
     return torch.where(tokens == pad_id, False, True)[:, None, None]
 
 
-@pytest.mark.parametrize("impl", [padding_reference, padding_view, padding_indexing, padding_from_lengths,
-                                  padding_where], ids=lambda f: f.__name__)
+def padding_numpy(tokens, pad_id):
+    return torch.from_numpy(tokens.numpy() != pad_id).view(tokens.size(0), 1, 1, -1)
+
+
+def padding_ones_masked_fill(tokens, pad_id):
+    return torch.ones_like(tokens, dtype=torch.bool).masked_fill(tokens == pad_id, False)[:, None, None]
+
+
+@pytest.mark.parametrize("impl", [padding_reference, padding_view, padding_indexing, padding_where, padding_numpy,
+                                  padding_ones_masked_fill], ids=lambda f: f.__name__)
 def test_padding_correct(impl):
     expect(check_padding_mask(impl), "passed")
 
@@ -60,6 +62,23 @@ def test_padding_correct(impl):
 def padding_in_place(tokens, pad_id):
     tokens[tokens != pad_id] = 1  # overwrites the caller's tokens
     return (tokens == 1)[:, None, None]
+
+
+def padding_from_lengths(tokens, pad_id):
+    lengths = (tokens != pad_id).sum(dim=1)  # assumes the padding is at the end
+    positions = torch.arange(tokens.size(1))
+    return (positions[None, :] < lengths[:, None]).reshape(tokens.size(0), 1, 1, -1)
+
+
+def padding_cut_at_first_pad(tokens, pad_id):
+    is_pad = (tokens == pad_id).long()
+    return (is_pad.cumsum(dim=1) == 0)[:, None, None]  # everything after the first pad is hidden
+
+
+def padding_first_token_real(tokens, pad_id):
+    mask = tokens != pad_id
+    mask[:, 0] = True  # assumes every sentence starts with a real token (BOS)
+    return mask[:, None, None]
 
 
 PADDING_WRONG = [
@@ -77,6 +96,12 @@ PADDING_WRONG = [
     ("no return", lambda t, p: None, ["forget a `return`"]),
     ("numpy", lambda t, p: (t.numpy() != p)[:, None, None], ["should be a torch.tensor", "ndarray"]),
     ("fixed batch size", lambda t, p: (t != p).reshape(3, 1, 1, -1), None),
+    ("greater than pad id", lambda t, p: (t > p)[:, None, None], ["wrong values", "pad_id = 3", "real tokens"]),
+    ("tokens.bool()", lambda t, p: t.bool()[:, None, None], ["pad id 0 is hard-coded"]),
+    ("from lengths", padding_from_lengths, ["first n positions", "padded at the start", "tokens != pad_id"]),
+    ("cut at first pad", padding_cut_at_first_pad, ["wrong values", "pad_id = 2", "real tokens"]),
+    ("first token always real", padding_first_token_real, ["wrong values", "pad_id = 2"]),
+    ("uint8", lambda t, p: (t != p).to(torch.uint8)[:, None, None], ["dtype torch.uint8", "boolean"]),
 ]
 
 
@@ -120,8 +145,17 @@ def causal_transposed_upper(size):
     return torch.triu(torch.ones(size, size, dtype=torch.bool)).T
 
 
+def causal_ones_tril_bool(size):
+    return torch.ones(size, size).tril().bool()
+
+
+def causal_expanded_view(size):
+    return torch.ones(1, 1, dtype=torch.bool).expand(size, size).tril()  # tril of a broadcast view
+
+
 @pytest.mark.parametrize("impl", [causal_reference, causal_from_triu, causal_arange, causal_numpy,
-                                  causal_transposed_upper], ids=lambda f: f.__name__)
+                                  causal_transposed_upper, causal_ones_tril_bool, causal_expanded_view],
+                         ids=lambda f: f.__name__)
 def test_causal_correct(impl):
     expect(check_causal_mask(impl), "passed")
 
@@ -136,6 +170,10 @@ CAUSAL_WRONG = [
     ("extra axes (seed 004)", lambda n: torch.triu(torch.ones((1, 1, n, n)), diagonal=1) == 0,
      ["wrong shape", "(1, 1, 5, 5)", "extra leading axes"]),
     ("hard-coded size", lambda n: torch.tril(torch.ones(5, 5, dtype=torch.bool)), ["wrong shape", "(5, 5)", "hard-coded"]),
+    ("triu (seed 003)", lambda n: torch.triu(torch.ones((1, n, n)) == 1), ["wrong shape", "extra leading axes"]),
+    ("additive float", lambda n: torch.triu(torch.full((n, n), float("-inf")), diagonal=1),
+     ["dtype torch.float32", "boolean"]),
+    ("numpy array", lambda n: np.tril(np.ones((n, n), dtype=bool)), ["should be a torch.tensor", "ndarray"]),
     ("random pattern", lambda n: (torch.arange(n)[:, None] + torch.arange(n)) % 2 == 0,
      ["wrong values", "row i"]),
     ("no return", lambda n: None, ["forget a `return`"]),
@@ -233,6 +271,9 @@ TARGET_WRONG = [
     ("no head axis (seed 003)", lambda t, p: target_reference(t, p)[:, 0], ["wrong shape", "head axis is missing"]),
     ("padding mask only shape", lambda t, p: KEYS(t, p), ["wrong shape", "padding mask alone"]),
     ("in place", target_in_place, ["changed its input `tokens` in place"]),
+    ("from lengths", _target(lambda t, p: padding_from_lengths(t, p), TRIL),
+     ["first n positions", "padded at the start"]),
+    ("heads axis of 8", lambda t, p: target_reference(t, p).expand(-1, 8, -1, -1), ["wrong shape", "(B, 1, L, L)"]),
 ]
 
 

@@ -69,17 +69,17 @@ class MHA(nn.Module):
         return self.W_o(self.dropout(self.merge(out)))
 
 
-class MHAEinsumNoBias(nn.Module):
-    """einsum for the heads, reshape instead of view, projections without bias."""
+class MHAEinsum(nn.Module):
+    """einsum for the heads, reshape instead of view."""
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
         assert d_model % num_heads == 0, "d_model must be a multiple of num_heads"
         self.h = num_heads
-        self.W_q = nn.Linear(d_model, d_model, bias=False)
-        self.W_k = nn.Linear(d_model, d_model, bias=False)
-        self.W_v = nn.Linear(d_model, d_model, bias=False)
-        self.W_o = nn.Linear(d_model, d_model, bias=False)
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
 
     def forward(self, query, key, value, mask=None):
         B, Lq, D = query.shape
@@ -142,7 +142,44 @@ class MHAPerHeadLoop(nn.Module):
         return self.W_o(self.drop(torch.cat(heads, dim=-1)))  # (B, L_q, d_model)
 
 
-CORRECT = [MHA, MHAEinsumNoBias, MHAFused, MHAPerHeadLoop]
+class MHATorchFunctional(MHA):
+    """Hands the learner's four projections to PyTorch's own multi-head attention function."""
+
+    def forward(self, query, key, value, mask=None):
+        B, L_q, D = query.shape
+        L_k = key.size(1)
+        blocked = None
+        if mask is not None:  # ours: True = may attend; PyTorch's attn_mask: True = blocked, (B * H, L_q, L_k)
+            blocked = (~mask.expand(B, 1, L_q, L_k)).expand(B, self.num_heads, L_q, L_k).reshape(-1, L_q, L_k)
+        out, _ = F.multi_head_attention_forward(
+            query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), D, self.num_heads,
+            None, torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias]), None, None, False,
+            self.dropout.p, self.W_o.weight, self.W_o.bias, training=self.training, need_weights=False,
+            attn_mask=blocked, use_separate_proj_weight=True, q_proj_weight=self.W_q.weight,
+            k_proj_weight=self.W_k.weight, v_proj_weight=self.W_v.weight,
+        )
+        return out.transpose(0, 1)  # (B, L_q, d_model)
+
+
+class MHAPrescaledAdditive(MHA):
+    """Scales the query first, then the fused kernel with scale=1 and an additive float mask."""
+
+    def attend(self, q, k, v, mask):
+        bias = None if mask is None else torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+        return F.scaled_dot_product_attention(q / math.sqrt(self.d_k), k, v, attn_mask=bias, scale=1.0)
+
+
+class MHAInFloat64(MHA):
+    """Computes in float64 and returns the input's dtype."""
+
+    def forward(self, query, key, value, mask=None):
+        lin = lambda layer, x: F.linear(x.double(), layer.weight.double(), layer.bias.double())  # noqa: E731
+        q, k, v = (self.split(lin(layer, x)) for layer, x in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
+        out = self.merge(self.attend(q, k, v, mask))  # (B, L_q, d_model)
+        return lin(self.W_o, out).to(query.dtype)
+
+
+CORRECT = [MHA, MHAEinsum, MHAFused, MHAPerHeadLoop, MHATorchFunctional, MHAPrescaledAdditive, MHAInFloat64]
 
 
 @pytest.mark.parametrize("cls", CORRECT, ids=[c.__name__ for c in CORRECT])
@@ -379,6 +416,96 @@ class PaddingMaskOnly(MHA):
         return super().attend(q, k, v, None if mask is None else mask[:, :, :1, :])
 
 
+class NoBias(MHA):
+    """Correct: the paper's projections are plain matrices, so bias=False is fine."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=False))
+
+
+class OutputProjectionFirst(MHA):
+    """Applies W_o to the values, before the heads are split and merged."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.project(query, key, value)
+        return self.merge(self.attend(self.split(q), self.split(k), self.split(self.W_o(v)), mask))
+
+
+class ResidualInside(MHA):
+    def forward(self, query, key, value, mask=None):
+        return query + super().forward(query, key, value, mask)
+
+
+class SelfAttentionOnly(MHA):
+    def forward(self, query, key, value, mask=None):
+        if mask is not None and mask.size(-1) != query.size(1):
+            mask = None
+        return super().forward(query, query, query, mask)
+
+
+class KeyQueryValueOrder(MHA):
+    """The argument order of seed 001: forward(key, query, value)."""
+
+    def forward(self, key, query, value, mask=None):
+        return super().forward(query, key, value, mask)
+
+
+class UnderNoGrad(MHA):
+    def forward(self, query, key, value, mask=None):
+        with torch.no_grad():
+            return super().forward(query, key, value, mask)
+
+
+class DetachedScores(MHA):
+    def attend(self, q, k, v, mask):
+        return super().attend(q.detach(), k.detach(), v, mask)
+
+
+class MaskUnsqueezed(MHA):
+    def attend(self, q, k, v, mask):
+        return super().attend(q, k, v, None if mask is None else mask.unsqueeze(1))
+
+
+class FirstBatchMask(MHA):
+    def attend(self, q, k, v, mask):
+        return super().attend(q, k, v, None if mask is None else mask[:1])
+
+
+class FourHeadsAlways(MHA):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.num_heads, self.d_k = 4, d_model // 4
+
+
+class AttentionDropoutFixedRate(MHA):
+    def attend(self, q, k, v, mask):
+        _, weights = scaled_dot_product_attention(q, k, v, mask)
+        return F.dropout(weights, 0.1) @ v
+
+
+class ReturnsFloat64(MHAInFloat64):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, mask).double()
+
+
+class InterleavedHeads(MHA):
+    """Splits and merges consistently, but each head takes every num_heads-th feature."""
+
+    def split(self, x):
+        B, L, _ = x.shape
+        return x.view(B, L, self.d_k, self.num_heads).permute(0, 3, 1, 2)  # (B, H, L, d_k)
+
+    def merge(self, x):
+        B, H, L, d_k = x.shape
+        return x.permute(0, 2, 3, 1).reshape(B, L, H * d_k)
+
+
+def test_mask_that_crashes_gets_a_hint():
+    expect(check_multi_head_attention(MaskUnsqueezed), "error", "works without a mask", "do not unsqueeze")
+
+
 MISTAKES = [
     (SharedHeadProjection, ["nn.Linear(4, 4)", "every head shares", "project first, then split"]),
     (QueryLengthForKeys, ["different lengths", "L_q=5, L_k=7", "query's length", "RuntimeError"]),
@@ -404,6 +531,17 @@ MISTAKES = [
     (ProjectionsOfOtherSize, ["W_o is nn.Linear(12, 24)"]),
     (ProjectionNamesOfTheSeed, ["no attributes W_q, W_k, W_v, W_o", "query_matrix = nn.Linear(12, 12)"]),
     (PaddingMaskOnly, ["mask of shape (B, 1, L_q, L_k)", "wrong values"]),
+    (OutputProjectionFirst, ["W_o is applied to the values before the heads are split"]),
+    (ResidualInside, ["plus the query", "residual"]),
+    (SelfAttentionOnly, ["values come from the `query` input"]),
+    (KeyQueryValueOrder, ["(key, query, value)", "forward(query, key, value, mask=None)"]),
+    (UnderNoGrad, ["does not require grad", "no_grad"]),
+    (DetachedScores, ["gradient with respect to query, key, W_q, W_k", "detach"]),
+    (FirstBatchMask, ["padding mask", "wrong values"]),
+    (FourHeadsAlways, ["4 heads of size 3", "num_heads=3"]),
+    (AttentionDropoutFixedRate, ["different outputs for the same input", "dropout"]),
+    (ReturnsFloat64, ["dtype torch.float64", "float32"]),
+    (InterleavedHeads, ["every num_heads-th feature", "consecutive features"]),
 ]
 
 
@@ -426,3 +564,9 @@ def test_leaves_the_rng_untouched_and_is_quick():
 def test_output_is_deterministic():
     assert str(check_multi_head_attention(MergeInterleaved)) == str(check_multi_head_attention(MergeInterleaved))
     assert str(check_multi_head_attention(DropoutInEval)) == str(check_multi_head_attention(DropoutInEval))
+
+
+def test_projections_without_bias_are_accepted():
+    result = check_multi_head_attention(NoBias)
+    expect(result, "passed")
+    assert any("without bias" in item for item in result.checked)

@@ -80,8 +80,22 @@ def pe_crash(max_len, d_model):
     return pe
 
 
+def pe_polar(max_len, d_model):
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    z = torch.polar(torch.ones(max_len, d_model // 2, dtype=torch.float64), pos * freq)  # cos + i sin
+    return torch.stack([z.imag, z.real], dim=-1).reshape(max_len, d_model).float()
+
+
+def pe_complex_exp(max_len, d_model):
+    angles = torch.outer(torch.arange(max_len).float(), 10000 ** (-torch.arange(0, d_model, 2).float() / d_model))
+    z = torch.exp(1j * angles.to(torch.complex64))  # (max_len, d_model / 2)
+    return torch.view_as_real(z).flip(-1).reshape(max_len, d_model)  # (real, imag) -> (sin, cos)
+
+
 @pytest.mark.parametrize(
-    "fn", [pe_vectorised, pe_loops, pe_pow_stack, pe_float64_numpy, pe_float64_then_float32, pe_where]
+    "fn", [pe_vectorised, pe_loops, pe_pow_stack, pe_float64_numpy, pe_float64_then_float32, pe_where, pe_polar,
+           pe_complex_exp]
 )
 def test_function_accepts_correct_variants(fn):
     result = check_positional_encoding(fn)
@@ -207,6 +221,36 @@ def wrong_hard_coded_16(max_len, d_model):
     return _generic(max_len, d_model, exponent=lambda col, d: 2 * (col // 2) / 16)
 
 
+def wrong_float16(max_len, d_model):
+    return pe_vectorised(max_len, d_model).half()
+
+
+def wrong_half_precision_inside(max_len, d_model):
+    return pe_vectorised(max_len, d_model).half().float()
+
+
+def wrong_exp_without_minus(max_len, d_model):
+    pos = torch.arange(max_len).unsqueeze(1).float()
+    div = torch.exp(torch.arange(0, d_model, 2).float() * (math.log(10000.0) / d_model))  # sign lost
+    pe = torch.zeros(max_len, d_model)
+    pe[:, 0::2] = torch.sin(pos * div)
+    pe[:, 1::2] = torch.cos(pos * div)
+    return pe
+
+
+def wrong_last_row_missing(max_len, d_model):
+    pe = torch.zeros(max_len, d_model)
+    pe[:-1] = pe_vectorised(max_len - 1, d_model) if max_len > 1 else pe[:-1]
+    return pe
+
+
+def wrong_last_pair_when_odd(max_len, d_model):
+    pe = pe_vectorised(max_len, d_model)
+    if (d_model // 2) % 2 == 1:  # right only when d_model / 2 is even
+        pe[:, -2:] = pe[:, -4:-2]
+    return pe
+
+
 FUNCTION_MISTAKES = [
     (wrong_transposed, ["wrong shape", "(16, 50)", "transposed"]),
     (wrong_batch_axis, ["wrong shape", "(1, 50, 16)", "extra axis"]),
@@ -226,6 +270,11 @@ FUNCTION_MISTAKES = [
     (wrong_cos_next_frequency, ["do not hold the sine and cosine of the same angle", "sin^2 + cos^2"]),
     (wrong_half_angles, ["frequencies", "wrong"]),
     (wrong_hard_coded_16, ["max_len=7, d_model=6", "divides the exponent by 16 instead of d_model=6"]),
+    (wrong_float16, ["torch.float16", "too coarse"]),
+    (wrong_half_precision_inside, ["not within float32 precision", "half precision"]),
+    (wrong_exp_without_minus, ["multiplied by 10000^(2i / d_model) instead of divided"]),
+    (wrong_last_row_missing, ["row 49", "all 0", "never written"]),
+    (wrong_last_pair_when_odd, ["max_len=7, d_model=6", "frequencies", "wrong"]),
 ]
 
 
@@ -439,6 +488,70 @@ class PEUnscaledMask(PEModule):
         return out
 
 
+class PEModuleFloat64Cast(nn.Module):
+    """Table registered in float64, cast to the input's dtype in forward."""
+
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("pe", pe_float64_numpy(max_len, d_model).double())
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(1)].to(x.dtype))
+
+
+class PEFloat16(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, max_len)
+        self.pe = self.pe.half()
+
+
+class PEDetachedInput(PEModule):
+    def forward(self, x):
+        return self.dropout(x.detach() + self.pe[: x.size(1)])
+
+
+class PELearnedScale(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, max_len)
+        self.alpha = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return self.dropout(x + self.alpha * self.pe[: x.size(1)])
+
+
+class PEDropoutTwice(PEModule):
+    def forward(self, x):
+        return self.dropout(self.dropout(x + self.pe[: x.size(1)]))
+
+
+class PEDropoutOnTable(PEModule):
+    def forward(self, x):
+        return x + self.dropout(self.pe[: x.size(1)])
+
+
+class PEOffByOne(PEModule):
+    def forward(self, x):
+        return self.dropout(x + self.pe[1: x.size(1) + 1])
+
+
+def test_module_accepts_a_float64_table_cast_in_forward():
+    result = check_positional_encoding_module(PEModuleFloat64Cast)
+    assert result.passed, str(result)
+
+
+class PEIgnoresMaxLen(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__(d_model, dropout, 512)  # a fixed table size
+
+
+class PEFrozenParameter(PEModule):
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        nn.Module.__init__(self)
+        self.dropout = nn.Dropout(dropout)
+        self.pe = nn.Parameter(_table(max_len, d_model), requires_grad=False)
+
+
 class PENoDefaults(PEModule):
     def __init__(self, d_model, dropout, max_len):
         super().__init__(d_model, dropout, max_len)
@@ -459,6 +572,14 @@ MODULE_MISTAKES = [
     (PEFloat64, ["torch.float64", "float32"]),
     (PEUnscaledMask, ["scaled by 1 / (1 - p)"]),
     (PENoDefaults, ["defaults", "dropout=(none), max_len=(none)"]),
+    (PEFloat16, ["torch.float16", "float32"]),
+    (PEDetachedInput, ["does not require grad", "x.detach()"]),
+    (PELearnedScale, ["parameter `alpha`", "no parameters"]),
+    (PEDropoutTwice, ["75%", "only once"]),
+    (PEDropoutOnTable, ["dropout to the table alone", "dropout(x + PE[:L])"]),
+    (PEOffByOne, ["shifted by one position"]),
+    (PEIgnoresMaxLen, ["shape (512, 16)", "not max_len=40"]),
+    (PEFrozenParameter, ["nn.Parameter", "requires_grad=False", "register_buffer"]),
 ]
 
 

@@ -370,3 +370,210 @@ def test_noam_scheduler_leaves_rng_untouched_and_is_fast():
     expect(check_noam_scheduler(noisy), "passed")
     print(f"check_noam_scheduler: {time.perf_counter() - start:.3f} s")
     assert torch.equal(before, torch.get_rng_state())
+
+
+# --------------------------------------------------------------------------
+# Red-team catalogue: less common mistakes and unusual correct solutions.
+
+
+@functools.lru_cache(maxsize=None)
+def noam_lr_cached(step, d_model, warmup_steps):
+    return noam_lr(step, d_model, warmup_steps)
+
+
+def noam_lr_extra_factor_argument(step, d_model, warmup_steps, factor=1.0):
+    return factor * noam_lr(step, d_model, warmup_steps)
+
+
+def noam_lr_float32_numpy_scalar(step, d_model, warmup_steps):
+    return np.float32(noam_lr(step, d_model, warmup_steps))
+
+
+@pytest.mark.parametrize("fn", [noam_lr_cached, noam_lr_extra_factor_argument, noam_lr_float32_numpy_scalar])
+def test_noam_lr_accepts_unusual_correct_variants(fn):
+    expect(check_noam_lr(fn), "passed")
+
+
+def tensor_requiring_grad(step, d_model, warmup_steps):
+    return torch.tensor(noam_lr(step, d_model, warmup_steps), requires_grad=True)
+
+
+def half_precision_tensor(step, d_model, warmup_steps):
+    step = torch.tensor(float(max(step, 1)), dtype=torch.float16)
+    return d_model**-0.5 * torch.minimum(step**-0.5, step * warmup_steps**-1.5)
+
+
+def complex_power(step, d_model, warmup_steps):
+    return noam_lr(step, d_model, warmup_steps) + 0 * (step - warmup_steps) ** 0.5
+
+
+def fixed_d_model(step, d_model, warmup_steps):
+    return noam_lr(step, 512, warmup_steps)
+
+
+def fixed_warmup(step, d_model, warmup_steps):
+    return noam_lr(step, d_model, 4000)
+
+
+def doubled(step, d_model, warmup_steps):
+    return 2 * noam_lr(step, d_model, warmup_steps)
+
+
+def step_and_d_model_swapped(d_model, step, warmup_steps):
+    return noam_lr(step, d_model, warmup_steps)
+
+
+def clamped_to_warmup(step, d_model, warmup_steps):
+    return noam_lr(min(step, warmup_steps), d_model, warmup_steps)
+
+
+def negative(step, d_model, warmup_steps):
+    return -noam_lr(step, d_model, warmup_steps)
+
+
+@pytest.mark.parametrize(
+    "fn, phrases",
+    [
+        (tensor_requiring_grad, ["requires grad", "plain number", "float"]),
+        (half_precision_tensor, ["float16", "significant digits"]),
+        (complex_power, ["complex number", "fractional power"]),
+        (fixed_d_model, ["changes with d_model", "not fixed numbers"]),
+        (fixed_warmup, ["peak should be exactly at step == warmup_steps", "warmup_steps argument"]),
+        (doubled, ["2.0000 times the paper's"]),
+        (step_and_d_model_swapped, ["step and d_model swapped", "(step, d_model, warmup_steps)"]),
+        (clamped_to_warmup, ["after warmup the rate should fall like step ** -0.5"]),
+        (negative, ["0 or negative", "always positive"]),
+    ],
+)
+def test_noam_lr_diagnoses_unusual_mistakes(fn, phrases):
+    expect(check_noam_lr(fn), "failed", *phrases)
+
+
+def test_noam_lr_reports_a_wrong_formula_before_step_zero():
+    result = check_noam_lr(plus_one)  # wrong at step 0 too, but the shift is the cause
+    expect(result, "failed")
+    assert "one step ahead" in result.messages[0]
+    assert any("step 0" in message for message in result.messages[1:])
+
+
+def scheduler_sequential(optimizer, d_model, warmup_steps):
+    from torch.optim.lr_scheduler import SequentialLR
+
+    warm = LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps))
+    decay = LambdaLR(optimizer, lambda step: noam_lr(step + 1 + warmup_steps, d_model, warmup_steps))
+    return SequentialLR(optimizer, [warm, decay], milestones=[warmup_steps])
+
+
+class OptionalEpoch(HandWritten):
+    """step() accepts an optional step number, like old torch schedulers."""
+
+    def step(self, epoch=None):
+        self.step_count = self.step_count + 1 if epoch is None else epoch
+        self._apply()
+
+
+class CallableRate:
+    def __init__(self, d_model, warmup_steps):
+        self.d_model, self.warmup_steps = d_model, warmup_steps
+
+    def __call__(self, step):
+        return noam_lr(step + 1, self.d_model, self.warmup_steps)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        scheduler_sequential,
+        lambda o, d, w: OptionalEpoch(o, d, w),
+        lambda o, d, w: LambdaLR(o, CallableRate(d, w)),
+    ],
+)
+def test_noam_scheduler_accepts_unusual_correct_variants(fn):
+    expect(check_noam_scheduler(fn), "passed")
+
+
+def resumes_with_last_epoch_zero(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps), last_epoch=0)
+
+
+def builds_its_own_optimizer(optimizer, d_model, warmup_steps):
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    return LambdaLR(torch.optim.SGD(params, lr=1.0), lambda step: noam_lr(step + 1, d_model, warmup_steps))
+
+
+class WritesDefaults(HandWritten):
+    def _apply(self):
+        self.optimizer.defaults["lr"] = noam_lr(self.step_count + 1, self.d_model, self.warmup_steps)
+
+
+class FirstGroupsLrForAll(HandWritten):
+    def _apply(self):
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.base_lrs[0] * noam_lr(self.step_count + 1, self.d_model, self.warmup_steps)
+
+
+def steps_once_when_built(optimizer, d_model, warmup_steps):
+    scheduler = LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps))
+    scheduler.step()
+    return scheduler
+
+
+def tensor_rate_with_grad(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: tensor_requiring_grad(step + 1, d_model, warmup_steps))
+
+
+class WritesAList(HandWritten):
+    def _apply(self):
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = [base * noam_lr(self.step_count + 1, self.d_model, self.warmup_steps)]
+
+
+_SHARED = {"steps": 0}
+
+
+class GlobalCounter(HandWritten):
+    """Counts steps in a module-level dict, so a second scheduler starts where the first stopped."""
+
+    def _apply(self):
+        rate = noam_lr(_SHARED["steps"] + 1, self.d_model, self.warmup_steps)
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = base * rate
+
+    def step(self):
+        _SHARED["steps"] += 1
+        self._apply()
+
+
+def returns_scheduler_and_rate(optimizer, d_model, warmup_steps):
+    rate = lambda step: noam_lr(step + 1, d_model, warmup_steps)  # noqa: E731
+    return LambdaLR(optimizer, rate), rate
+
+
+@pytest.mark.parametrize(
+    "fn, phrases",
+    [
+        (resumes_with_last_epoch_zero, ["initial_lr", "last_epoch", "-1"]),
+        (builds_its_own_optimizer, ["never change", "not on a new optimizer or a copy"]),
+        (WritesDefaults, ["never change", "optimizer.defaults"]),
+        (FirstGroupsLrForAll, ["first group's initial lr", "base_lrs"]),
+        (steps_once_when_built, ["one step ahead", "inside make_noam_scheduler"]),
+        (tensor_rate_with_grad, ["requires grad", "plain number"]),
+        (WritesAList, ["a list of 1 item", "should be a number"]),
+        (returns_scheduler_and_rate, ["should return a scheduler", "a tuple of 2 items"]),
+    ],
+)
+def test_noam_scheduler_diagnoses_unusual_mistakes(fn, phrases):
+    if isinstance(fn, type):
+        cls = fn
+        fn = lambda o, d, w: cls(o, d, w)  # noqa: E731
+    expect(check_noam_scheduler(fn), "failed", *phrases)
+
+
+def test_noam_scheduler_names_state_shared_between_calls():
+    _SHARED["steps"] = 0
+    expect(
+        check_noam_scheduler(lambda o, d, w: GlobalCounter(o, d, w)),
+        "failed",
+        "first call of make_noam_scheduler",
+        "global step counter",
+    )

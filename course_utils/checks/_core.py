@@ -444,7 +444,7 @@ class Check:
             return True
         diff = (a - e).abs()
         worst = int(diff.reshape(-1).argmax())
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), a.shape)) if a.dim() else ()
+        index = _unravel(worst, tuple(a.shape))
         msg = (
             f"{name[0].upper() + name[1:]} has the wrong values.\n"
             f"  expected (first values): {fmt_values(e)}\n"
@@ -456,6 +456,15 @@ class Check:
             self.fail(msg)
         self.problem(msg)
         return False
+
+
+def _unravel(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The multi-index of a flat index (plain Python: torch.unravel_index is slow on first use)."""
+    index = []
+    for size in reversed(shape):
+        flat_index, i = divmod(flat_index, size)
+        index.append(i)
+    return tuple(reversed(index))
 
 
 def _not_attempted_message(name: str, exc: BaseException) -> str:

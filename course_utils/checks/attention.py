@@ -170,6 +170,21 @@ def _call(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool 
     for kind, value, want in (("output", out, want_out), ("weights", weights, want_w)):
         hint = _shape_hint(kind, value.shape, q, k, v, mask) if isinstance(value, torch.Tensor) else ""
         check.tensor(value, f"the {kind}", shape=want, dtype="float", finite=False, shape_hint=hint)
+        coarse = value.dtype in (torch.float16, torch.bfloat16)
+        # The output feeds the next layer, so it keeps the inputs' dtype; weights only must not lose precision.
+        lowered = coarse and q.dtype not in (torch.float16, torch.bfloat16)
+        if (kind == "output" and value.dtype != q.dtype) or lowered:
+            check.fail(
+                f"Your {kind} {'has' if kind == 'output' else 'have'} dtype {value.dtype}, but the inputs are "
+                f"{q.dtype}: attention should keep the dtype of its inputs.\n"
+                + (
+                    f"{value.dtype} is too coarse for these values (about 3 significant digits). Likely cause: "
+                    f"a `.half()` or an autocast inside; compute in the inputs' dtype."
+                    if coarse
+                    else f"Likely cause: a conversion inside the function (such as `.double()`) that is not undone. "
+                    f"Convert the result back with `.to(query.dtype)`, or leave the dtype alone."
+                )
+            )
     return out, weights
 
 
@@ -213,11 +228,25 @@ def _require_finite(check: Check, out, weights, mask, large: bool) -> None:
         )
 
 
-def _require_rows_sum_to_one(check: Check, weights, q, k, mask) -> None:
+def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
     w = weights.detach().double()
     sums = w.sum(-1)
     if _close(sums, torch.ones_like(sums), atol=1e-4, rtol=0):
         return
+    if _close(w, ref_w, atol=5e-3, rtol=0):
+        check.fail(
+            f"Your weights are close to the right ones but not within float32 precision (row sums: "
+            f"{fmt_values(sums)}; largest difference {fmt_number(float((w - ref_w).abs().max()))}).\n"
+            f"Likely cause: part of the computation runs in half precision (`.half()`, float16, bfloat16) and "
+            f"is converted back. Compute in the inputs' dtype."
+        )
+    exp_sums = w.exp().sum(-1)
+    if bool((w <= 1e-12).all()) and _close(exp_sums, torch.ones_like(exp_sums), atol=1e-4, rtol=0):
+        check.fail(
+            f"Your weights are the *logarithms* of probabilities (all negative, and their exp() sums to 1 per "
+            f"row): a log_softmax.\nUse `torch.softmax(scores, dim=-1)`, so that each row of the weights is a "
+            f"probability distribution summing to 1."
+        )
     if mask is not None:
         _, free = _oracle(q, k, k, None)
         allowed = mask.expand(w.shape)
@@ -257,8 +286,8 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask) -> None:
             check.fail(
                 f"The rows of your weights do not sum to 1 (row sums: {fmt_values(sums)}); they sum to 1 along "
                 f"dim {axis}{where} instead.\n"
-                f"Likely cause: the softmax is taken over the wrong dimension. Each query's weights over the keys "
-                f"must sum to 1: use `dim=-1`, the last dimension."
+                f"Likely cause: the softmax is taken over the wrong dimension (or the weights are returned "
+                f"transposed). Each query's weights over the keys must sum to 1: use `dim=-1`, the last dimension."
             )
     check.fail(
         f"The rows of your weights do not sum to 1.\n"
@@ -268,35 +297,43 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask) -> None:
     )
 
 
-def _name_scale(check: Check, weights, q, k, v) -> None:
-    """The weights are normalised but wrong without a mask: find which scale they used."""
+def _name_scale(check: Check, weights, q, k, v, mask=None) -> None:
+    """The weights are normalised but wrong: find which scale they used (on the allowed keys)."""
     w = weights.detach().double()
     d_k, d_v, L_q, L_k = q.shape[-1], v.shape[-1], q.shape[-2], k.shape[-2]
     use_d_k = "Use d_k, the last dimension of query and key"
     named = [
         (1.0, "Your weights match a softmax of the scores without any scaling. Divide the scores by sqrt(d_k)"),
-        (1 / d_k, "Your weights match scores divided by d_k instead of sqrt(d_k). Divide by `math.sqrt(d_k)`"),
+        (1 / d_k, "Your weights match scores divided by d_k instead of sqrt(d_k) (or by sqrt(d_k) twice: once on "
+                  "the query and once on the scores?). Divide once by `math.sqrt(d_k)`"),
         (math.sqrt(d_k), "Your weights match scores multiplied by sqrt(d_k) instead of divided. Divide by sqrt(d_k)"),
+        (2 / d_k, "Your weights match scores divided by d_k / 2 instead of sqrt(d_k). Careful with precedence: "
+                  "`d_k ** 1 / 2` is (d_k ** 1) / 2; write `d_k ** 0.5` or `math.sqrt(d_k)`"),
         (1 / math.sqrt(d_v), "Your weights match scores divided by sqrt(d_v), the size of the values. " + use_d_k),
         (1 / math.sqrt(L_k), "Your weights match scores divided by sqrt(L_k), a sequence length. " + use_d_k),
         (1 / math.sqrt(L_q), "Your weights match scores divided by sqrt(L_q), a sequence length. " + use_d_k),
     ]
     for scale, message in named:
-        if _close(w, _oracle(q, k, v, None, scale=scale)[1]):
+        if abs(scale - 1 / math.sqrt(d_k)) < 1e-12:
+            continue  # that size happens to give the right scale for these inputs
+        if _close(w, _oracle(q, k, v, mask, scale=scale)[1]):
             check.fail(
                 f"{message} (d_k = {d_k}, so the scores should be multiplied by 1/sqrt(d_k) = "
                 f"{fmt_number(1 / math.sqrt(d_k))}).\n"
                 f"The scaling keeps the scores in a range where the softmax is not saturated."
             )
-    # Any other constant: log-weights are scale * scores up to a per-row constant.
+    # Any other constant: on the allowed keys, log-weights are scale * scores up to a per-row constant.
+    allowed = torch.ones(w.shape, dtype=torch.bool) if mask is None else mask.expand(w.shape)
+    m = allowed.double()
+    count = m.sum(-1, keepdim=True).clamp_min(1)
     raw = _scores(q, k)
     logw = w.clamp_min(1e-300).log()
-    a = raw - raw.mean(-1, keepdim=True)
-    b = logw - logw.mean(-1, keepdim=True)
+    a = (raw - (raw * m).sum(-1, keepdim=True) / count) * m
+    b = (logw - (logw * m).sum(-1, keepdim=True) / count) * m
     denominator = float((a * a).sum())
     if denominator > 0:
         scale = float((a * b).sum()) / denominator
-        if scale > 0 and _close(w, _oracle(q, k, v, None, scale=scale)[1], atol=1e-4, rtol=1e-3):
+        if scale > 0 and _close(w, _oracle(q, k, v, mask, scale=scale)[1], atol=1e-4, rtol=1e-3):
             check.fail(
                 f"Your weights match a softmax of the scores multiplied by {fmt_number(scale)}, but the scale should "
                 f"be 1/sqrt(d_k) = {fmt_number(1 / math.sqrt(d_k))} (d_k = {d_k}).\n"
@@ -305,11 +342,12 @@ def _name_scale(check: Check, weights, q, k, v) -> None:
             )
 
 
-def _name_mask_mistake(check: Check, weights, q, k, v, mask) -> None:
+def _name_mask_mistake(check: Check, out, weights, q, k, v, mask, large: bool) -> None:
     """The weights are normalised but wrong with a mask: name the mask mistake if one fits."""
     w = weights.detach().double()
     scale = 1 / math.sqrt(q.shape[-1])
     hidden = ~mask.expand(w.shape)
+    leaked = w[hidden & (w.abs() > 1e-6)]
     if _close(w, _oracle(q, k, v, ~mask)[1]):
         check.fail(
             "Your weights attend exactly where the mask is False and ignore where it is True: the mask polarity "
@@ -317,24 +355,46 @@ def _name_mask_mistake(check: Check, weights, q, k, v, mask) -> None:
             "In this course (as in `F.scaled_dot_product_attention`) True means 'may attend'. Fill the scores "
             "where the mask is False: `scores.masked_fill(~mask, float('-inf'))` or `mask == 0`, not `mask == 1`."
         )
-    if _close(w, _oracle(q, k, v, None)[1]):
+    free_out, free_w = _oracle(q, k, v, None)
+    if _close(w, free_w):
+        if _close(out, _oracle(q, k, v, mask)[0]):
+            check.fail(
+                "Your output is right, but the weights you return are those from before the mask was applied "
+                "(they are not 0 where the mask is False).\nReturn the weights the output was computed with: "
+                "the softmax of the *masked* scores."
+            )
         check.fail(
             f"Your weights are the same with and without the mask: the mask is ignored "
             f"(weights at masked positions, first values: {fmt_values(w[hidden])}).\n"
             f"Likely cause: `scores.masked_fill(...)` returns a new tensor; assign it back "
             f"(`scores = scores.masked_fill(...)`), and apply it when `mask is not None`."
         )
+    if large and leaked.numel():
+        check.fail(
+            f"With large scores (around +-800) your weights are not 0 where the mask is False (nonzero values "
+            f"there: {fmt_values(leaked)}), although they were with ordinary scores.\n"
+            f"Likely cause: the value the masked scores are filled with is not negative enough (such as -100): "
+            f"a real score can be even lower. Fill with `float('-inf')` (or a huge negative number such as -1e9 "
+            f"or `torch.finfo(scores.dtype).min`)."
+        )
     zeroed = torch.softmax((_scores(q, k) * scale).masked_fill(hidden, 0.0), dim=-1)
     if _close(w, zeroed):
         check.fail(
-            f"Your weights at masked positions are not 0 (first values: {fmt_values(w[hidden])}).\n"
+            f"Your weights at masked positions are not 0 (nonzero values there: {fmt_values(leaked)}).\n"
             f"Likely cause: the masked scores are set to 0 (or the scores are multiplied by the mask). A score of 0 "
             f"still gets a share of the softmax; fill with a large negative number instead: -inf or -1e9."
         )
-    if bool((w[hidden].abs() > 1e-6).any()):
+    if mask.dim() >= 3 and mask.shape[0] > 1 and _close(w, _oracle(q, k, v, mask[:1])[1]):
         check.fail(
-            f"Your weights are not 0 where the mask is False (first values there: {fmt_values(w[hidden])}).\n"
-            f"Fill the scores with -inf (or -1e9) where the mask is False, before the softmax."
+            "Your weights use the mask of the first batch element for every batch element.\n"
+            "Use the whole mask as it is given: it already broadcasts against the scores (..., L_q, L_k)."
+        )
+    if leaked.numel():
+        check.fail(
+            f"Your weights are not 0 everywhere the mask is False ({leaked.numel()} of {int(hidden.sum())} masked "
+            f"entries are nonzero, for example {fmt_values(leaked, 4)}).\n"
+            f"Fill the scores with -inf (or -1e9) where the mask is False, before the softmax, using the whole "
+            f"mask as it is given (it broadcasts against the scores)."
         )
 
 
@@ -362,19 +422,25 @@ def _check_case(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok:
     ref_out, ref_w = _oracle(q, k, v, mask)
     atol, rtol = (1e-4, 1e-3) if large else (_ATOL, _RTOL)
     if not _close(weights, ref_w, atol, rtol):
-        _require_rows_sum_to_one(check, weights, q, k, mask)
-        if mask is None:
-            _name_scale(check, weights, q, k, v)
-        else:
-            _name_mask_mistake(check, weights, q, k, v, mask)
+        _require_rows_sum_to_one(check, weights, q, k, mask, ref_w)
+        if mask is not None:
+            _name_mask_mistake(check, out, weights, q, k, v, mask, large)
+        if not large:
+            _name_scale(check, weights, q, k, v, mask)
         check.close(
-            weights, ref_w, "the weights", atol=atol, rtol=rtol,
+            weights, ref_w, "the weights tensor", atol=atol, rtol=rtol,
             hint=f"(inputs: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)}, value {fmt_shape(v.shape)}, "
             f"{_mask_text(mask)})\nThe weights should be softmax(query @ key^T / sqrt(d_k)) over the last "
             f"dimension, with the scores filled with -inf where the mask is False.",
         )
     if not _close(out, ref_out, atol, rtol):
         hint = "Your weights are right, so the output should be `weights @ value`."
+        d_k = q.shape[-1]
+        if _close(out.detach().double() * math.sqrt(d_k), ref_out, atol, rtol):
+            hint = (
+                "Your weights are right, but the output is `weights @ value` divided by sqrt(d_k): the scaling "
+                "belongs to the scores (query @ key^T) only, not to the values or the output."
+            )
         if mask is not None and _close(out, _oracle(q, k, v, None)[0], atol, rtol):
             hint = (
                 "Your weights are right, but the output is the one you get without the mask: "
@@ -389,7 +455,8 @@ def _check_attention(check: Check, fn: Callable) -> None:
     g = generator(0)
 
     # 1. (batch, heads, L, d) with every size different, no mask (the default).
-    B, H, L_q, L_k, d_k, d_v = 2, 3, 5, 7, 4, 6
+    # d_k = 6: sqrt(d_k) differs from d_k / 2, from every other size and from common hard-coded numbers (8 = sqrt(64)).
+    B, H, L_q, L_k, d_k, d_v = 2, 3, 5, 7, 6, 4
     q = torch.randn(B, H, L_q, d_k, generator=g)
     k = torch.randn(B, H, L_k, d_k, generator=g)
     v = torch.randn(B, H, L_k, d_v, generator=g)
@@ -423,8 +490,71 @@ def _check_attention(check: Check, fn: Callable) -> None:
     # 5. Large scores (around +-800): a softmax without the max subtraction overflows.
     ql = q.clone()
     kl = k.clone()
-    ql[..., 0] = 40.0 * torch.tensor([1.0, -1.0, 1.0]).reshape(1, H, 1)
-    kl[..., 0] = 40.0
+    ql[..., 0] = 44.0 * torch.tensor([1.0, -1.0, 1.0]).reshape(1, H, 1)
+    kl[..., 0] = 44.0
     mask = allowed.reshape(B, 1, 1, L_k)
     _check_case(check, fn, ql, kl, v, mask, "positional", batched_ok=True, large=True)
     check.ok("numerically stable for large scores")
+
+    # 6. Self-attention: one tensor as query, key and value, so L_q == L_k (no mask given).
+    x = torch.randn(3, 6, 5, generator=g)
+    _check_square(check, fn, x)
+    check.ok("self-attention (query = key = value, L_q == L_k) without a mask hides nothing")
+
+    # 7. Gradients flow to query, key and value as in PyTorch's attention.
+    _check_gradients(check, fn, g)
+    check.ok("gradients reach query, key and value (as with F.scaled_dot_product_attention)")
+
+
+def _check_square(check: Check, fn: Callable, x: torch.Tensor) -> None:
+    result = check.call(fn, x, x, x)
+    out, weights = check.unpack(result, ("output", "weights"), f"Your {_NAME}")
+    L = x.shape[-2]
+    if isinstance(weights, torch.Tensor) and tuple(weights.shape) == (*x.shape[:-1], L):
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        if not _close(weights, _oracle(x, x, x, None)[1]) and _close(weights, _oracle(x, x, x, causal)[1]):
+            check.fail(
+                f"When query and key have the same length and no mask is given, your weights hide the future "
+                f"(they are 0 above the diagonal): the function adds a causal mask on its own.\n"
+                f"Apply only the mask it is given (`mask=None` means every key may be attended); the decoder "
+                f"passes the causal mask explicitly."
+            )
+    _check_case(check, fn, x, x, x, None, "none")
+
+
+def _check_gradients(check: Check, fn: Callable, g: torch.Generator) -> None:
+    q0 = torch.randn(2, 3, 4, 3, generator=g, dtype=torch.float64)
+    k0 = torch.randn(2, 3, 5, 3, generator=g, dtype=torch.float64)
+    v0 = torch.randn(2, 3, 5, 2, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0, 1, 1], [1, 0, 1, 1, 0]], dtype=torch.bool).reshape(2, 1, 1, 5)
+    r = torch.randn(2, 3, 4, 2, generator=g, dtype=torch.float64)
+    leaves = [t.clone().requires_grad_(True) for t in (q0, k0, v0)]
+    (F.scaled_dot_product_attention(*leaves, attn_mask=mask) * r).sum().backward()
+    expected = [t.grad for t in leaves]
+    ours = [t.float().requires_grad_(True) for t in (q0, k0, v0)]
+    out, _ = _call(check, fn, *ours, mask, "positional", batched_ok=True)
+    if not out.requires_grad or out.grad_fn is None:
+        check.fail(
+            f"Your output does not require grad although query, key and value do: it is cut off from "
+            f"autograd, so nothing before the attention could ever be trained.\n"
+            f"Likely cause: the computation runs inside `torch.no_grad()`, or a tensor is `.detach()`ed, "
+            f"taken from `.data`, or rebuilt from numpy / Python numbers."
+        )
+    grads = torch.autograd.grad((out * r.float()).sum(), ours, allow_unused=True)
+    wrong = [
+        name
+        for name, got, want in zip(("query", "key", "value"), grads, expected)
+        if got is None or not _close(got, want, atol=1e-4, rtol=1e-3)
+    ]
+    if wrong == ["query", "key"]:
+        check.fail(
+            "Your output is right, but no gradient (or a wrong one) reaches `query` and `key`: the weights are "
+            "cut off from autograd before `weights @ value`.\nLikely cause: `weights.detach()`, `.data`, or "
+            "computing the weights under `torch.no_grad()`. Keep the weights in the graph."
+        )
+    if wrong:
+        check.fail(
+            f"Your output is right, but the gradient with respect to {', '.join(wrong)} differs from "
+            f"F.scaled_dot_product_attention's.\nLikely cause: a `.detach()`, `.data` or `torch.no_grad()` on "
+            f"the way from {' and '.join(wrong)} to the output."
+        )

@@ -2,11 +2,14 @@
 
 ``greedy_decode`` is run on a scripted stand-in for a trained Transformer: a
 module with ``encode(src)`` and ``decode(tgt, memory, src)`` whose prediction
-after a prefix depends on the whole prefix (and on the source sentence), whose
-logits at earlier positions point to other tokens than the last one, which
-counts its calls, and whose sentences end at different steps (one never ends
-within ``max_len``). The model's own argmax, replayed on the learner's output,
-is the oracle; the recorded calls name what went wrong.
+after a prefix depends on the whole prefix (and on the source sentence, not on
+its padding), whose logits at earlier positions point to other tokens than the
+last one, which records which sentences it encodes and decodes, and whose
+sentences end at different steps (one never ends within ``max_len``). The
+model's own argmax, replayed on the learner's output, is the oracle; the
+recorded calls name what went wrong. The batch must be encoded in one call and
+see prefixes of length 1, 2, 3, ...: the usual batched loop, a per-sentence
+loop and a batch that drops its finished sentences all qualify.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from ._core import Check, CheckResult, describe, fmt_shape, fmt_values, run_chec
 _WIDTH = 3  # features of the scripted memory
 
 
-def _next_token(prefix: list[int], src_row: list[int], ordinary: list[int], eos_id: int) -> int:
-    """The scripted model's choice after ``prefix``: EOS once the prefix has src_row[0] tokens."""
+def _next_token(prefix: list[int], src_row: tuple[int, ...], ordinary: list[int], eos_id: int) -> int:
+    """The scripted model's choice after ``prefix``: EOS once the prefix has src_row[0] tokens.
+
+    ``src_row`` holds the source sentence without its padding, so that (like a real model with a
+    padding mask) the choice does not depend on how much padding the sentence carries.
+    """
     if len(prefix) == src_row[0]:
         return eos_id
     mix = 17 + 13 * sum(src_row)
@@ -37,15 +44,22 @@ class _ScriptedTransformer(nn.Module):
     def __init__(self, vocab_size: int, bos_id: int, eos_id: int, pad_id: int):
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros(()))  # so that next(model.parameters()) works
-        self.vocab_size, self.eos_id = vocab_size, eos_id
+        self.vocab_size, self.eos_id, self.pad_id = vocab_size, eos_id, pad_id
         self.ordinary = [t for t in range(vocab_size) if t not in (bos_id, eos_id, pad_id)]
         self.encode_calls = 0
+        self.encoded: list[tuple[int, ...]] = []  # the sentences encoded, one entry per row
         self.decode_lengths: list[int] = []
+        self.decoded: list[list[tuple[int, ...]]] = []  # the sentences in each decode call
+
+    def sentence(self, row: list[int]) -> tuple[int, ...]:
+        """A source row without its padding: what identifies the sentence."""
+        return tuple(int(t) for t in row if t != self.pad_id)
 
     def encode(self, src: torch.Tensor) -> torch.Tensor:
         self.encode_calls += 1
         if not isinstance(src, torch.Tensor) or src.dim() != 2:
             raise ValueError(f"model.encode(src) expects the source batch (B, S), got {describe(src)}")
+        self.encoded += [self.sentence(row) for row in src.detach().long().tolist()]
         return src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH).float() + 0.0 * self.anchor
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
@@ -58,6 +72,11 @@ class _ScriptedTransformer(nn.Module):
                 f"model.decode(tgt, memory, src) expects src, the source batch (B, S), as its third argument "
                 f"(and memory = model.encode(src) as its second); got {describe(src)} with tgt of shape "
                 f"{fmt_shape(tgt.shape)}"
+            )
+        if src.dtype == torch.bool:
+            raise ValueError(
+                "model.decode(tgt, memory, src) expects src, the source token ids (B, S), as its third argument, "
+                "not a mask: the model builds its masks itself"
             )
         wanted = src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH)
         if (
@@ -72,7 +91,8 @@ class _ScriptedTransformer(nn.Module):
         self.decode_lengths.append(int(tgt.shape[1]))
         batch, length = tgt.shape
         tokens = tgt.detach().long().tolist()
-        sources = src.detach().long().tolist()
+        sources = [self.sentence(row) for row in src.detach().long().tolist()]
+        self.decoded.append(sources)
         logits = torch.zeros(batch, length, self.vocab_size)
         ramp = torch.arange(self.vocab_size, dtype=torch.float32)
         for b in range(batch):
@@ -98,15 +118,19 @@ _CASES = [
 def _source(case: dict) -> torch.Tensor:
     rows = []
     for b, stop in enumerate(case["stops"]):
-        rows.append([stop if stop else 99, 3 + b, 6 + b * b, 2 * b + 1, 4])  # (S,) with S = 5
+        row = [stop if stop else 99, 3 + b, 6 + b * b, 2 * b + 1, 4]  # (S,) with S = 5
+        if b % 2:  # every other sentence is shorter, padded on the right as in a real batch
+            row[-2:] = [case["pad_id"]] * 2
+        rows.append(row)
     return torch.tensor(rows)  # (B, S)
 
 
-def _expected(case: dict, src: torch.Tensor, ordinary: list[int]) -> torch.Tensor:
+def _expected(case: dict, src: torch.Tensor, model: _ScriptedTransformer) -> torch.Tensor:
     """Greedy decoding replayed with the scripted model's rule."""
+    ordinary = model.ordinary
     rows = [[case["bos_id"]] for _ in case["stops"]]
     done = [False] * len(rows)
-    sources = src.tolist()
+    sources = [model.sentence(row) for row in src.tolist()]
     while len(rows[0]) < case["max_len"] and not all(done):
         for b, row in enumerate(rows):
             if done[b]:
@@ -212,28 +236,40 @@ def _output(check: Check, out, case: dict, src: torch.Tensor) -> torch.Tensor:
 def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out: torch.Tensor, case: dict) -> None:
     setup = _setup(case, src)
     bos, eos, pad, max_len = case["bos_id"], case["eos_id"], case["pad_id"], case["max_len"]
-    expected = _expected(case, src, model.ordinary)
+    expected = _expected(case, src, model)
+    sentences = [model.sentence(row) for row in src.tolist()]
 
     def shown(b: int = -1) -> str:
         which = f"sentence {b}" if b >= 0 else "last sentence"
         return f"  expected: {_row(expected[b].tolist())}\n  actual:   {_row(out[b].tolist())}  ({which})"
 
-    # The encoder runs once.
-    if model.encode_calls != 1:
-        if model.encode_calls == 0:
-            check.fail(
-                f"greedy_decode never called model.encode(src) {setup}. Encode the source once, before the loop, "
-                f"and pass the result to every model.decode(ys, memory, src)."
-            )
+    # The encoder runs once per sentence (normally one call for the whole batch).
+    if model.encode_calls == 0:
+        check.fail(
+            f"greedy_decode never called model.encode(src) {setup}. Encode the source once, before the loop, "
+            f"and pass the result to every model.decode(ys, memory, src)."
+        )
+    if model.encode_calls == 1 and sorted(model.encoded) != sorted(sentences):
+        check.fail(
+            f"model.encode received other sentences than the ones in src {setup}. Encode the source batch "
+            f"itself: memory = model.encode(src)."
+        )
+    if sorted(model.encoded) != sorted(sentences):
         check.fail(
             f"greedy_decode called model.encode {model.encode_calls} times for one batch {setup}; it should call "
             f"it once. The source does not change while decoding, so compute memory = model.encode(src) before "
-            f"the loop and reuse it (calling model(src, ys) in the loop runs the encoder again at every step; "
-            f"encoding one sentence at a time calls it once per sentence)."
+            f"the loop and reuse it (calling model(src, ys) in the loop runs the encoder again at every step)."
         )
-    check.ok("calls model.encode once")
+    if model.encode_calls != 1:
+        check.fail(
+            f"greedy_decode encodes the sentences one at a time ({model.encode_calls} calls of model.encode for a "
+            f"batch of {src.size(0)}) {setup}. The exercise asks for batched decoding: encode the whole batch once "
+            f"with memory = model.encode(src), then extend every sentence by one token per step, all together."
+        )
+    check.ok("encodes the whole batch once")
 
-    # The decoder sees the whole prefix.
+    # The decoder sees the whole prefix, one token longer at each step (followed sentence by sentence, so
+    # that decoding the sentences one at a time, or dropping finished ones from the batch, is fine too).
     lengths = model.decode_lengths
     if len(lengths) > 1 and all(length == 1 for length in lengths):
         check.fail(
@@ -241,11 +277,22 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
             f"The decoder must see the whole prefix, BOS first: append each new token to ys "
             f"(`torch.cat([ys, next_token], dim=1)`) and pass all of ys at every step."
         )
-    if lengths != list(range(1, len(lengths) + 1)):
-        check.fail(
-            f"The prefixes given to model.decode had lengths {lengths} {setup}; they should be 1, 2, 3, ...: "
-            f"start from ys = BOS alone (one column) and append exactly one token per step."
-        )
+    seen: list[list[int]] = [[] for _ in sentences]
+    for call, length in zip(model.decoded, lengths):
+        for sentence in call:
+            if sentence not in sentences:
+                check.fail(
+                    f"model.decode received a source sentence that is not in the batch, {_row(list(sentence))} "
+                    f"(padding left out) {setup}. Pass src itself (or rows of it) as the third argument."
+                )
+            seen[sentences.index(sentence)].append(length)
+    for b, steps in enumerate(seen):
+        if steps != list(range(1, len(steps) + 1)):
+            shown_lengths = lengths if all(len(call) == len(sentences) for call in model.decoded) else steps
+            check.fail(
+                f"The prefixes given to model.decode had lengths {shown_lengths} {setup}; they should be 1, 2, 3, "
+                f"...: start from ys = BOS alone (one column) and append exactly one token per step."
+            )
     check.ok("gives model.decode the whole prefix, one token longer at each step")
 
     # Column 0, the length limit.
@@ -266,16 +313,16 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
     check.ok("column 0 is bos_id and T <= max_len")
 
     # Each token is the argmax at the last position of the prefix before it, until EOS.
-    tokens, sources = out.tolist(), src.tolist()
+    tokens = out.tolist()
     for b, row in enumerate(tokens):
         for j in range(1, len(row)):
             prefix = row[:j]
             if eos in prefix:
                 break
-            want = _next_token(prefix, sources[b], model.ordinary, eos)
+            want = _next_token(prefix, sentences[b], model.ordinary, eos)
             if row[j] == want:
                 continue
-            at_first = _next_token(prefix[:1], sources[b], model.ordinary, eos)
+            at_first = _next_token(prefix[:1], sentences[b], model.ordinary, eos)
             if row[j] == at_first and j > 1:
                 cause = (
                     "it is the argmax at the FIRST position of the decoder output. The prediction for the next "
@@ -311,9 +358,9 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
                 )
         elif t < max_len:
             check.fail(
-                f"Sentence {b} has not emitted EOS, yet decoding stopped after {t} columns, before max_len = "
-                f"{max_len} {setup}. Stop when EVERY sentence has finished (`finished.all()`), not the first one, "
-                f"and let the loop run until T == max_len otherwise.\n{shown(b)}"
+                f"Sentence {b} has not emitted EOS, yet decoding stopped after {t} column{'s' if t != 1 else ''}, "
+                f"before max_len = {max_len} {setup}. Stop when EVERY sentence has finished (`finished.all()`), "
+                f"not the first one, and let the loop run until T == max_len otherwise.\n{shown(b)}"
             )
     check.ok("pads every position after EOS")
 
@@ -326,9 +373,10 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
         )
     if t < expected.shape[1]:
         check.fail(f"Your output stops after {t} columns, but it should have {expected.shape[1]} {setup}.\n{shown()}")
-    if len(lengths) > expected.shape[1] - 1:
+    calls = max(len(steps) for steps in seen)
+    if calls > expected.shape[1] - 1:
         check.fail(
-            f"model.decode was called {len(lengths)} times, but every sentence had finished after "
+            f"model.decode was called {calls} times, but every sentence had finished after "
             f"{expected.shape[1] - 1} steps {setup}. Stop the loop as soon as all sentences have emitted EOS: "
             f"each extra step runs the whole decoder for nothing."
         )

@@ -11,6 +11,7 @@ values are known to be wrong.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Callable
 
 import torch
@@ -25,7 +26,7 @@ def _cases() -> list[dict]:
     """Inputs with N != V, pad ids other than 0, and real targets equal to 0."""
     g = generator(6)
     cases = []
-    for n, v, pad_id, smoothing in [(7, 5, 3, 0.1), (9, 6, 1, 0.0), (11, 8, 6, 0.3)]:
+    for n, v, pad_id, smoothing in [(7, 5, 3, 0.1), (9, 6, 1, 0.0), (13, 8, 6, 0.3)]:
         logits = torch.randn(n, v, generator=g) * 2.0
         target = torch.randint(0, v, (n,), generator=g)
         target[0], target[1] = 0, pad_id  # a real 0 and a pad, whatever the draw gave
@@ -75,6 +76,12 @@ _SPREAD = {
         "follows F.cross_entropy(label_smoothing=...): smoothing/V on every one of the V classes, the true class "
         "and the pad column included."
     ),
+    "overwrite": (
+        "The true class gets 1-smoothing, and the other classes smoothing/V: the uniform part was overwritten on "
+        "the true class (a `fill` then a `scatter` of 1-smoothing, for example), so each row of your target "
+        "distribution sums to 1-smoothing/V instead of 1. The target is (1-smoothing) * one_hot + smoothing / V: "
+        "the true class gets 1-smoothing+smoothing/V."
+    ),
     "none": (
         "Your loss ignores the smoothing: it equals plain cross entropy with one-hot targets. Mix the one-hot "
         "target with the uniform distribution: (1-smoothing) * one_hot + smoothing / V."
@@ -89,6 +96,14 @@ _SCORE = {
     "prob": (
         "You used probabilities (softmax) where log-probabilities belong: cross entropy is "
         "-sum(q * log p). Use F.log_softmax(logits, dim=-1)."
+    ),
+    "raw": (
+        "You used the raw logits where log-probabilities belong (F.nll_loss, for example, expects "
+        "log-probabilities, not logits). Apply F.log_softmax(logits, dim=-1) first."
+    ),
+    "dim0": (
+        "Your log-probabilities are normalised over the wrong axis: log_softmax over dim=0 (the N positions) "
+        "instead of the vocabulary. Use F.log_softmax(logits, dim=-1)."
     ),
 }
 _KIND = {
@@ -118,6 +133,10 @@ _REDUCE = {
         "You zero the loss at pad positions but still divide by N, all positions: divide by the number of "
         "non-pad tokens instead."
     ),
+    "mean_pad": (
+        "You average over the pad positions only: the mask is inverted. Keep the positions where "
+        "target != pad_id, and leave out those where target == pad_id."
+    ),
     "sum_real": (
         "You return the sum over tokens; F.cross_entropy returns the mean over the non-pad tokens (reduction='mean')."
     ),
@@ -141,11 +160,20 @@ def _slip_per_token(case: dict, spread: str, score: str, kind: str, pad_id: int)
         rest = s / (v - 2) * (1 - one_hot)
         rest[:, pad_id] = 0.0
         q = (1 - s) * one_hot + rest
+    elif spread == "overwrite":
+        q = (1 - s) * one_hot + s / v * (1 - one_hot)
     elif spread == "none":
         q = one_hot
     else:
         q = (1 - s) * one_hot
-    scores = F.log_softmax(logits, dim=-1) if score == "log" else F.softmax(logits, dim=-1)
+    if score == "log":
+        scores = F.log_softmax(logits, dim=-1)
+    elif score == "prob":
+        scores = F.softmax(logits, dim=-1)
+    elif score == "raw":
+        scores = logits
+    else:
+        scores = F.log_softmax(logits, dim=0)
     per_token = -(q * scores).sum(-1)
     if kind == "kl":
         per_token = per_token + torch.xlogy(q, q).sum(-1)
@@ -160,6 +188,8 @@ def _slip_value(per_token: torch.Tensor, target: torch.Tensor, pad_id: int, redu
         return per_token.mean()
     if reduce == "mean_all_zeroed":
         return per_token[real].sum() / target.numel()
+    if reduce == "mean_pad":
+        return per_token[~real].sum() / (~real).sum().clamp(min=1)
     if reduce == "sum_real":
         return per_token[real].sum()
     return per_token.sum()
@@ -211,6 +241,12 @@ def _scalar(check: Check, value, case: dict) -> torch.Tensor:
             f"`.item()` or `float(...)` on it."
         )
     value = check.tensor(value, "the loss", dtype="float", finite=False)
+    if value.dtype in (torch.float16, torch.bfloat16):
+        check.fail(
+            f"The loss has dtype {str(value.dtype).replace('torch.', '')} for float32 logits. That format keeps only "
+            f"about 3 significant digits, so the loss (and its gradient) lose precision. Compute in the logits' "
+            f"own dtype: no `.half()` or `.bfloat16()` inside the loss."
+        )
     if value.dim() != 0:
         if tuple(value.shape) == (n,):
             cause = (
@@ -317,7 +353,9 @@ def _check_label_smoothing_loss(check: Check, label_smoothing_loss: Callable) ->
 
 
 def _close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    return bool(torch.isfinite(actual)) and torch.allclose(actual.double(), expected.double(), atol=1e-5, rtol=1e-4)
+    """torch.allclose(atol=1e-5, rtol=1e-4) for two scalars, in Python floats (it runs hundreds of times)."""
+    a, e = float(actual), float(expected)
+    return math.isfinite(a) and abs(a - e) <= 1e-5 + 1e-4 * abs(e)
 
 
 __all__ = ["check_label_smoothing_loss"]

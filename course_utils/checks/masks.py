@@ -23,13 +23,32 @@ _BOOL_NOTE = (
     "or `torch.tril(...)` on a bool tensor, or convert with `.bool()`."
 )
 
-# Right-padded token batches: (tokens, pad_id). The first token of every row is real.
+# Token batches: (tokens, pad_id). Mostly right-padded; the last batch is padded on the left, so a
+# mask that marks "the first n positions" or trusts the first token to be real is caught.
 _BATCHES = [
     (torch.tensor([[1, 7, 4, 9, 2, 0], [1, 5, 2, 0, 0, 0], [1, 6, 3, 8, 5, 2]]), 0),
     (torch.tensor([[1, 0, 5, 0, 2, 3, 3], [4, 0, 2, 3, 3, 3, 3]]), 3),  # pad id 3, real tokens equal to 0
     (torch.tensor([[6, 0, 2, 1, 1], [0, 4, 0, 0, 2], [9, 2, 1, 1, 1], [5, 5, 1, 1, 1]]), 1),
+    (torch.tensor([[2, 2, 0, 5, 1], [2, 0, 4, 4, 7], [6, 1, 0, 3, 9]]), 2),  # left padding, pad id 2
     (torch.tensor([[2]]), 0),  # one sentence of one token
 ]
+
+_PREFIX_NOTE = (
+    "Your mask marks the first n positions of each sentence as real (n = its number of real tokens), which "
+    "is right only when the padding sits at the end; here {where}. Compare every token with the pad id "
+    "instead: `tokens != pad_id`."
+)
+
+
+def _prefix(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """(B, L): True at the first (number of real tokens) positions of each row."""
+    count = (tokens != pad_id).sum(1, keepdim=True)
+    return torch.arange(tokens.shape[1])[None, :] < count
+
+
+def _where_padding(tokens: torch.Tensor, pad_id: int) -> str:
+    left = bool((tokens[:, 0] == pad_id).any())
+    return "some sentences are padded at the start" if left else "the padding is not only at the end"
 
 
 def check_padding_mask(make_padding_mask: Callable) -> CheckResult:
@@ -132,6 +151,8 @@ def _check_padding(check: Check, make_padding_mask: Callable) -> None:
                  f"polarity is inverted. Use `tokens != pad_id`: True at real tokens."),
                 (torch.ones_like(expected), "Your mask is True everywhere, so padding is never hidden. It must be False "
                                             "where the token equals pad_id."),
+                (_prefix(tokens, pad_id).reshape(B, 1, 1, L),
+                 _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
             ]
             cause = _name_mistake(mask, candidates) or "True must mark the real tokens (those different from pad_id)."
             check.fail(
@@ -257,9 +278,10 @@ def _check_target(check: Check, make_target_mask: Callable) -> None:
             candidates = [
                 (~expected, "The whole mask is inverted: True means 'may attend' (a real, earlier-or-same key)."),
                 (queries & causal,
-                 "The padding is on the query axis (rows) instead of the key axis (columns), so the rows of padded "
-                 "positions are all False: they have nothing to attend to, which gives NaN in a softmax with -inf. "
-                 "Padding hides *keys*: the padding mask has shape (B, 1, 1, L) and broadcasts over the rows."),
+                 "Your mask hides the rows of padded positions (the padding is applied on the query axis), so "
+                 "those rows are all False: they have nothing to attend to, which gives NaN in a softmax with -inf. "
+                 "Padding hides *keys* only (the key axis, columns): the padding mask has shape (B, 1, 1, L) and "
+                 "broadcasts over the rows."),
                 (keys | causal,
                  "The padding and causal parts are combined with OR: a position may then attend to anything that "
                  "is either real or in the past. Combine them with AND (`&`): both must allow it."),
@@ -279,6 +301,12 @@ def _check_target(check: Check, make_target_mask: Callable) -> None:
                  "the past. Use the lower triangle, True where key position <= query position."),
                 (keys & _below(L, -1),
                  "The causal part hides the diagonal: a position must be able to attend to itself."),
+                (keys & queries & causal,
+                 "Your mask also hides the rows of padded positions (padding on the query axis as well as on the "
+                 "key axis), so those rows are all False: a softmax over a row of -inf gives NaN, which then "
+                 "spreads. Padding hides *keys* only: AND the causal mask with a (B, 1, 1, L) padding mask."),
+                (_prefix(tokens, pad_id).reshape(B, 1, 1, L) & causal,
+                 _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
             ]
             cause = _name_mistake(mask, candidates)
             if cause is None:

@@ -11,6 +11,7 @@ known mistake are used only to name a cause, never to accept.
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -55,8 +56,11 @@ def _install(module: nn.Module, weights: dict) -> dict[str, tuple[torch.Tensor, 
     return used
 
 
-def _oracle(weights: dict, num_heads: int, query, key, value, mask=None) -> torch.Tensor:
-    """nn.MultiheadAttention in float64 with the given weights; ``mask`` uses our convention (True = may attend)."""
+def _oracle(weights: dict, num_heads: int, query, key, value, mask=None, grad: bool = False) -> torch.Tensor:
+    """nn.MultiheadAttention in float64 with the given weights; ``mask`` uses our convention (True = may attend).
+
+    With ``grad``, returns ``(mha, output)`` with the graph kept, for comparing gradients.
+    """
     d_model = query.shape[-1]
     mha = nn.MultiheadAttention(d_model, num_heads, batch_first=True, dtype=torch.float64)
     with torch.no_grad():
@@ -67,10 +71,13 @@ def _oracle(weights: dict, num_heads: int, query, key, value, mask=None) -> torc
     mha.eval()
     kwargs: dict[str, Any] = {}
     if mask is not None:
-        if mask.shape[2] == 1:  # (B, 1, 1, L_k): a key padding mask
-            kwargs["key_padding_mask"] = ~mask[:, 0, 0, :]
-        else:  # (B, 1, L_q, L_k): one mask per query, the same for every head
-            kwargs["attn_mask"] = (~mask[:, 0]).repeat_interleave(num_heads, dim=0)
+        # (B, 1, 1 or L_q, L_k) -> one (L_q, L_k) mask per (batch, head), True = blocked. (Passed as attn_mask
+        # even for padding: key_padding_mask's validation imports sympy, which takes seconds the first time.)
+        full = mask[:, 0].expand(query.shape[0], query.shape[1], key.shape[1])
+        kwargs["attn_mask"] = (~full).repeat_interleave(num_heads, dim=0)
+    if grad:
+        out, _ = mha(query, key, value, need_weights=False, **kwargs)
+        return mha, out
     with torch.no_grad():
         out, _ = mha(query.double(), key.double(), value.double(), need_weights=False, **kwargs)
     return out
@@ -154,7 +161,21 @@ def _check_structure(check: Check, module: Any, d_model: int, num_heads: int) ->
                 f"{name} is nn.Linear({layer.in_features}, {layer.out_features}), but for d_model={d_model} "
                 f"it should be nn.Linear({d_model}, {d_model})."
             )
+    no_bias = [name for name in _NAMES if getattr(module, name).bias is None]
+    if no_bias:
+        # The paper's projections are plain matrices; nn.Linear's bias is optional. Compared as a zero bias.
+        check.ok(f"{', '.join(no_bias)} without bias, as in the paper's equations (compared as a zero bias)")
     check.ok("has W_q, W_k, W_v, W_o, each nn.Linear(d_model, d_model)")
+    try:
+        names = [p.name for p in inspect.signature(module.forward).parameters.values()][:3]
+    except (TypeError, ValueError):
+        names = []
+    if sorted(names) == ["key", "query", "value"] and names != ["query", "key", "value"]:
+        check.fail(
+            f"MultiHeadAttention.forward takes its inputs in the order ({', '.join(names)}), but callers pass "
+            f"them as forward(query, key, value, mask=None), as nn.MultiheadAttention does. In cross-attention "
+            f"the query comes from the decoder and key/value from the encoder, so the order matters."
+        )
 
 
 # --------------------------------------------------------------------------
@@ -173,7 +194,15 @@ def _check(check: Check, cls) -> None:
 
     # 1. Self-attention runs and keeps the shape.
     x = torch.randn(B, L, D, generator=g)
-    _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
+    first = _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
+    second = _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
+    if not _close(first, second.detach().double(), 0.0, 0.0):
+        check.fail(
+            "MultiHeadAttention in eval mode (built with the default dropout=0.0) gives different outputs for the "
+            "same input: something random runs inside.\nLikely cause: dropout with a fixed rate, or "
+            "`F.dropout(...)` without `training=self.training`. Use `nn.Dropout(dropout)` with the constructor's "
+            "`dropout` argument; it is off in eval mode."
+        )
     check.ok("self-attention returns (B, L, d_model)")
 
     weights = _random_weights(g, D)
@@ -241,6 +270,12 @@ def _check(check: Check, cls) -> None:
                 "In cross-attention your values come from the `key` input instead of the `value` input "
                 "(the two were swapped). forward(query, key, value): K = W_k(key) and V = W_v(value)."
             )
+        if _close(out_u, _project(wu, "W_o", _average(_project(wu, "W_v", q), _allowed(None, B, L, L)))):
+            check.fail(
+                "In cross-attention your values come from the `query` input: the module attends over the query "
+                "itself (self-attention) whatever key and value it is given. forward(query, key, value): "
+                "Q = W_q(query), K = W_k(key), V = W_v(value)."
+            )
         check.close(out_u, expected_u, "the output for cross-attention with equal scores (W_q set to zero)",
                     hint="Each query should average W_v(value) over the keys, then apply W_o.")
     _install(module, weights)
@@ -259,6 +294,10 @@ def _check(check: Check, cls) -> None:
     for mask, kind in masks:
         _check_mask(check, module, weights, uniform_weights, w, wu, q, k, v, mask, kind, H)
     check.ok("masks of shape (B, 1, 1, L_k) and (B, 1, L_q, L_k) are honoured (True = may attend)")
+
+    # 6b. Gradients with respect to the inputs and the four projections, against nn.MultiheadAttention.
+    _check_gradients(check, module, weights, w, q, k, v, padding, H, g)
+    check.ok("gradients reach query, key, value and W_q, W_k, W_v, W_o as in nn.MultiheadAttention")
 
     # 7. Other sizes, with dropout > 0 in eval mode.
     D2, H2 = 24, 4
@@ -319,6 +358,12 @@ def _diagnose_value_path(check: Check, out, wu, x, B, L, H, d_k) -> None:
     no_transpose = values.reshape(B, H, L, d_k).mean(2, keepdim=True).expand(B, H, L, d_k)
     merged = per_head_mean[:, :, None, :].expand(B, H, L, d_k)
     candidates = [
+        (
+            x.double() + W_o(mean_over_keys),
+            "your output is the attention output *plus the query*: a residual connection is added inside "
+            "MultiHeadAttention. The residual (and the LayerNorm) belong to the encoder/decoder layer; here "
+            "return just `self.W_o(...)` of the merged heads.",
+        ),
         (
             mean_over_keys,
             "your output equals the merged heads *before* the output projection: W_o is never applied. "
@@ -393,7 +438,41 @@ def _diagnose_scores(check: Check, out, w, x, H, d_k, D) -> None:
         changed["W_q"] = (wq * q_factor, bq * q_factor)
         return _oracle(changed, H, x, x, x)
 
+    wo_first = dict(w)
+    wo_first["W_v"] = (w["W_o"][0] @ w["W_v"][0], w["W_o"][0] @ w["W_v"][1] + w["W_o"][1])
+    wo_first["W_o"] = (torch.eye(D, dtype=torch.float64), torch.zeros(D, dtype=torch.float64))
     candidates = [
+        (
+            _oracle(wo_first, H, x, x, x),
+            "W_o is applied to the values before the heads are split (W_o(W_v(value))), not to the merged "
+            "heads. The output projection comes last: split, attend per head, merge the heads back to "
+            "(B, L_q, d_model), then `self.W_o(...)`.",
+        ),
+    ]
+    # Heads cut as interleaved features (head h = features h, h + H, ...) in both the split and the merge.
+    perm = torch.arange(D).reshape(d_k, H).T.reshape(-1)  # position h * d_k + j holds feature j * H + h
+    interleaved = {name: (w[name][0][perm], w[name][1][perm]) for name in ("W_q", "W_k", "W_v")}
+    interleaved["W_o"] = (w["W_o"][0][:, perm], w["W_o"][1])
+    candidates.append(
+        (
+            _oracle(interleaved, H, x, x, x),
+            "each head takes every num_heads-th feature (an interleaved split such as "
+            "`view(B, L, d_k, num_heads)`) instead of a block of d_k consecutive features. Head h owns features "
+            "h * d_k to (h + 1) * d_k, as in nn.MultiheadAttention: split with "
+            "`view(B, L, num_heads, d_k).transpose(1, 2)` and merge back the same way.",
+        )
+    )
+    candidates += [
+        (
+            _oracle(w, h, x, x, x),
+            f"your module splits d_model={D} into {h} heads of size {D // h}, but it was built with "
+            f"num_heads={H} (d_k = {d_k}). Use the num_heads given to __init__ (store it as an attribute) rather "
+            f"than a fixed number.",
+        )
+        for h in range(1, D + 1)
+        if D % h == 0 and h != H
+    ]
+    candidates += [
         (
             variant(math.sqrt(d_k) / math.sqrt(D)),
             f"the scores are divided by sqrt(d_model) = sqrt({D}) instead of sqrt(d_k) = sqrt({d_k}). Each "
@@ -416,7 +495,10 @@ def _diagnose_scores(check: Check, out, w, x, H, d_k, D) -> None:
     ]
     for wrong, message in candidates:
         if _close(out, wrong):
-            check.fail(f"The attention scores are not those of the paper.\nLikely cause: {message}")
+            check.fail(
+                f"Your output differs from nn.MultiheadAttention's with the same weights (it is right when all "
+                f"scores are equal, so the value path works).\nLikely cause: {message}"
+            )
     check.close(
         out,
         _oracle(w, H, x, x, x),
@@ -432,7 +514,14 @@ def _diagnose_scores(check: Check, out, w, x, H, d_k, D) -> None:
 def _check_mask(check: Check, module, weights, uniform_weights, w, wu, q, k, v, mask, kind: str, H: int) -> None:
     B, L, L_k = q.shape[0], q.shape[1], k.shape[1]
     _install(module, uniform_weights)
-    out = _run(check, module, q, k, v, mask, shape=(B, L, q.shape[2]), what=f"the output with a {kind}")
+    try:
+        out = _run(check, module, q, k, v, mask, shape=(B, L, q.shape[2]), what=f"the output with a {kind}")
+    except _LearnerError as error:
+        raise _LearnerError(
+            f"{error.message}\nIt works without a mask but crashes with a {kind}. Pass the mask to "
+            f"scaled_dot_product_attention as it is: it already has its head axis of size 1 and broadcasts "
+            f"against the scores (B, num_heads, L_q, L_k); do not unsqueeze or reshape it."
+        ) from None
     allowed = _allowed(mask, B, L, L_k)
     values = _project(wu, "W_v", v)
     expected = _project(wu, "W_o", _average(values, allowed))
@@ -459,3 +548,34 @@ def _check_mask(check: Check, module, weights, uniform_weights, w, wu, q, k, v, 
     out = _run(check, module, q, k, v, mask, shape=(B, L, q.shape[2]), what=f"the output with a {kind}")
     check.close(out, _oracle(w, H, q, k, v, mask), f"the output with a {kind}",
                 hint="The output with all keys allowed is right, so look at how the mask is used.")
+
+
+def _check_gradients(check: Check, module, weights, w, q, k, v, mask, H: int, g: torch.Generator) -> None:
+    """Backpropagate one random direction through the learner's module and the oracle; compare gradients."""
+    _install(module, weights)
+    B, L, D = q.shape
+    r = torch.randn(B, L, D, generator=g)
+    inputs = [t.clone().requires_grad_(True) for t in (q, k, v)]
+    out = _run(check, module, *inputs, mask, shape=(B, L, D), what="the output with a padding mask")
+    if not out.requires_grad or out.grad_fn is None:
+        check.fail(
+            "The output of MultiHeadAttention does not require grad: it is cut off from autograd, so W_q, W_k, "
+            "W_v and W_o could never be trained.\nLikely cause: a `torch.no_grad()` block in forward, or a "
+            "`.detach()` / `.data` on the way to the output."
+        )
+    params = [getattr(module, name).weight for name in _NAMES]
+    got = torch.autograd.grad((out * r).sum(), inputs + params, allow_unused=True)
+    ref_inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+    mha, ref_out = _oracle(w, H, *ref_inputs, mask=mask, grad=True)
+    # in_proj_weight is one tensor: its three chunks share one gradient, cut the same way.
+    grads = torch.autograd.grad((ref_out * r.double()).sum(), ref_inputs + [mha.in_proj_weight, mha.out_proj.weight])
+    want = list(grads[:3]) + list(grads[3].chunk(3)) + [grads[4]]
+    names = ["query", "key", "value"] + list(_NAMES)
+    wrong = [n for n, a, e in zip(names, got, want) if a is None or not _close(a, e, 1e-4, 1e-3)]
+    if wrong:
+        check.fail(
+            f"The output of MultiHeadAttention is right, but the gradient with respect to {', '.join(wrong)} "
+            f"differs from nn.MultiheadAttention's with the same weights.\nLikely cause: a `.detach()`, `.data` "
+            f"or `torch.no_grad()` on the way from {' / '.join(wrong)} to the output (check your "
+            f"scaled_dot_product_attention too: its weights must stay in the graph)."
+        )

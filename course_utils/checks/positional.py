@@ -117,6 +117,11 @@ def _close(a: torch.Tensor, e: torch.Tensor) -> bool:
     return a.shape == e.shape and bool(torch.allclose(a.double(), e, atol=_ATOL, rtol=_RTOL))
 
 
+def _close_loose(a: torch.Tensor, e: torch.Tensor) -> bool:
+    """Equal to about 3 significant digits (what half precision keeps); only used to name a cause."""
+    return a.shape == e.shape and bool(torch.allclose(a.double(), e, atol=5e-3, rtol=0))
+
+
 def _fitted_base(table: torch.Tensor, d_model: int) -> float | None:
     """The base b such that pair 1 has frequency b^(-2 / d_model), read from position 1."""
     if table.shape[0] < 2 or d_model < 4:
@@ -139,7 +144,10 @@ def _diagnose_table(
         return
     title = what[0].upper() + what[1:]
     for wrong, message in _named_mistakes(max_len, d_model, table_len or max_len):
-        if _close(table, wrong):
+        # Naming only (acceptance was decided above): the first rows suffice, with a tolerance for float32
+        # tables whose angles grow large (a frequency that grows with i gives angles of thousands of radians).
+        first = min(max_len, 4)
+        if _close(table, wrong) or bool(torch.allclose(table[:first], wrong[:first], atol=2e-3, rtol=0)):
             check.fail(f"{title} does not follow the paper's formula.\nLikely cause: {message}")
     base = _fitted_base(table, d_model)
     if base is not None and abs(base - 10000.0) > 1.0:
@@ -159,6 +167,23 @@ def _diagnose_table(
                 f"{title} uses the base {base:.4g} instead of 10000: pair i should have the frequency "
                 f"1 / 10000^(2i / d_model). (With exp and log: `torch.exp(-math.log(10000.0) * 2i / d_model)`.)"
             )
+
+    if _close_loose(table, expected):
+        worst = float((table - expected).abs().max())
+        check.fail(
+            f"{title} is close to the paper's table but not within float32 precision (largest difference "
+            f"{worst:.1e}).\nLikely cause: part of the computation runs in half precision (`.half()`, float16, "
+            f"bfloat16) and is converted back. Compute the table in float32 (or float64)."
+        )
+    empty = [int(r) for r in (table.abs().amax(dim=1) < 1e-12).nonzero()[:, 0]]
+    if empty:
+        shown = ", ".join(str(r) for r in empty[:4]) + (", ..." if len(empty) > 4 else "")
+        check.fail(
+            f"Row{'s' if len(empty) > 1 else ''} {shown} of {what} {'are' if len(empty) > 1 else 'is'} all 0, but "
+            f"every row holds cosines, so no row can be all 0: {'they were' if len(empty) > 1 else 'it was'} never "
+            f"written.\nLikely cause: a loop or a slice that stops one position short "
+            f"(`range(max_len - 1)`, `[:-1]`). Every position 0 .. max_len - 1 gets a row."
+        )
 
     # No known mistake matched: name the first invariant that does not hold.
     row0 = table[0]
@@ -286,14 +311,26 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
         what = "your table" if p.numel() == size else "a parameter"
         check.problem(
             f"PositionalEncoding stores {what} `{name}` (shape {fmt_shape(p.shape)}) as an nn.Parameter, so "
-            f"an optimizer would train it.\nThe sinusoidal encoding is fixed: keep the table as a buffer with "
+            + (
+                "an optimizer would train it."
+                if p.requires_grad
+                else "it is listed among the model's weights (`model.parameters()`) even with requires_grad=False."
+            )
+            + f"\nThe sinusoidal encoding is fixed: keep the table as a buffer with "
             f"`self.register_buffer('pe', pe)`; it then follows `.to(device)` and is saved in the state_dict, "
             f"but no optimizer changes it. The module should have no parameters at all."
         )
     if params:
         return
-    buffers = [b for _, b in module.named_buffers() if b.numel() == size]
+    buffers = [(n, b) for n, b in module.named_buffers() if b.numel() == size]
     if buffers:
+        name, buffer = buffers[0]
+        if buffer.dtype in (torch.float16, torch.bfloat16):
+            check.problem(
+                f"PositionalEncoding stores its table `{name}` as {buffer.dtype}, which keeps only about 3 "
+                f"significant digits: the sines and cosines come out visibly wrong.\nBuild and register the table "
+                f"in float32 (`torch.zeros(max_len, d_model)` is float32 by default)."
+            )
         check.ok("the table is a registered buffer, not a parameter")
         return
     plain = [n for n, v in vars(module).items() if isinstance(v, torch.Tensor) and v.numel() == size]
@@ -304,6 +341,14 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
             f"would not contain it.\nRegister it as a buffer: `self.register_buffer('{plain[0]}', pe)`."
         )
     else:
+        other = [(n, b) for n, b in module.named_buffers() if b.dim() >= 2 and b.shape[-1] == d_model]
+        if other:
+            name, buffer = other[0]
+            check.fail(
+                f"PositionalEncoding(d_model={d_model}, dropout=0.0, max_len={max_len}) registers a table `{name}` "
+                f"of shape {fmt_shape(buffer.shape)}: its number of rows is not max_len={max_len}.\nBuild the "
+                f"table with the `max_len` argument (one row per position 0 .. max_len - 1), not a fixed number."
+            )
         check.problem(
             f"PositionalEncoding(d_model={d_model}, max_len={max_len}) has no registered buffer with the "
             f"table ({max_len} x {d_model} values).\nBuild the table once in __init__ and keep it with "
@@ -394,6 +439,24 @@ def _check_module(check: Check, cls) -> None:
         check.close(out, expected, "the output of PositionalEncoding in eval mode", hint="Expected x + PE[:L].")
     check.ok("returns x + PE[:L] in eval mode")
 
+    # 2b. Gradients reach x unchanged (d output / d x is the identity in eval mode).
+    xg = x.clone().requires_grad_(True)
+    out = _forward(check, module, xg, max_len)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        check.fail(
+            "The output of PositionalEncoding does not require grad although its input does: it is cut off "
+            "from autograd, so the embeddings before it could never be trained.\nLikely cause: `x.detach()`, "
+            "`x.data`, or a `torch.no_grad()` block in forward. Only the table is fixed; x must stay in the graph."
+        )
+    (grad,) = torch.autograd.grad(out.sum(), xg, allow_unused=True)
+    if grad is None or not _close(grad, torch.ones_like(grad, dtype=torch.float64)):
+        check.fail(
+            "In eval mode the gradient of PositionalEncoding's output with respect to x should be 1 everywhere "
+            "(forward is just x + PE[:L]), but it is not.\nLikely cause: x is detached (`x.detach()`, `x.data`) "
+            "or transformed before the table is added."
+        )
+    check.ok("gradients flow back to x unchanged")
+
     # 3. Other batch sizes and lengths, including L = max_len and L = 1.
     for b, length in ((1, 1), (2, max_len), (5, 3)):
         xi = torch.randn(b, length, d_model, generator=g)
@@ -436,6 +499,15 @@ def _check_module(check: Check, cls) -> None:
                 "PositionalEncoding applies dropout to x before adding the table (dropped entries come out as "
                 "the table's values, not 0). The paper applies dropout to the sum: `dropout(x + PE[:L])`."
             )
+        after_x = got - xt.double()
+        table_dropped = after_x.abs() < 1e-5
+        if bool((table_dropped | ((after_x - table[:20] / (1 - p)).abs() < 1e-4)).all()) and float(
+            table_dropped.double().mean()
+        ) > 0.2:
+            check.fail(
+                "PositionalEncoding applies dropout to the table alone and then adds x (dropped entries come out "
+                "as x's values, not 0). The paper applies dropout to the sum: `dropout(x + PE[:L])`."
+            )
         if _close(got, summed):
             check.fail(
                 f"PositionalEncoding(d_model, dropout={p}) in train mode returned x + PE[:L] unchanged: "
@@ -448,7 +520,8 @@ def _check_module(check: Check, cls) -> None:
     if not 0.35 <= frac <= 0.65:
         check.fail(
             f"In train mode with dropout={p}, about {p:.0%} of the outputs should be zeroed, but {frac:.0%} "
-            f"are. Is the dropout rate taken from the constructor's `dropout` argument?"
+            f"are. Is the dropout rate taken from the constructor's `dropout` argument, and is dropout applied "
+            f"only once?"
         )
     kept = ~zeroed
     if not bool(torch.allclose(got[kept], summed[kept] / (1 - p), atol=1e-4, rtol=1e-4)):

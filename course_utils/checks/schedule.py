@@ -66,6 +66,16 @@ _NOAM_SLIPS: list[tuple[Callable[[int, int, int], float], str]] = [
         "LambdaLR needs belongs in the scheduler, not in noam_lr.",
     ),
     (
+        lambda s, d, w: _paper(d, s, w),
+        "Your values match the formula with step and d_model swapped: noam_lr takes its arguments in the "
+        "order (step, d_model, warmup_steps).",
+    ),
+    (
+        lambda s, d, w: _paper(s, w, d),
+        "Your values match the formula with d_model and warmup_steps swapped: noam_lr takes its arguments in "
+        "the order (step, d_model, warmup_steps).",
+    ),
+    (
         lambda s, d, w: d**-0.5 * s * w**-1.5,
         "Your learning rate keeps growing after warmup_steps: it matches the warmup term "
         "`step * warmup_steps ** -1.5` alone. Take the `min` with the decay term `step ** -0.5`.",
@@ -88,10 +98,28 @@ def _number(check: Check, value: Any, where: str) -> tuple[float, bool]:
                 f"noam_lr should return one number (a float or a 0-d tensor), but {where} it returned a "
                 f"{describe(value)}."
             )
+        if value.requires_grad:
+            check.fail(
+                f"noam_lr returned a tensor that requires grad {where}. A learning rate is a plain number, not "
+                f"part of the model's computation graph: return a float (compute with Python numbers and `math`, "
+                f"or call `.item()` on a tensor result)."
+            )
+        if value.dtype in (torch.float16, torch.bfloat16):
+            check.fail(
+                f"noam_lr returned a {str(value.dtype).replace('torch.', '')} tensor {where}. That format keeps only "
+                f"about 3 significant digits (and float16 rounds rates below 6e-8 to 0), so the schedule comes out "
+                f"wrong. Return a Python float (or compute in float32/float64)."
+            )
         is_int = not value.is_floating_point()
         return float(value.detach().reshape(())), is_int
     if value is None:
         check.fail(f"noam_lr returned None {where}. Did you forget a `return` statement?")
+    if isinstance(value, complex):
+        check.fail(
+            f"noam_lr returned a complex number {where}. In Python, a negative number raised to a "
+            f"fractional power, such as `(-3) ** 0.5`, is complex: every base raised to -0.5 or -1.5 here "
+            f"(step, d_model, warmup_steps) must be positive."
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
         check.fail(f"noam_lr should return a number (a float or a 0-d tensor), but {where} it returned {describe(value)}.")
     return float(value), isinstance(value, int)
@@ -117,9 +145,10 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
         raised = None
     except Exception as exc:  # the learner's code: any failure at step 0 gets the step-0 explanation
         at_zero, raised = None, exc
+    zero_problem = ""  # reported after the values: a wrong formula is the first thing to fix
     if raised is not None:
         text = str(raised).strip().splitlines()
-        check.problem(
+        zero_problem = (
             f"noam_lr(0, 512, 4000) raised {type(raised).__name__}"
             + (f": {text[0]}" if text else "")
             + f".\n{_STEP_ZERO}"
@@ -127,9 +156,9 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
     else:
         value, _ = _number(check, at_zero, "at step=0")
         if not math.isfinite(value):
-            check.problem(f"noam_lr(0, 512, 4000) returned {value}, expected {fmt_number(expected_zero)}.\n{_STEP_ZERO}")
+            zero_problem = f"noam_lr(0, 512, 4000) returned {value}, expected {fmt_number(expected_zero)}.\n{_STEP_ZERO}"
         elif not _near(value, expected_zero):
-            check.problem(
+            zero_problem = (
                 f"noam_lr(0, 512, 4000) returned {fmt_number(value)}, but step 0 should give the same value as "
                 f"step 1 (your noam_lr(1, 512, 4000) = {fmt_number(expected_zero)}).\n"
                 + (
@@ -143,6 +172,12 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
         else:
             check.ok("treats step 0 as step 1")
 
+    def fail_values(message: str) -> None:
+        check.problem(message)
+        if zero_problem:
+            check.problem(zero_problem)
+        check.stop_if_problems()
+
     # 3. The values on grids that cross the warmup boundary.
     rows = []  # (d_model, warmup_steps, step, learner's value, expected value)
     ints = False
@@ -153,7 +188,7 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
             ints = ints or is_int
             rows.append((d_model, warmup_steps, step, value, _paper(step, d_model, warmup_steps)))
     if ints or all(v == 0 for *_, v, _e in rows):
-        check.fail(
+        fail_values(
             "noam_lr returns "
             + ("integers" if ints else "0.0 everywhere")
             + f" (at step=4000, d_model=512, warmup_steps=4000 you return {fmt_number(rows[7][3])}, expected "
@@ -164,6 +199,8 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
     bad = [r for r in rows if not _near(r[3], r[4])]
     if not bad:
         check.ok("matches d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) before, at and after warmup_steps")
+        if zero_problem:
+            check.fail(zero_problem)
         return
 
     table = "\n".join(
@@ -172,11 +209,13 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
     )
     for formula, message in _NOAM_SLIPS:
         if all(_near(v, formula(s, d, w)) for d, w, s, v, _e in rows):
-            check.fail(f"noam_lr returns the wrong values.\n{table}\n{message}")
+            fail_values(f"noam_lr returns the wrong values.\n{table}\n{message}")
 
     # No named slip fits: describe how the curve behaves instead.
     lr = {(d, w, s): v for d, w, s, v, _e in rows}
     notes = []
+    if any(v <= 0 for *_, v, _e in rows):
+        notes.append("Some of your rates are 0 or negative; a learning rate is always positive.")
     rise = lr[(512, 4000, 2000)] / lr[(512, 4000, 100)] if lr[(512, 4000, 100)] else float("nan")
     if not math.isclose(rise, 20.0, rel_tol=1e-3):
         notes.append(
@@ -194,12 +233,32 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
         values = ", ".join(f"step {s}: {fmt_number(v)}" for s, v in around)
         notes.append(
             f"The peak should be exactly at step == warmup_steps (here 10), where the two terms of `min` "
-            f"are equal; yours: {values}. Check the exponents of warmup_steps (-1.5) and of step (-0.5)."
+            f"are equal; yours: {values}. Check the exponents of warmup_steps (-1.5) and of step (-0.5), and that "
+            f"the formula uses the warmup_steps argument (not a fixed number)."
         )
-    hint = "\n".join(notes) if notes else (
-        "The shape of your curve is right, but the values are off by a factor: check the `d_model ** -0.5` in front."
-    )
-    check.fail(f"noam_lr returns the wrong values.\n{table}\n{hint}")
+    if not notes:
+        ratios = [v / e for *_, v, e in rows]
+        per_setting = {}
+        for (d, w, _s, v, e), ratio in zip(rows, ratios):
+            per_setting.setdefault((d, w), []).append(ratio)
+        if all(math.isclose(r, ratios[0], rel_tol=1e-3) for r in ratios):
+            notes.append(
+                f"The shape of your curve is right, but every value is {fmt_number(ratios[0])} times the paper's: "
+                f"the only factor in front of `min(...)` is `d_model ** -0.5`."
+            )
+        elif all(math.isclose(r, rs[0], rel_tol=1e-3) for rs in per_setting.values() for r in rs):
+            notes.append(
+                "Within each setting the shape of your curve is right, but the scale is off by a factor that "
+                "changes with d_model and warmup_steps: use the arguments d_model and warmup_steps (not fixed "
+                "numbers such as 512 or 4000) in `d_model ** -0.5` and `warmup_steps ** -1.5`."
+            )
+        else:
+            notes.append(
+                "Your curve has the right shape but not the right values (off by up to "
+                f"{fmt_number(100 * max(abs(r - 1) for r in ratios))}%): are the values rounded, or computed in a "
+                "low precision?"
+            )
+    check.fail(f"noam_lr returns the wrong values.\n{table}\n" + "\n".join(notes))
 
 
 # --------------------------------------------------------------------------
@@ -236,13 +295,13 @@ def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
     check.callable_(make_noam_scheduler, "make_noam_scheduler")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for kind, lrs, d_model, warmup_steps, n_steps in _SCHEDULER_CASES:
-            _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps, n_steps)
+        for i, (kind, lrs, d_model, warmup_steps, n_steps) in enumerate(_SCHEDULER_CASES):
+            _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps, n_steps, later=i > 0)
             check.stop_if_problems()
     check.ok("works with SGD and with Adam")
 
 
-def _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps, n_steps) -> None:
+def _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps, n_steps, later=False) -> None:
     generator = torch.Generator().manual_seed(0)
     first = torch.nn.Parameter(torch.randn(3, 2, generator=generator))
     second = torch.nn.Parameter(torch.randn(2, generator=generator))
@@ -256,14 +315,22 @@ def _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps,
     def make_noam_scheduler_(optimizer, d_model, warmup_steps):
         try:
             return make_noam_scheduler(optimizer, d_model, warmup_steps)
-        except (ZeroDivisionError, ValueError) as exc:
+        except (ZeroDivisionError, ValueError, KeyError) as exc:
             if isinstance(exc, ValueError) and "domain" not in str(exc):
+                raise
+            if isinstance(exc, KeyError) and "initial_lr" not in str(exc):
                 raise
             return _Raised(exc)
 
     scheduler = check.call(
         make_noam_scheduler_, optimizer, d_model, warmup_steps, what="make_noam_scheduler", guard_inputs=False
     )
+    if isinstance(scheduler, _Raised) and isinstance(scheduler.exc, KeyError):
+        check.fail(
+            "make_noam_scheduler crashed while building the scheduler: torch asks for 'initial_lr' in the param "
+            "groups, which it does only when a scheduler resumes an interrupted run (last_epoch >= 0). For a "
+            "fresh run leave `last_epoch` at its default, -1: LambdaLR then counts the steps from 0 itself."
+        )
     if isinstance(scheduler, _Raised):
         exc = scheduler.exc
         check.fail(
@@ -295,14 +362,31 @@ def _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps,
     check.ok("returns a scheduler with a step() method")
 
     observed = [[_lr(g["lr"]) for g in optimizer.param_groups]]
-    for _ in range(n_steps):
-        check.call(optimizer.step, what="optimizer.step()", guard_inputs=False)
-        check.call(scheduler.step, what="scheduler.step()", guard_inputs=False)
-        observed.append([_lr(g["lr"]) for g in optimizer.param_groups])
-    _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup)
+    for n in range(n_steps + 1):
+        if n:
+            check.call(optimizer.step, what="optimizer.step()", guard_inputs=False)
+            check.call(scheduler.step, what="scheduler.step()", guard_inputs=False)
+            observed.append([_lr(g["lr"]) for g in optimizer.param_groups])
+        for g in optimizer.param_groups:
+            lr = g["lr"]
+            if isinstance(lr, bool) or not (
+                isinstance(lr, (int, float)) or isinstance(lr, torch.Tensor) and lr.numel() == 1
+            ):
+                check.fail(
+                    f"After {n} call{'s' if n != 1 else ''} of scheduler.step() a param group's lr is "
+                    f"{describe(lr)} {setup}; it should be a number: the group's initial lr times noam_lr(...)."
+                )
+        if any(isinstance(g["lr"], torch.Tensor) and g["lr"].requires_grad for g in optimizer.param_groups):
+            check.fail(
+                f"After {n} call{'s' if n != 1 else ''} of scheduler.step() the optimizer's lr is a tensor that "
+                f"requires grad {setup}. A learning rate is a plain number, not part of the model's computation "
+                f"graph: make the schedule return a float (compute with Python numbers and `math`, or call "
+                f"`.item()` on a tensor result)."
+            )
+    _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, later)
 
 
-def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup) -> None:
+def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, later=False) -> None:
     n_rows = len(observed)
 
     def factor(k):  # the paper's rate at step k
@@ -330,19 +414,33 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup) -> N
         return
 
     head = f"The learning rates in the optimizer's param groups are wrong {setup}.\n{table(expected)}\n"
+    if later:
+        head += (
+            "The scheduler from your first call of make_noam_scheduler (on an SGD optimizer) was right, but this "
+            "one, from a second call, is not. Does your scheduler keep state outside itself (a global step "
+            "counter, a mutable default argument) that carries over from one call to the next? Each scheduler "
+            "must count its own steps from 0.\n"
+        )
     if not all(math.isfinite(v) for row in observed for v in row):
         where = "before the first step" if not all(math.isfinite(v) for v in observed[0]) else "during training"
         check.fail(head + f"Some learning rates are inf or NaN {where}.\n" + (_STEP_ZERO if where.startswith("before") else ""))
     if fits(lambda n, g: lrs[g]):
         check.fail(
             head + "The learning rates never change: your scheduler computes a value but never writes it into "
-            "the optimizer. Each `param_group['lr']` must be set (LambdaLR does this for you on construction "
-            "and on every `scheduler.step()`)."
+            "the optimizer it was given. Build the scheduler on that optimizer (not on a new optimizer or a copy) "
+            "and set every `param_group['lr']`; `optimizer.defaults` is not read once the groups exist "
+            "(LambdaLR(optimizer, ...) sets the groups for you on construction and on every `scheduler.step()`)."
         )
     if all(_near(observed[n][1], lrs[1]) for n in range(n_rows)):
         check.fail(
             head + "Only the first param group is updated: the second keeps its initial lr. Loop over "
             "`optimizer.param_groups` and set the lr of every group (LambdaLR does this for you)."
+        )
+    if fits(lambda n, g: lrs[0] * factor(n + 1)):
+        check.fail(
+            head + "Every group is scaled from the FIRST group's initial lr: the second group gets the first "
+            "group's initial lr times noam_lr(n + 1) instead of its own initial lr times noam_lr(n + 1). Keep "
+            "one initial lr per group (LambdaLR stores them as `base_lrs`)."
         )
     if all(_near(observed[n][0], observed[n][1]) for n in range(n_rows)):
         check.fail(
@@ -361,7 +459,8 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup) -> N
         check.fail(
             head + "Your scheduler is one step ahead: after n calls of scheduler.step() the lr is "
             "initial lr * noam_lr(n + 2), but it should be noam_lr(n + 1). Did you add 1 twice "
-            "(in the scheduler and in noam_lr)?"
+            "(in the scheduler and in noam_lr), or call scheduler.step() once inside make_noam_scheduler? "
+            "The training loop makes every call of scheduler.step()."
         )
     if all(_near(observed[0][g], lrs[g]) for g in range(2)) and all(
         _near(observed[n][g], expected(n, g)) for n in range(1, n_rows) for g in range(2)
