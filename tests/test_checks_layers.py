@@ -1,6 +1,7 @@
 """Checkers for lesson 05 (layers): FeedForward, EncoderLayer, DecoderLayer.
 
-The correct and wrong implementations below exist only to test the checkers.
+The correct and wrong implementations below exist only to test the checkers; the
+reference modules shared with tests/test_checks_model.py live in tests/reference_modules.py.
 """
 
 from __future__ import annotations
@@ -16,112 +17,26 @@ from torch import nn
 
 from conftest import expect
 from course_utils.checks.layers import check_decoder_layer, check_encoder_layer, check_feed_forward
-
-
-# --------------------------------------------------------------------------
-# Multi-head attention (the lesson 04 contract), in three styles.
-
-
-class MultiHeadAttention(nn.Module):
-    """Plain multi-head attention with W_q, W_k, W_v, W_o."""
-
-    def __init__(self, d_model, num_heads, dropout=0.0):
-        super().__init__()
-        if d_model % num_heads:
-            raise ValueError("d_model must be divisible by num_heads")
-        self.num_heads, self.d_k = num_heads, d_model // num_heads
-        self.W_q = nn.Linear(d_model, d_model)
-        self.W_k = nn.Linear(d_model, d_model)
-        self.W_v = nn.Linear(d_model, d_model)
-        self.W_o = nn.Linear(d_model, d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def split(self, t):
-        B, L, _ = t.shape
-        return t.view(B, L, self.num_heads, self.d_k).transpose(1, 2)
-
-    def forward(self, query, key, value, mask=None):
-        q, k, v = self.split(self.W_q(query)), self.split(self.W_k(key)), self.split(self.W_v(value))
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
-        if mask is not None:
-            scores = scores.masked_fill(~mask, float("-inf"))
-        weights = self.dropout(scores.softmax(dim=-1))
-        out = (weights @ v).transpose(1, 2).reshape(query.shape[0], query.shape[1], -1)
-        return self.W_o(out)
-
-
-class EinsumAttention(MultiHeadAttention):
-    """Einsum, -1e9 instead of -inf, projections registered in another order."""
-
-    def __init__(self, d_model, num_heads, dropout=0.0):
-        nn.Module.__init__(self)
-        self.num_heads, self.d_k = num_heads, d_model // num_heads
-        self.W_o = nn.Linear(d_model, d_model)
-        self.W_v = nn.Linear(d_model, d_model)
-        self.W_k = nn.Linear(d_model, d_model)
-        self.W_q = nn.Linear(d_model, d_model)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, query, key, value, mask=None):
-        q, k, v = self.split(self.W_q(query)), self.split(self.W_k(key)), self.split(self.W_v(value))
-        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / self.d_k**0.5
-        if mask is not None:
-            scores = torch.where(mask, scores, torch.full_like(scores, -1e9))
-        weights = self.drop(torch.softmax(scores, -1))
-        out = torch.einsum("bhqk,bhkd->bqhd", weights, v).flatten(2)
-        return self.W_o(out)
-
-
-class FusedAttention(MultiHeadAttention):
-    """F.scaled_dot_product_attention inside."""
-
-    def forward(self, query, key, value, mask=None):
-        q, k, v = self.split(self.W_q(query)), self.split(self.W_k(key)), self.split(self.W_v(value))
-        p = self.dropout.p if self.training else 0.0
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        return self.W_o(out.transpose(1, 2).flatten(2))
-
-
-class TorchAttention(nn.Module):
-    """Wraps nn.MultiheadAttention: not the contract's layout (no W_q...), still correct."""
-
-    def __init__(self, d_model, num_heads, dropout=0.0):
-        super().__init__()
-        self.inner = nn.MultiheadAttention(d_model, num_heads, dropout=dropout, batch_first=True)
-        self.num_heads = num_heads
-
-    def forward(self, query, key, value, mask=None):
-        attn_mask = None
-        if mask is not None:
-            B, Lq, Lk = query.shape[0], query.shape[1], key.shape[1]
-            attn_mask = ~mask.expand(B, self.num_heads, Lq, Lk).reshape(B * self.num_heads, Lq, Lk)
-        return self.inner(query, key, value, attn_mask=attn_mask, need_weights=False)[0]
-
+from reference_modules import (
+    BlockDecoderLayer,
+    BlockEncoderLayer,
+    DecoderLayer,
+    EinsumAttention,
+    EncoderLayer,
+    FeedForward,
+    FusedAttention,
+    MultiHeadAttention,
+    OwnLayerNorm,
+    OwnNormDecoderLayer,
+    OwnNormEncoderLayer,
+    SequentialFeedForward,
+    TorchAttention,
+    TorchAttentionDecoderLayer,
+    TorchAttentionEncoderLayer,
+)
 
 # --------------------------------------------------------------------------
 # FeedForward
-
-
-class FeedForward(nn.Module):
-    """linear2(dropout(relu(linear1(x))))."""
-
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.linear1 = nn.Linear(d_model, d_ff)
-        self.linear2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x):
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
-
-
-class SequentialFeedForward(nn.Module):
-    def __init__(self, d_model, d_ff, dropout=0.0):
-        super().__init__()
-        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
-
-    def forward(self, x):
-        return self.net(x)
 
 
 class ParameterFeedForward(nn.Module):
@@ -199,6 +114,51 @@ class MaskDropoutFeedForward(FeedForward):
         return self.linear2(h)
 
 
+class ConvFeedForward(nn.Module):
+    """The paper's "two convolutions with kernel size 1", as nn.Conv1d."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.conv1 = nn.Conv1d(d_model, d_ff, kernel_size=1)
+        self.conv2 = nn.Conv1d(d_ff, d_model, kernel_size=1)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x):
+        h = self.drop(torch.relu(self.conv1(x.transpose(1, 2))))  # (B, d_ff, L)
+        return self.conv2(h).transpose(1, 2)  # (B, L, d_model)
+
+
+class DropBeforeReluFeedForward(FeedForward):
+    """relu(dropout(h)) == dropout(relu(h)): the same function."""
+
+    def forward(self, x):
+        return self.linear2(torch.relu(self.dropout(self.linear1(x))))
+
+
+class Float64FeedForward(FeedForward):
+    """Computes in float64, returns float32."""
+
+    def forward(self, x):
+        h = F.linear(x.double(), self.linear1.weight.double(), self.linear1.bias.double())
+        h = self.dropout(torch.relu(h))
+        return F.linear(h, self.linear2.weight.double(), self.linear2.bias.double()).float()
+
+
+class FixedRateFeedForward(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(0.1)
+
+
+class NormInsideFeedForward(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x):
+        return self.norm(x + FeedForward.forward(self, x))
+
+
 WRONG_FEED_FORWARDS = {
     "no relu": (_ffn(lambda self, x: self.linear2(self.dropout(self.linear1(x)))), ["no ReLU"]),
     "gelu": (_ffn(lambda self, x: self.linear2(self.dropout(F.gelu(self.linear1(x))))), ["GELU"]),
@@ -214,10 +174,18 @@ WRONG_FEED_FORWARDS = {
     "dropout on input": (_ffn(lambda self, x: FeedForward.forward(self, self.dropout(x))), ["wrong place"]),
     "unscaled dropout": (MaskDropoutFeedForward, ["1 / (1 - p)"]),
     "no return": (_ffn(lambda self, x: None), ["forget a `return`"]),
+    "relu6": (_ffn(lambda self, x: self.linear2(self.dropout(F.relu6(self.linear1(x))))), ["not exactly ReLU"]),
+    "leaky relu": (
+        _ffn(lambda self, x: self.linear2(self.dropout(F.leaky_relu(self.linear1(x), 0.01)))),
+        ["wrong values", "relu"],
+    ),
+    "dropout rate hard-coded": (FixedRateFeedForward, ["1 / (1 - 0.10)", "not the `dropout` argument"]),
+    "residual and LayerNorm inside": (NormInsideFeedForward, ["LayerNorm(x + ffn(x))"]),
 }
 
 
-@pytest.mark.parametrize("impl", [FeedForward, SequentialFeedForward, ParameterFeedForward, ReversedFeedForward])
+@pytest.mark.parametrize("impl", [FeedForward, SequentialFeedForward, ParameterFeedForward, ReversedFeedForward,
+                                  ConvFeedForward, DropBeforeReluFeedForward, Float64FeedForward])
 def test_feed_forward_accepts_correct_variants(impl):
     expect(check_feed_forward(impl), "passed")
 
@@ -230,48 +198,6 @@ def test_feed_forward_diagnoses(name):
 
 # --------------------------------------------------------------------------
 # EncoderLayer
-
-
-class EncoderLayer(nn.Module):
-    """Post-LN: LayerNorm(x + dropout(sublayer(x)))."""
-
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
-        return self.norm2(x + self.dropout(self.ffn(x)))
-
-
-class SublayerConnection(nn.Module):
-    """LayerNorm(x + dropout(sublayer(x))) as a reusable block."""
-
-    def __init__(self, d_model, dropout):
-        super().__init__()
-        self.norm = nn.LayerNorm(d_model, eps=1e-6)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x, sublayer):
-        return self.norm(x + self.drop(sublayer(x)))
-
-
-class BlockEncoderLayer(nn.Module):
-    """Norms registered first, in a ModuleList of connection blocks; einsum attention; Sequential FFN."""
-
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
-        super().__init__()
-        self.connections = nn.ModuleList([SublayerConnection(d_model, dropout) for _ in range(2)])
-        self.feed = SequentialFeedForward(d_model, d_ff, dropout)
-        self.attention = EinsumAttention(d_model, num_heads, dropout)
-
-    def forward(self, x, mask=None):
-        x = self.connections[0](x, lambda y: self.attention(y, y, y, mask=mask))
-        return self.connections[1](x, self.feed)
 
 
 class ReversedNormsEncoderLayer(EncoderLayer):
@@ -290,14 +216,6 @@ class ReversedNormsEncoderLayer(EncoderLayer):
         attended = self.drop_attn(self.mha(x, x, x, mask))
         x = self.ln_attn(attended + x)
         return self.ln_ffn(self.drop_ffn(self.ff(x)) + x)
-
-
-class TorchAttentionEncoderLayer(EncoderLayer):
-    """nn.MultiheadAttention inside: the layout cannot be matched, the properties still hold."""
-
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
-        super().__init__(d_model, num_heads, d_ff, dropout)
-        self.self_attn = TorchAttention(d_model, num_heads)
 
 
 def _enc(forward):
@@ -343,6 +261,121 @@ class NoDropoutEncoderLayer(EncoderLayer):
         super().__init__(d_model, num_heads, d_ff, 0.0)
 
 
+class InlineNormEncoderLayer(EncoderLayer):
+    """F.layer_norm with gains and biases stored on the layer: no norm module to find, properties only."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        del self.norm1, self.norm2
+        self.gains = nn.ParameterList([nn.Parameter(torch.ones(d_model)) for _ in range(2)])
+        self.biases = nn.ParameterList([nn.Parameter(torch.zeros(d_model)) for _ in range(2)])
+
+    def forward(self, x, mask=None):
+        shape = x.shape[-1:]
+        x = F.layer_norm(x + self.dropout(self.self_attn(x, x, x, mask)), shape, self.gains[0], self.biases[0])
+        return F.layer_norm(x + self.dropout(self.ffn(x)), shape, self.gains[1], self.biases[1])
+
+
+class TorchEncoderLayer(nn.TransformerEncoderLayer):
+    """PyTorch's own layer behind the course's signature."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout, batch_first=True)
+
+    def forward(self, x, mask=None):
+        padding = None if mask is None else ~mask[:, 0, 0, :]
+        return super().forward(x, src_key_padding_mask=padding)
+
+
+class InvertedMaskAttention(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        return super().forward(query, key, value, None if mask is None else ~mask)
+
+
+class TorchMaskAsIsAttention(TorchAttention):
+    """Hands our mask to nn.MultiheadAttention without inverting it."""
+
+    def forward(self, query, key, value, mask=None):
+        padding = None if mask is None else mask[:, 0, 0, :]
+        return self.inner(query, key, value, key_padding_mask=padding, need_weights=False)[0]
+
+
+def _with_attention(layer_cls, attention_cls):
+    class Variant(layer_cls):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+            super().__init__(d_model, num_heads, d_ff, dropout)
+            for name in ("self_attn", "cross_attn"):
+                if hasattr(self, name):
+                    setattr(self, name, attention_cls(d_model, num_heads, dropout))
+
+    return Variant
+
+
+class AttentionDropoutOnlyEncoderLayer(EncoderLayer):
+    """Dropout inside the attention (on its weights) and inside FeedForward, none on the sublayer outputs."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, mask))
+        return self.norm2(x + self.ffn(x))
+
+
+class NoAffineEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model, elementwise_affine=False)
+        self.norm2 = nn.LayerNorm(d_model, elementwise_affine=False)
+
+
+class InlineBareNormEncoderLayer(EncoderLayer):
+    """F.layer_norm without gain or bias, no module: only the parameter count shows it."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        del self.norm1, self.norm2
+
+    def forward(self, x, mask=None):
+        x = F.layer_norm(x + self.dropout(self.self_attn(x, x, x, mask)), x.shape[-1:])
+        return F.layer_norm(x + self.dropout(self.ffn(x)), x.shape[-1:])
+
+
+class UnusedModuleEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.extra = nn.Linear(d_model, d_model)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(d_model))
+        self.shift = nn.Parameter(torch.zeros(d_model))
+
+    def forward(self, x):
+        return self.gain * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) + self.shift
+
+
+class RMSNormEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.norm1, self.norm2 = RMSNorm(d_model), RMSNorm(d_model)
+
+
+def _own_enc(forward):
+    class Variant(OwnNormEncoderLayer):
+        pass
+
+    Variant.forward = forward
+    return Variant
+
+
+def _gelu_ffn(ffn, x):
+    return ffn.linear2(ffn.dropout(F.gelu(ffn.linear1(x))))
+
+
 WRONG_ENCODER_LAYERS = {
     "no residual around attention": (
         _enc(lambda self, x, mask=None: self.norm2(
@@ -386,6 +419,43 @@ WRONG_ENCODER_LAYERS = {
             self.norm1(x + self.ffn(x)))),
         ["wrong order"],
     ),
+    "mask polarity inverted (-inf)": (_with_attention(EncoderLayer, InvertedMaskAttention), ["NaN", "True = 'may attend'"]),
+    "nn.MultiheadAttention given the mask as is": (
+        _with_attention(EncoderLayer, TorchMaskAsIsAttention), ["True is treated as 'hidden'", "~mask"]),
+    "mask on the query axis": (
+        _enc(lambda self, x, mask=None: EncoderLayer.forward(self, x, None if mask is None else mask.transpose(-1, -2))),
+        ["NaN", "hides queries instead of keys"],
+    ),
+    "dropout only on the attention weights": (AttentionDropoutOnlyEncoderLayer, ["dropout=1.0", "before the residual addition"]),
+    "dropout on the input x": (
+        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.ffn(y)))(
+            (lambda z: self.norm1(z + self.self_attn(z, z, z, mask)))(self.dropout(x)))),
+        ["dropout=1.0"],
+    ),
+    "LayerNorm without gain and bias": (NoAffineEncoderLayer, ["no learned gain and bias"]),
+    "F.layer_norm without gain and bias": (InlineBareNormEncoderLayer, ["parameters", "without gain or bias"]),
+    "unused module": (UnusedModuleEncoderLayer, ["receive no gradient", "`extra.weight`"]),
+    "GELU": (
+        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.dropout(_gelu_ffn(self.ffn, y))))(
+            self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
+        ["GELU"],
+    ),
+    "RMSNorm": (RMSNormEncoderLayer, ["not layer-normalised", "RMSNorm"]),
+    "own LayerNorm, used twice": (
+        _own_enc(lambda self, x, mask=None: (lambda y: self.norm1(y + self.dropout(self.ffn(y))))(
+            self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
+        ["same LayerNorm for two sublayers"],
+    ),
+    "own LayerNorm, no residual around the feed-forward network": (
+        _own_enc(lambda self, x, mask=None: (lambda y: self.norm2(self.dropout(self.ffn(y))))(
+            self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
+        ["residual connection around the feed-forward network"],
+    ),
+    "own LayerNorm, pre-LN": (
+        _own_enc(lambda self, x, mask=None: (lambda y: y + self.dropout(self.ffn(self.norm2(y))))(
+            x + self.dropout(self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask)))),
+        ["pre-LN"],
+    ),
     "no attention mixing": (
         _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.ffn(y)))(self.norm1(x + self.self_attn.W_o(self.self_attn.W_v(x))))),
         ["does not mix information between positions"],
@@ -393,7 +463,8 @@ WRONG_ENCODER_LAYERS = {
 }
 
 
-@pytest.mark.parametrize("impl", [EncoderLayer, BlockEncoderLayer, ReversedNormsEncoderLayer, TorchAttentionEncoderLayer])
+@pytest.mark.parametrize("impl", [EncoderLayer, BlockEncoderLayer, ReversedNormsEncoderLayer, TorchAttentionEncoderLayer,
+                                  OwnNormEncoderLayer, InlineNormEncoderLayer, TorchEncoderLayer])
 def test_encoder_layer_accepts_correct_variants(impl):
     expect(check_encoder_layer(impl), "passed")
 
@@ -414,45 +485,6 @@ def test_encoder_layer_diagnoses(name):
 # DecoderLayer
 
 
-class DecoderLayer(nn.Module):
-    """Masked self-attention, cross-attention, feed-forward; post-LN."""
-
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
-        super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
-        self.norm1 = nn.LayerNorm(d_model)
-        self.norm2 = nn.LayerNorm(d_model)
-        self.norm3 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, src_mask)))
-        return self.norm3(x + self.dropout(self.ffn(x)))
-
-
-class BlockDecoderLayer(nn.Module):
-    """Cross-attention registered before self-attention; connection blocks in a ModuleList."""
-
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
-        super().__init__()
-        self.src_attention = FusedAttention(d_model, num_heads, dropout)
-        self.connections = nn.ModuleList(SublayerConnection(d_model, dropout) for _ in range(3))
-        self.own_attention = EinsumAttention(d_model, num_heads, dropout)
-        self.feed = ParameterFeedForwardLinear(d_model, d_ff, dropout)
-
-    def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        x = self.connections[0](x, lambda y: self.own_attention(y, y, y, tgt_mask))
-        x = self.connections[1](x, lambda y: self.src_attention(y, memory, memory, src_mask))
-        return self.connections[2](x, self.feed)
-
-
-class ParameterFeedForwardLinear(SequentialFeedForward):
-    pass
-
-
 class ShuffledNormsDecoderLayer(DecoderLayer):
     """Norms used in the order 3, 1, 2 of registration; keyword calls."""
 
@@ -460,13 +492,6 @@ class ShuffledNormsDecoderLayer(DecoderLayer):
         x = self.norm3(x + self.dropout(self.self_attn(query=x, key=x, value=x, mask=tgt_mask)))
         x = self.norm1(x + self.dropout(self.cross_attn(query=x, key=memory, value=memory, mask=src_mask)))
         return self.norm2(x + self.dropout(self.ffn(x)))
-
-
-class TorchAttentionDecoderLayer(DecoderLayer):
-    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
-        super().__init__(d_model, num_heads, d_ff, dropout)
-        self.self_attn = TorchAttention(d_model, num_heads)
-        self.cross_attn = TorchAttention(d_model, num_heads)
 
 
 def _dec(forward):
@@ -509,6 +534,68 @@ class NoFeedForwardDecoderLayer(DecoderLayer):
         return self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, src_mask)))
 
 
+class TorchDecoderLayer(nn.TransformerDecoderLayer):
+    """PyTorch's own layer behind the course's signature (its masks are True where blocked)."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout, batch_first=True)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        B, T, S, H = x.shape[0], x.shape[1], memory.shape[1], self.self_attn.num_heads
+        tm = None if tgt_mask is None else ~tgt_mask.expand(B, H, T, T).reshape(B * H, T, T)
+        sm = None if src_mask is None else ~src_mask.expand(B, H, T, S).reshape(B * H, T, S)
+        return super().forward(x, memory, tgt_mask=tm, memory_mask=sm)
+
+
+class Float64AttentionDecoderLayer(DecoderLayer):
+    """Attention computed in float64 inside."""
+
+    class Attention(MultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            q, k, v = (self.split(w(t)).double() for w, t in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            return self.W_o(out.transpose(1, 2).flatten(2).float())
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = self.Attention(d_model, num_heads)
+        self.cross_attn = self.Attention(d_model, num_heads)
+
+
+class AttentionDropoutOnlyDecoderLayer(DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, tgt_mask))
+        x = self.norm2(x + self.cross_attn(x, memory, memory, src_mask))
+        return self.norm3(x + self.ffn(x))
+
+
+class NoAffineDecoderLayer(DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model, elementwise_affine=False) for _ in range(3))
+
+
+class InvertedMaskTorchDecoderLayer(TorchDecoderLayer):
+    """Hands our masks to PyTorch as they are (True = blocked there): every mask inverted."""
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        return TorchDecoderLayer.forward(self, x, memory, None if src_mask is None else ~src_mask,
+                                         None if tgt_mask is None else ~tgt_mask)
+
+
+def _own_dec(forward):
+    class Variant(OwnNormDecoderLayer):
+        pass
+
+    Variant.forward = forward
+    return Variant
+
+
 WRONG_DECODER_LAYERS = {
     "target mask ignored": (_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, sa_mask=None)), ["can see the future"]),
     "source mask ignored": (_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, None, tm)), ["hidden by src_mask"]),
@@ -534,6 +621,29 @@ WRONG_DECODER_LAYERS = {
             s.norm1(x + s.cross_attn(x, m, m, sm)))),
         ["wrong order"],
     ),
+    "masks swapped": (_dec(lambda s, x, m, sm=None, tm=None: DecoderLayer.forward(s, x, m, tm, sm)), []),
+    "own causal mask instead of tgt_mask": (
+        _dec(lambda s, x, m, sm=None, tm=None: DecoderLayer.forward(
+            s, x, m, sm, torch.tril(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool)))),
+        ["causal mask of its own"],
+    ),
+    "self-attention module used for cross-attention too": (
+        _dec(lambda s, x, m, sm=None, tm=None: (lambda y: s.norm3(y + s.ffn(y)))(
+            (lambda z: s.norm2(z + s.self_attn(z, m, m, sm)))(s.norm1(x + s.self_attn(x, x, x, tm))))),
+        ["receive no gradient", "cross_attn"],
+    ),
+    "masks inverted (nn.MultiheadAttention convention)": (InvertedMaskTorchDecoderLayer, ["True is treated as 'hidden'"]),
+    "dropout only on the attention weights": (AttentionDropoutOnlyDecoderLayer, ["dropout=1.0"]),
+    "LayerNorm without gain and bias": (NoAffineDecoderLayer, ["no learned gain and bias"]),
+    "GELU": (
+        _dec(lambda s, x, m, sm=None, tm=None: (lambda y: s.norm3(y + _gelu_ffn(s.ffn, y)))(
+            (lambda z: s.norm2(z + s.cross_attn(z, m, m, sm)))(s.norm1(x + s.self_attn(x, x, x, tm))))),
+        ["GELU"],
+    ),
+    "own LayerNorm, no residual around cross-attention": (
+        _own_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, res=(1, 0, 1))),
+        ["residual connection around the cross-attention"],
+    ),
     "dropout on the output": (
         _dec(lambda s, x, m, sm=None, tm=None: s.dropout(_dec_steps(s, x, m, sm, tm))),
         ["exactly 0"],
@@ -541,7 +651,8 @@ WRONG_DECODER_LAYERS = {
 }
 
 
-@pytest.mark.parametrize("impl", [DecoderLayer, BlockDecoderLayer, ShuffledNormsDecoderLayer, TorchAttentionDecoderLayer])
+@pytest.mark.parametrize("impl", [DecoderLayer, BlockDecoderLayer, ShuffledNormsDecoderLayer, TorchAttentionDecoderLayer,
+                                  OwnNormDecoderLayer, TorchDecoderLayer, Float64AttentionDecoderLayer])
 def test_decoder_layer_accepts_correct_variants(impl):
     expect(check_decoder_layer(impl), "passed")
 
@@ -549,7 +660,20 @@ def test_decoder_layer_accepts_correct_variants(impl):
 @pytest.mark.parametrize("name", WRONG_DECODER_LAYERS)
 def test_decoder_layer_diagnoses(name):
     impl, phrases = WRONG_DECODER_LAYERS[name]
-    expect(check_decoder_layer(impl), "failed", *phrases)
+    result = check_decoder_layer(impl)
+    if name == "masks swapped":  # the (batch, 1, T, T) mask meets (batch, heads, T, S) scores: a crash
+        expect(result, "error", "RuntimeError")
+    else:
+        expect(result, "failed", *phrases)
+
+
+def test_layers_with_own_layer_norms_are_compared_by_value():
+    """A hand-written LayerNorm is found by what it does, so the values are still compared."""
+    for checker, impl, twin in ((check_encoder_layer, OwnNormEncoderLayer, "nn.TransformerEncoderLayer"),
+                                (check_decoder_layer, OwnNormDecoderLayer, "nn.TransformerDecoderLayer")):
+        result = checker(impl)
+        assert result.passed, str(result)
+        assert any(twin in item for item in result.checked), str(result)
 
 
 # --------------------------------------------------------------------------
@@ -615,3 +739,10 @@ def test_rng_state_untouched_and_fast(checker, good):
     assert result.passed, str(result)
     assert torch.equal(torch.get_rng_state(), before)
     assert random.getstate() == py_before
+
+
+def test_layers_accept_bias_free_attention_projections():
+    from reference_modules import BiasFreeDecoderLayer, BiasFreeEncoderLayer
+
+    expect(check_encoder_layer(BiasFreeEncoderLayer), "passed")
+    expect(check_decoder_layer(BiasFreeDecoderLayer), "passed")

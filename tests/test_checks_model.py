@@ -17,11 +17,14 @@ from torch import nn
 
 from conftest import expect
 from course_utils.checks.model import check_transformer
-from test_checks_layers import (
+from reference_modules import (
     BlockDecoderLayer,
     BlockEncoderLayer,
     DecoderLayer,
     EncoderLayer,
+    FusedAttention,
+    OwnNormDecoderLayer,
+    OwnNormEncoderLayer,
     TorchAttentionDecoderLayer,
     TorchAttentionEncoderLayer,
 )
@@ -180,7 +183,67 @@ class TorchLayersTransformer(Transformer):
     enc_cls, dec_cls = TorchAttentionEncoderLayer, TorchAttentionDecoderLayer
 
 
-CORRECT = [Transformer, TiedTransformer, StackTransformer, TorchLayersTransformer]
+class OwnNormTransformer(Transformer):
+    """Hand-written LayerNorms (found by what they do, so values are still compared)."""
+
+    enc_cls, dec_cls = OwnNormEncoderLayer, OwnNormDecoderLayer
+
+
+class EmbeddingTiedTransformer(Transformer):
+    """Tied the other way round (the embedding takes the projection's matrix); causal mask as a buffer."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)
+        self.tgt_embed.weight = self.output.weight
+        self.register_buffer("causal", torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)), persistent=False)
+
+    def tgt_mask(self, tgt):
+        L = tgt.size(1)
+        return (tgt != self.pad_id)[:, None, None, :] & self.causal[:L, :L]
+
+
+class TorchTransformer(nn.Module):
+    """nn.Transformer inside (its masks are True where blocked); accepted when it computes the same thing."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0, **options):
+        super().__init__()
+        self.d_model, self.pad_id = d_model, pad_id
+        self.src_embed = nn.Embedding(src_vocab_size, d_model)
+        self.tgt_embed = nn.Embedding(tgt_vocab_size, d_model)
+        self.positions = PositionalEncoding(d_model, dropout, max_len)
+        self.core = nn.Transformer(d_model, num_heads, num_layers, num_layers, d_ff, dropout, batch_first=True,
+                                   **options)
+        self.output = nn.Linear(d_model, tgt_vocab_size)
+
+    def embed(self, embedding, tokens):
+        return self.positions(embedding(tokens) * math.sqrt(self.d_model))
+
+    def encode(self, src):
+        return self.core.encoder(self.embed(self.src_embed, src), src_key_padding_mask=src == self.pad_id)
+
+    def decode(self, tgt, memory, src):
+        L = tgt.size(1)
+        future = torch.triu(torch.ones(L, L, dtype=torch.bool), diagonal=1)
+        y = self.core.decoder(self.embed(self.tgt_embed, tgt), memory, tgt_mask=future,
+                              tgt_key_padding_mask=tgt == self.pad_id, memory_key_padding_mask=src == self.pad_id)
+        return self.output(y)
+
+    def forward(self, src, tgt):
+        return self.decode(tgt, self.encode(src), src)
+
+
+class Float64Transformer(Transformer):
+    """Parameters (and so logits) in float64."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.double()
+
+
+CORRECT = [Transformer, TiedTransformer, StackTransformer, TorchLayersTransformer, OwnNormTransformer,
+           EmbeddingTiedTransformer, TorchTransformer, Float64Transformer]
 
 
 @pytest.mark.parametrize("impl", CORRECT)
@@ -195,6 +258,9 @@ def test_transformer_says_what_it_recognised():
     assert any("final LayerNorm" in item for item in stack.checked), str(stack)
     torch_layers = check_transformer(TorchLayersTransformer)
     assert any("could not all be found" in item for item in torch_layers.checked), str(torch_layers)
+    for impl in (OwnNormTransformer, TorchTransformer):  # found, so compared by value
+        result = check_transformer(impl)
+        assert any("matches" in item for item in result.checked), str(result)
 
 
 # --------------------------------------------------------------------------
@@ -261,6 +327,56 @@ def _decode_without_memory(self, tgt, memory, src):
     return self.output(y)
 
 
+class LayersWithoutDropoutTransformer(Transformer):
+    """Dropout after the positional encoding, but the layers are built with dropout=0."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)
+        self.encoder_layers = nn.ModuleList([EncoderLayer(d_model, num_heads, d_ff, 0.0) for _ in range(num_layers)])
+        self.decoder_layers = nn.ModuleList([DecoderLayer(d_model, num_heads, d_ff, 0.0) for _ in range(num_layers)])
+
+
+class OwnNormUnscaledTransformer(OwnNormTransformer):
+    def embed(self, embedding, tokens):
+        return self.positions(embedding(tokens))
+
+
+class FusedAttentionEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = FusedAttention(d_model, num_heads)
+
+
+class LayerwiseMemoryTransformer(Transformer):
+    """Decoder layer i attends to the output of encoder layer i, not to the last one."""
+
+    enc_cls = FusedAttentionEncoderLayer
+
+    def decode(self, tgt, memory, src):
+        x, memories = self.embed(self.src_embed, src), []
+        for layer in self.encoder_layers:
+            x = layer(x, self.src_mask(src))
+            memories.append(x)
+        y = self.embed(self.tgt_embed, tgt)
+        for layer, mem in zip(self.decoder_layers, memories):
+            y = layer(y, mem, self.src_mask(src), self.tgt_mask(tgt))
+        return self.output(y)
+
+
+def _torch_transformer(**options):
+    class Variant(TorchTransformer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs, **options)
+
+    return Variant
+
+
+class UnscaledTorchTransformer(TorchTransformer):
+    def embed(self, embedding, tokens):
+        return self.positions(embedding(tokens))
+
+
 WRONG = {
     "softmax at the end": (_variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).softmax(-1)), ["probabilities", "softmax"]),
     "log_softmax at the end": (_variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).log_softmax(-1)), ["log-probabilities"]),
@@ -290,13 +406,56 @@ WRONG = {
         ["active in eval mode"],
     ),
     "no return": (_variant(forward=lambda s, src, tgt: None), ["forget a `return`"]),
+    "scaled after the positional encoding": (
+        _variant(embed=lambda s, emb, tokens: s.positions(emb(tokens)) * math.sqrt(s.d_model)),
+        ["after adding the positional encoding"],
+    ),
+    "positional encoding in the encoder only": (
+        _variant(embed=lambda s, emb, tokens: s.positions(emb(tokens) * math.sqrt(s.d_model)) if emb is s.src_embed
+                 else s.positions.dropout(emb(tokens) * math.sqrt(s.d_model))),
+        ["source embeddings only"],
+    ),
+    "no dropout after the positional encoding": (
+        _variant(embed=lambda s, emb, tokens: emb(tokens) * math.sqrt(s.d_model) + s.positions.pe[: tokens.size(1)]),
+        ["dropout=1.0", "sums of the embeddings and the positional encodings"],
+    ),
+    "dropout before adding the positions": (
+        _variant(embed=lambda s, emb, tokens: s.positions.dropout(emb(tokens) * math.sqrt(s.d_model))
+                 + s.positions.pe[: tokens.size(1)]),
+        ["dropout=1.0"],
+    ),
+    "layers built without dropout": (LayersWithoutDropoutTransformer, ["dropout rate does not reach them"]),
+    "target padding on the query axis": (
+        _variant(tgt_mask=lambda s, tgt: (tgt != s.pad_id)[:, None, :, None]
+                 & torch.tril(torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool))),
+        ["NaN", "not padded queries"],
+    ),
+    "logits (length, batch, vocab)": (
+        _variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).transpose(0, 1)),
+        ["batch and length axes are swapped"],
+    ),
+    "own LayerNorms, no sqrt(d_model)": (OwnNormUnscaledTransformer, ["not multiplied by sqrt(d_model)"]),
+    "memory from each encoder layer": (LayerwiseMemoryTransformer, ["wrong values", "output of the last encoder layer"]),
+    "nn.Transformer without sqrt(d_model)": (UnscaledTorchTransformer, ["not multiplied by sqrt(d_model)"]),
+    "nn.Transformer pre-LN": (_torch_transformer(norm_first=True), ["norm_first=True", "pre-LN"]),
+    "nn.Transformer with GELU": (_torch_transformer(activation="gelu"), ["activation other than ReLU"]),
 }
 
 
 @pytest.mark.parametrize("name", WRONG)
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")
 def test_transformer_diagnoses(name):
     impl, phrases = WRONG[name]
     expect(check_transformer(impl), "failed", *phrases)
+
+
+def test_shared_embedding_with_different_vocabularies_is_an_error():
+    class SharedEmbedding(Transformer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.tgt_embed = self.src_embed
+
+    expect(check_transformer(SharedEmbedding), "error", "IndexError")
 
 
 def test_wrong_layers_inside_the_model_are_reported():
@@ -372,3 +531,14 @@ def test_rng_state_untouched_and_fast():
     assert result.passed, str(result)
     assert torch.equal(torch.get_rng_state(), before)
     assert random.getstate() == py_before
+
+
+def test_transformer_accepts_bias_free_attention_projections():
+    from reference_modules import BiasFreeDecoderLayer, BiasFreeEncoderLayer
+
+    class BiasFreeTransformer(Transformer):
+        enc_cls, dec_cls = BiasFreeEncoderLayer, BiasFreeDecoderLayer
+
+    result = check_transformer(BiasFreeTransformer)
+    expect(result, "passed")
+    assert any("attention projections without bias" in item for item in result.checked)

@@ -3,7 +3,9 @@
 Learners name their submodules freely, so the checkers for lesson 05 locate
 the pieces by type and shape: attention modules are the ones that follow the
 lesson 04 contract (``W_q``, ``W_k``, ``W_v``, ``W_o`` linears), layer norms are
-``nn.LayerNorm`` instances, feed-forward linears are recognised by their sizes.
+``nn.LayerNorm`` instances or small modules of the learner's own that behave like
+one (each row's output unchanged when the row is scaled and shifted),
+feed-forward linears are recognised by their sizes.
 Once found, the weights are copied into PyTorch's own layers
 (``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``), which then
 serve as the oracle.
@@ -11,7 +13,9 @@ serve as the oracle.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import weakref
 from typing import Iterator
 
 import torch
@@ -29,9 +33,75 @@ def attention_modules(module: nn.Module) -> list[nn.Module]:
     ]
 
 
-def layer_norms(module: nn.Module) -> list[nn.LayerNorm]:
-    """The distinct ``nn.LayerNorm`` submodules, in registration order."""
-    return [m for m in module.modules() if isinstance(m, nn.LayerNorm)]
+_NORM_LIKE: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
+
+
+def _behaves_like_norm(module: nn.Module, d_model: int) -> bool:
+    """A leaf module of the learner's own that normalises each row: scaling and shifting a row changes nothing."""
+    if module in _NORM_LIKE:
+        return _NORM_LIKE[module]
+    verdict = False
+    params = list(module.parameters(recurse=False))
+    if (
+        not type(module).__module__.startswith("torch.")
+        and not any(True for _ in module.children())
+        and len(params) <= 2
+        and all(tuple(p.shape) == (d_model,) for p in params)
+    ):
+        z = torch.randn(2, 3, d_model, generator=torch.Generator().manual_seed(11))
+        try:
+            with torch.no_grad():
+                a, b = module(z), module(3.0 * z + 2.0)
+            verdict = (
+                isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == z.shape
+                and b.shape == z.shape and bool(torch.isfinite(a).all())
+                and bool(torch.allclose(a.double(), b.double(), atol=1e-3, rtol=1e-3))
+                and bool((a.double().std(-1) > 0.1).all())
+            )
+        except Exception:  # not something that takes one (..., d_model) tensor
+            verdict = False
+    _NORM_LIKE[module] = verdict
+    return verdict
+
+
+def layer_norms(module: nn.Module, d_model: int | None = None) -> list[nn.Module]:
+    """The distinct layer norms in registration order: ``nn.LayerNorm``, and (given d_model) modules acting like one."""
+    return [
+        m for m in module.modules()
+        if isinstance(m, nn.LayerNorm) or (d_model is not None and _behaves_like_norm(m, d_model))
+    ]
+
+
+def norm_without_affine(norm: nn.Module) -> bool:
+    """True for a layer norm without a learned gain or bias (``elementwise_affine=False``, ``bias=False``)."""
+    if isinstance(norm, nn.LayerNorm):
+        return norm.weight is None or norm.bias is None
+    return len(list(norm.parameters())) < 2
+
+
+def _prepared_norm(norm: nn.Module, d_model: int) -> nn.Module:
+    """A float64 stand-in for a layer norm of the learner's own, to sit in a PyTorch layer's norm slot."""
+    z = torch.randn(2, 3, d_model, generator=torch.Generator().manual_seed(12))
+    try:
+        twin = copy.deepcopy(norm).double()
+        with torch.no_grad():
+            if torch.allclose(twin(z.double()), norm(z).double(), atol=1e-5, rtol=1e-4):
+                return twin
+    except Exception:  # cannot be copied or run in float64: borrow it as it is
+        pass
+    return _Borrowed(norm)
+
+
+class _Borrowed(nn.Module):
+    """Runs a learner's norm in its own dtype and hands back float64."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm = norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = next((p.dtype for p in self.norm.parameters()), torch.float32)
+        return self.norm(x.to(dtype)).double()
 
 
 def _inside(modules: list[nn.Module]) -> set[int]:
@@ -101,17 +171,20 @@ def copy_norm(src: nn.LayerNorm, dst: nn.LayerNorm) -> None:
     dst.eps = src.eps
 
 
-def randomise_norms(norms: list[nn.LayerNorm], generator: torch.Generator) -> None:
-    """Give each LayerNorm its own random gain and bias, so that which one is used where shows."""
+def randomise_norms(norms: list[nn.Module], generator: torch.Generator) -> None:
+    """Give each layer norm its own random gain and bias, so that which one is used where shows."""
     with torch.no_grad():
         for norm in norms:
-            if norm.weight is not None:
-                norm.weight.copy_(1.0 + 0.5 * torch.randn(norm.weight.shape, generator=generator))
-            if getattr(norm, "bias", None) is not None:
-                norm.bias.copy_(0.5 * torch.randn(norm.bias.shape, generator=generator))
+            if isinstance(norm, nn.LayerNorm):
+                params = [norm.weight, getattr(norm, "bias", None)]
+            else:  # the learner's own: gain first, then bias, by convention
+                params = list(norm.parameters())
+            for i, p in enumerate(params):
+                if p is not None:
+                    p.copy_((1.0 if i == 0 else 0.0) + 0.5 * torch.randn(p.shape, generator=generator))
 
 
-def norm_assignments(norms: list[nn.LayerNorm], slots: int) -> Iterator[tuple[nn.LayerNorm, ...]]:
+def norm_assignments(norms: list[nn.Module], slots: int) -> Iterator[tuple[nn.Module, ...]]:
     """Every way of putting the learner's LayerNorms into the ``slots`` places of a layer.
 
     One LayerNorm per place first (in every order), then those that use one twice.
@@ -139,8 +212,10 @@ class LayerLayout:
         self.kind = kind  # "encoder" or "decoder"
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
         self.attentions = attention_modules(layer)
-        self.norms = layer_norms(layer)
-        self.ffn = feed_forward_linears(layer, d_model, d_ff, self.attentions)
+        want = 1 if kind == "encoder" else 2
+        fits = len(self.attentions) == want
+        self.norms = layer_norms(layer, d_model) if fits else []
+        self.ffn = feed_forward_linears(layer, d_model, d_ff, self.attentions) if fits else None
         self.slots = 2 if kind == "encoder" else 3
         self.missing = self._missing()
 
@@ -153,7 +228,7 @@ class LayerLayout:
                 f"where {want} {'was' if want == 1 else 'were'} expected"
             )
         if not self.norms:
-            return "found no nn.LayerNorm"
+            return "found no nn.LayerNorm, nor a module of your own that normalises each position"
         if self.ffn is None:
             return f"found no unique pair of nn.Linear({self.d_model}, {self.d_ff}) and nn.Linear({self.d_ff}, {self.d_model})"
         return ""
@@ -174,12 +249,30 @@ class LayerLayout:
         orders = [tuple(self.attentions)]
         if self.kind == "decoder":
             orders.append(tuple(reversed(self.attentions)))
-        slots = [twin.norm1, twin.norm2] + ([twin.norm3] if self.kind == "decoder" else [])
+        names = ["norm1", "norm2"] + (["norm3"] if self.kind == "decoder" else [])
+        own = [getattr(twin, n) for n in names]
+        stand_ins = {id(n): _prepared_norm(n, self.d_model) for n in self.norms if not isinstance(n, nn.LayerNorm)}
         for attentions in orders:
             copy_attention(attentions[0], twin.self_attn)
             if self.kind == "decoder":
                 copy_attention(attentions[1], twin.multihead_attn)
             for norms in norm_assignments(self.norms, self.slots):
-                for slot, norm in zip(slots, norms):
-                    copy_norm(norm, slot)
+                for name, slot, norm in zip(names, own, norms):
+                    if isinstance(norm, nn.LayerNorm):
+                        copy_norm(norm, slot)
+                        setattr(twin, name, slot)
+                    else:
+                        setattr(twin, name, stand_ins[id(norm)])
                 yield twin, attentions, norms
+
+
+def run_twin(twin: nn.Module, x: torch.Tensor, memory: torch.Tensor | None = None,
+             src_mask: torch.Tensor | None = None, tgt_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """A twin's output (masks in PyTorch's form); an encoder twin with norms of the learner's own
+    is run sublayer by sublayer, since PyTorch's fused path would read gains and biases directly."""
+    if isinstance(twin, nn.TransformerDecoderLayer):
+        return twin(x, memory, tgt_mask=tgt_mask, memory_mask=src_mask)
+    if isinstance(twin.norm1, nn.LayerNorm) and isinstance(twin.norm2, nn.LayerNorm):
+        return twin(x, src_mask=src_mask)
+    y = twin.norm1(x + twin.self_attn(x, x, x, attn_mask=src_mask, need_weights=False)[0])
+    return twin.norm2(y + twin.linear2(twin.activation(twin.linear1(y))))

@@ -109,12 +109,121 @@ def _dropout_in_training(check: Check, build: Callable[[], nn.Module], run: Call
     check.ok("applies dropout to the sublayer outputs, not to the residual or to the normalised output")
 
 
+def _everything_dropped(check: Check, build: Callable[[], nn.Module], run: Callable[[nn.Module], torch.Tensor],
+                        x: torch.Tensor, name: str) -> None:
+    """With dropout=1.0 in training every sublayer output is dropped: the layer reduces to LayerNorm(...LayerNorm(x)).
+
+    Freshly created LayerNorms have gain 1 and bias 0, so each output row is then the
+    input row centred and rescaled. A sublayer whose output skips dropout (dropout
+    only on the attention weights, say) leaves its trace in the output.
+    """
+    try:
+        layer = build()
+        layer.train()
+        out = run(layer)
+    except Exception:  # a layer that refuses p = 1 (a hand-written dropout, an assertion): not judged here
+        return
+    o = out.detach().double()
+    if not bool(torch.isfinite(o).all()):
+        return  # a hand-written dropout dividing by 1 - p
+    xc = x.double() - x.double().mean(-1, keepdim=True)
+    oc = o - o.mean(-1, keepdim=True)
+    cosine = (xc * oc).sum(-1) / (xc.norm(dim=-1) * oc.norm(dim=-1)).clamp_min(1e-12)
+    if bool((cosine < 1 - 1e-4).any()):
+        check.fail(
+            f"Built with dropout=1.0 and in training mode, your {name} should drop every sublayer's output, so "
+            f"that it reduces to LayerNorm(x + 0) for each sublayer: every output row would be its input row, "
+            f"normalised. Yours is not: something reaches the output without going through a dropout.\n"
+            f"Apply dropout to the output of each sublayer, before the residual addition: "
+            f"LayerNorm(x + dropout(sublayer(x))). Dropout on the attention weights or inside FeedForward does "
+            f"not replace it, and the residual input x itself is not dropped."
+        )
+    check.ok("drops each sublayer's output in training (dropout=1.0 leaves just the normalised input)")
+
+
+def _allow_all_is_no_mask(check: Check, masked: torch.Tensor, plain: torch.Tensor, name: str, masks: str) -> None:
+    """A mask that allows everything must change nothing: the polarity test."""
+    if not _same(masked, plain):
+        check.fail(
+            f"With {masks} that allow{'s' if masks.startswith('a ') else ''} every position (all True), the "
+            f"output of your {name} differs from the output without {'a mask' if masks.startswith('a ') else 'masks'}: "
+            f"True is treated as 'hidden'.\n"
+            f"In this course True means 'may attend' (as in F.scaled_dot_product_attention): scores are filled "
+            f"with -inf where the mask is False (masked_fill(~mask, ...) or masked_fill(mask == 0, ...)). "
+            f"nn.MultiheadAttention uses the opposite convention: pass it ~mask."
+        )
+    check.ok("treats True in a mask as 'may attend' (an all-True mask changes nothing)")
+
+
+def _nan_with_mask(check: Check, out, name: str) -> None:
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(torch.isfinite(out.detach()).all()):
+        check.fail(
+            f"The output of your {name} contains NaN or infinite values when a mask is given (without a mask it "
+            f"is finite): some row of the attention has every key hidden.\n"
+            f"Is the mask used as it is given, True = 'may attend', on the key axis (the last one)? Scores are "
+            f"filled with -inf where the mask is False: masked_fill(~mask, float('-inf')) or "
+            f"masked_fill(mask == 0, ...); a transposed mask hides queries instead of keys. For "
+            f"nn.MultiheadAttention, which blocks where True, pass ~mask."
+        )
+
+
+def _unused_parameters(check: Check, layer: nn.Module, out: torch.Tensor, name: str) -> None:
+    """Every parameter must receive a gradient from a loss on the output."""
+    if not out.requires_grad:
+        check.fail(f"The output of your {name} does not require a gradient: is part of forward run under "
+                   f"torch.no_grad() or .detach()ed?")
+    layer.zero_grad(set_to_none=True)
+    weights = torch.randn(out.shape, generator=generator(7))
+    check.call(lambda: (out.double() * weights.double()).sum().backward(), what=f"{name} (in the backward pass)")
+    missing = [n for n, p in layer.named_parameters() if p.requires_grad and p.grad is None]
+    layer.zero_grad(set_to_none=True)
+    if missing:
+        shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        check.fail(
+            f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your {name} receive no gradient: "
+            f"{shown}. A module created in __init__ but not used in forward (an attention module used twice "
+            f"while its sibling sits idle, a LayerNorm never applied) never learns."
+        )
+    check.ok("every parameter receives a gradient")
+
+
+def _parameters(check: Check, layer: nn.Module, layout: mods.LayerLayout, name: str) -> None:
+    """The paper's layer: attention(s) with biases, the feed-forward network, one LayerNorm (gain and bias) per sublayer."""
+    bare = [n for n in layout.norms if mods.norm_without_affine(n)]
+    if bare:
+        check.fail(
+            f"{len(bare)} of the LayerNorms in your {name} ha{'s' if len(bare) == 1 else 've'} no learned gain and "
+            f"bias (elementwise_affine=False or bias=False).\n"
+            f"The paper's layer normalisation has both; nn.LayerNorm(d_model) creates them by default."
+        )
+    d, n_attn = D_MODEL, 1 if name == "EncoderLayer" else 2
+    attention, ffn, norm = 4 * (d * d + d), d * D_FF + D_FF + D_FF * d + d, 2 * d
+    expected = n_attn * attention + ffn + (n_attn + 1) * norm
+    actual = mods.count_parameters(layer)
+    # The attention projections may leave out their biases (the paper's W^Q, W^K, W^V, W^O are plain matrices).
+    bias_free = {expected - k * 4 * d for k in range(n_attn + 1)}
+    if actual in bias_free - {expected}:
+        check.ok("attention projections without bias, as in the paper's equations")
+    elif actual != expected:
+        check.fail(
+            f"Your {name}(d_model={d}, num_heads={NUM_HEADS}, d_ff={D_FF}) has {actual:,} parameters; the "
+            f"paper's layer has {expected:,}: {n_attn} attention module{'s' if n_attn > 1 else ''} x {attention:,} "
+            f"(W_q, W_k, W_v, W_o with biases; {4 * d:,} fewer each without), the feed-forward network {ffn:,}, "
+            f"and {n_attn + 1} LayerNorms x "
+            f"{norm} (gain and bias).\n"
+            f"Likely causes: a LayerNorm without gain or bias, a LayerNorm shared between sublayers, an extra or "
+            f"missing module."
+        )
+    check.ok(f"has the paper's number of parameters ({expected:,})")
+
+
 def _norm_message(name: str) -> str:
     return (
         f"The output of your {name} is not layer-normalised: with freshly created LayerNorms every "
         f"output row should have mean 0 and standard deviation 1.\n"
         f"The paper's layers are post-LN: each sublayer ends with LayerNorm(x + dropout(sublayer(x))). "
-        f"Did you forget a LayerNorm, or use pre-LN (x + sublayer(LayerNorm(x)))?"
+        f"Did you forget a LayerNorm, use pre-LN (x + sublayer(LayerNorm(x))), or another normalisation "
+        f"(RMSNorm, BatchNorm)?"
     )
 
 
@@ -124,7 +233,9 @@ def _best_match(layout: mods.LayerLayout, out: torch.Tensor, run_twin: Callable,
         with torch.no_grad():
             if _same(out, run_twin(twin)):
                 return (attentions, norms), None
-    for twin, _, _ in layout.twins():
+    for twin, _, norms in layout.twins():
+        if len({id(n) for n in norms}) < len(norms) <= len(layout.norms):
+            continue  # a variant is looked for with one LayerNorm per sublayer only
         with torch.no_grad():
             for cause, variant in variants:
                 try:
@@ -181,6 +292,8 @@ def _ffn_candidates(module: nn.Module, d_model: int, d_ff: int) -> list[tuple]:
     params = [p for p in module.parameters()]
     firsts, seconds = [], []
     for p in params:
+        if p.dim() == 3 and p.shape[-1] == 1:  # nn.Conv1d(kernel_size=1): the paper's "two convolutions"
+            p = p.reshape(p.shape[0], p.shape[1])
         if p.dim() != 2:
             continue
         if tuple(p.shape) == (d_ff, d_model):
@@ -194,7 +307,7 @@ def _ffn_candidates(module: nn.Module, d_model: int, d_ff: int) -> list[tuple]:
     found = []
     for p1, a in firsts:
         for p2, b in seconds:
-            if p1 is p2:
+            if p1 is p2 or (p1.shape == p2.shape and p1.data_ptr() == p2.data_ptr()):
                 continue
             found += [(a, b1, b, b2) for b1 in biases1 for b2 in biases2]
     return found
@@ -273,6 +386,11 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
                 "the input is added to the output (a residual connection): the residual and the LayerNorm "
                 "belong in the encoder/decoder layer, not inside FeedForward.",
             ),
+            "residual and norm": (
+                lambda c: F.layer_norm(x.double() + _ffn_value(x, c), (D_MODEL,)),
+                "the output is LayerNorm(x + ffn(x)): the residual connection and the LayerNorm belong in the "
+                "encoder/decoder layer; FeedForward returns linear2(dropout(relu(linear1(x)))) only.",
+            ),
         }
         for _, (value, cause) in variants.items():
             if any(_same(out, value(c)) for c in candidates):
@@ -286,6 +404,15 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
         check.fail(
             "Your FeedForward computes relu(x W1) W2 without biases. The paper's network has them: "
             "FFN(x) = max(0, x W1 + b1) W2 + b2; nn.Linear includes a bias by default."
+        )
+    big = 40.0 * x  # large hidden activations: ReLU and its bounded or smooth look-alikes part ways
+    out_big = check.tensor(check.call(ff, big, what="FeedForward.forward"), "the output", shape=(3, 5, D_MODEL))
+    if not _same(out_big, _ffn_value(big, match), atol=1e-3):
+        check.fail(
+            "For inputs of large magnitude (x * 40) the output of your FeedForward is no longer "
+            "relu(x W1 + b1) W2 + b2, although it is for ordinary inputs: the activation is not exactly ReLU.\n"
+            "Is it bounded (ReLU6, a clamp with a maximum) or a look-alike (softplus, leaky ReLU)? "
+            "Use torch.relu (or nn.ReLU()): max(0, x W1 + b1)."
         )
     check.ok("computes relu(x W1 + b1) W2 + b2 with its two linear layers")
 
@@ -343,6 +470,16 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
                 "In training mode the hidden units your FeedForward keeps are not scaled by 1 / (1 - p).\n"
                 "nn.Dropout does the scaling for you: use it rather than multiplying by a random 0/1 mask."
             )
+        live = (~dropped) & (h.abs() > 1e-3)
+        ratios = hidden[live] / h[live]
+        if ratios.numel() and float(ratios.std()) < 1e-3 * float(ratios.abs().mean()) and float(ratios.mean()) > 1:
+            rate = 1 - 1 / float(ratios.mean())
+            check.fail(
+                f"In training mode FeedForward(16, 8, dropout={p}) scales the hidden units it keeps by "
+                f"{float(ratios.mean()):.3f} = 1 / (1 - {rate:.2f}) instead of 1 / (1 - {p}) = {1 / (1 - p):.3f}: "
+                f"the dropout rate is not the `dropout` argument.\n"
+                f"Create nn.Dropout(dropout) with the argument, not a fixed rate."
+            )
         check.fail(
             "In training mode the hidden vector of your FeedForward is not relu(linear1(x)) with some units "
             "zeroed and the rest scaled by 1 / (1 - p): dropout is in the wrong place (on the input, or "
@@ -369,12 +506,15 @@ def _check_encoder_layer(check: Check, EncoderLayer) -> None:
 
     def run(layer_, x_, mask_=None):
         out_ = check.call(layer_, x_, mask_, what="EncoderLayer.forward")
+        if mask_ is not None:
+            _nan_with_mask(check, out_, "EncoderLayer")
         return check.tensor(out_, "the output of EncoderLayer", shape=(B, L, D_MODEL), dtype=torch.float32)
 
-    out = run(layer, x, keep)
-    check.ok("returns a (batch, length, d_model) tensor")
     plain = run(layer, x)
-    check.ok("runs without a mask (mask=None)")
+    check.ok("returns a (batch, length, d_model) tensor")
+    _allow_all_is_no_mask(check, run(layer, x, torch.ones(B, 1, 1, L, dtype=torch.bool)), plain, "EncoderLayer", "a mask")
+    out = run(layer, x, keep)
+    check.ok("runs with and without a mask (mask=None)")
 
     x2 = x.clone()
     x2[1, 3:] = torch.randn(2, D_MODEL, generator=g)
@@ -388,7 +528,8 @@ def _check_encoder_layer(check: Check, EncoderLayer) -> None:
         check.fail(
             "Positions hidden by the mask still influence the outputs: changing padded positions of x "
             "changed the outputs at the real positions.\n"
-            "Pass the mask to the self-attention: self_attn(x, x, x, mask)."
+            "Pass the mask to the self-attention as it is: self_attn(x, x, x, mask). Its shape (batch, 1, 1, "
+            "length) hides keys (the last axis); transposing it would hide queries instead."
         )
     check.ok("honours the mask: hidden positions do not influence the others")
     normalised = _is_normalised(out)
@@ -398,14 +539,16 @@ def _check_encoder_layer(check: Check, EncoderLayer) -> None:
         if not normalised:
             check.fail(_norm_message("EncoderLayer"))
         check.ok("ends with a LayerNorm (post-LN)")
+        _unused_parameters(check, layer, run(layer, x, keep), "EncoderLayer")
     else:
         _compare_encoderlayer(check, layout, run, g, x, keep, normalised)
-    _dropout_in_training(
-        check,
-        lambda: _module(check, check.build(EncoderLayer, D_MODEL, NUM_HEADS, D_FF, 0.5), "EncoderLayer"),
-        lambda layer_: run(layer_, x, keep),
-        "EncoderLayer",
-    )
+    _parameters(check, layer, layout, "EncoderLayer")
+
+    def build(p):
+        return lambda: _module(check, check.build(EncoderLayer, D_MODEL, NUM_HEADS, D_FF, p), "EncoderLayer")
+
+    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, keep), "EncoderLayer")
+    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, keep), x, "EncoderLayer")
     if layout.missing:
         check.ok(_layout_unused(layout, "EncoderLayer"))
 
@@ -422,12 +565,12 @@ def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
     def sa(t, q, m=mask):
         return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
 
-    def ff(t, y):
-        return t.linear2(torch.relu(t.linear1(y)))
+    def ff(t, y, act=torch.relu):
+        return t.linear2(act(t.linear1(y)))
 
-    def post(t, ffn=True, res1=True, res2=True, m=mask):
+    def post(t, ffn=True, res1=True, res2=True, m=mask, act=torch.relu):
         y = t.norm1((xd if res1 else 0) + sa(t, xd, m))
-        return t.norm2((y if res2 else 0) + ff(t, y)) if ffn else y
+        return t.norm2((y if res2 else 0) + ff(t, y, act)) if ffn else y
 
     variants = [
         ("the residual connection around self-attention is missing: LayerNorm(x + dropout(self_attn(x))) "
@@ -444,23 +587,31 @@ def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
         ("the LayerNorm is applied to the sublayer's output before the residual addition; it normalises the "
         "sum: LayerNorm(x + dropout(sublayer(x)))", lambda t: _norm_inside_encoder(t, xd, sa, ff)),
         ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network", lambda t: _swapped_encoder(t, xd, sa, ff)),
+        (_GELU_CAUSE, lambda t: post(t, act=F.gelu)),
+        (_GELU_CAUSE, lambda t: post(t, act=lambda h: F.gelu(h, approximate="tanh"))),
     ]
-    matched, cause = _best_match(layout, out, lambda t: t(xd, src_mask=mask), variants)
+    matched, cause = _best_match(layout, out, lambda t: mods.run_twin(t, xd, src_mask=mask), variants)
     if matched is None:
         if cause:
             check.fail(f"The output of your EncoderLayer has the wrong values: {cause}.")
+        _unused_parameters(check, layout.layer, run(layout.layer, x, keep), "EncoderLayer")
         if not normalised:
             check.fail(_norm_message("EncoderLayer"))
         twin = next(layout.twins())[0]
         with torch.no_grad():
-            expected = twin(xd, src_mask=mask)
+            expected = mods.run_twin(twin, xd, src_mask=mask)
         check.close(
             out, expected, "the output of EncoderLayer", atol=ATOL, rtol=RTOL,
             hint="Expected nn.TransformerEncoderLayer (post-LN, ReLU) with your weights: "
             "y = LayerNorm(x + dropout(self_attn(x, x, x, mask))), out = LayerNorm(y + dropout(ffn(y))).",
         )
     _check_norm_use(check, "EncoderLayer", layout, matched[1])
+    _unused_parameters(check, layout.layer, run(layout.layer, x, keep), "EncoderLayer")
     check.ok("matches nn.TransformerEncoderLayer (post-LN) carrying your weights")
+
+
+_GELU_CAUSE = ("the feed-forward network uses GELU: the paper's uses ReLU, "
+               "FFN(x) = max(0, x W1 + b1) W2 + b2")
 
 
 def _pre_ln_encoder(t, x, sa, ff):
@@ -508,12 +659,17 @@ def _check_decoder_layer(check: Check, DecoderLayer) -> None:
                 "The output has one row per memory position: in cross-attention the queries come from the "
                 "decoder (x), the keys and values from memory: cross_attn(x, memory, memory, src_mask)."
             )
+        if (src_mask_ is not None or tgt_mask_ is not None) and not hint:
+            _nan_with_mask(check, out_, "DecoderLayer")
         return check.tensor(out_, "the output of DecoderLayer", shape=(B, T, D_MODEL), dtype=torch.float32, shape_hint=hint)
 
-    out = run(layer, x, memory, src_keep, causal)
-    check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
     plain = run(layer, x, memory)
-    check.ok("runs without masks (src_mask=None, tgt_mask=None)")
+    check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
+    allow_src = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    allow_tgt = torch.ones(B, 1, T, T, dtype=torch.bool)
+    _allow_all_is_no_mask(check, run(layer, x, memory, allow_src, allow_tgt), plain, "DecoderLayer", "masks")
+    out = run(layer, x, memory, src_keep, causal)
+    check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
 
     other = memory.clone()
     other[:, :4] = torch.randn(B, 4, D_MODEL, generator=g)
@@ -540,9 +696,11 @@ def _check_decoder_layer(check: Check, DecoderLayer) -> None:
     later[:, 2:] = torch.randn(B, T - 2, D_MODEL, generator=g)
     if _same(run(layer, later, memory)[:, :2], plain[:, :2]):
         check.fail(
-            "Without a target mask, changing later target positions did not change earlier outputs: your "
-            "DecoderLayer does not mix information between target positions.\n"
-            "Its first sublayer is self-attention over the target: self_attn(x, x, x, tgt_mask)."
+            "Without a target mask (tgt_mask=None), changing later target positions did not change earlier "
+            "outputs: either your DecoderLayer does not mix information between target positions, or it "
+            "builds a causal mask of its own instead of using tgt_mask.\n"
+            "Its first sublayer is self-attention over the target with the mask it is given: "
+            "self_attn(x, x, x, tgt_mask). (The model builds tgt_mask, padding included.)"
         )
     if not _same(run(layer, later, memory, src_keep, causal)[:, :2], out[:, :2]):
         check.fail(
@@ -558,14 +716,16 @@ def _check_decoder_layer(check: Check, DecoderLayer) -> None:
         if not normalised:
             check.fail(_norm_message("DecoderLayer"))
         check.ok("ends with a LayerNorm (post-LN)")
+        _unused_parameters(check, layer, run(layer, x, memory, src_keep, causal), "DecoderLayer")
     else:
         _compare_decoderlayer(check, layout, run, g, x, memory, src_keep, causal, normalised)
-    _dropout_in_training(
-        check,
-        lambda: _module(check, check.build(DecoderLayer, D_MODEL, NUM_HEADS, D_FF, 0.5), "DecoderLayer"),
-        lambda layer_: run(layer_, x, memory, src_keep, causal),
-        "DecoderLayer",
-    )
+    _parameters(check, layer, layout, "DecoderLayer")
+
+    def build(p):
+        return lambda: _module(check, check.build(DecoderLayer, D_MODEL, NUM_HEADS, D_FF, p), "DecoderLayer")
+
+    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, memory, src_keep, causal), "DecoderLayer")
+    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
     if layout.missing:
         check.ok(_layout_unused(layout, "DecoderLayer"))
 
@@ -587,14 +747,14 @@ def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
     def ca(t, q, kv, m=smask):
         return t.multihead_attn(q, kv, kv, attn_mask=m, need_weights=False)[0]
 
-    def ff(t, y):
-        return t.linear2(torch.relu(t.linear1(y)))
+    def ff(t, y, act=torch.relu):
+        return t.linear2(act(t.linear1(y)))
 
-    def post(t, res=(True, True, True), tm=tmask, sm=smask, kv=None, query_x=False, ffn=True):
+    def post(t, res=(True, True, True), tm=tmask, sm=smask, kv=None, query_x=False, ffn=True, act=torch.relu):
         y1 = t.norm1((xd if res[0] else 0) + sa(t, xd, tm))
         source = md if kv is None else (y1 if kv == "y" else xd)
         y2 = t.norm2((y1 if res[1] else 0) + ca(t, xd if query_x else y1, source, sm))
-        return t.norm3((y2 if res[2] else 0) + ff(t, y2)) if ffn else y2
+        return t.norm3((y2 if res[2] else 0) + ff(t, y2, act)) if ffn else y2
 
     def pre_ln(t):
         y1 = xd + sa(t, t.norm1(xd))
@@ -636,16 +796,19 @@ def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
         "sum: LayerNorm(x + dropout(sublayer(x)))", norm_inside),
         ("the sublayers are in the wrong order: masked self-attention first, then cross-attention, then the "
         "feed-forward network", cross_first),
+        (_GELU_CAUSE, lambda t: post(t, act=F.gelu)),
+        (_GELU_CAUSE, lambda t: post(t, act=lambda h: F.gelu(h, approximate="tanh"))),
     ]
-    matched, cause = _best_match(layout, out, lambda t: t(xd, md, tgt_mask=tmask, memory_mask=smask), variants)
+    matched, cause = _best_match(layout, out, lambda t: mods.run_twin(t, xd, md, src_mask=smask, tgt_mask=tmask), variants)
     if matched is None:
         if cause:
             check.fail(f"The output of your DecoderLayer has the wrong values: {cause}.")
+        _unused_parameters(check, layout.layer, run(layout.layer, x, memory, src_keep, causal), "DecoderLayer")
         if not normalised:
             check.fail(_norm_message("DecoderLayer"))
         twin = next(layout.twins())[0]
         with torch.no_grad():
-            expected = twin(xd, md, tgt_mask=tmask, memory_mask=smask)
+            expected = mods.run_twin(twin, xd, md, src_mask=smask, tgt_mask=tmask)
         check.close(
             out, expected, "the output of DecoderLayer", atol=ATOL, rtol=RTOL,
             hint="Expected nn.TransformerDecoderLayer (post-LN, ReLU) with your weights: "
@@ -653,4 +816,5 @@ def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
             "memory, src_mask)), out = LayerNorm(y2 + ffn(y2)) (dropout on each sublayer output).",
         )
     _check_norm_use(check, "DecoderLayer", layout, matched[1])
+    _unused_parameters(check, layout.layer, run(layout.layer, x, memory, src_keep, causal), "DecoderLayer")
     check.ok("matches nn.TransformerDecoderLayer (post-LN) carrying your weights")

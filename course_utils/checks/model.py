@@ -51,17 +51,25 @@ class _Model:
     def __init__(self, check: Check, model: nn.Module):
         self.check, self.model = check, model
 
-    def logits(self, src: torch.Tensor, tgt: torch.Tensor, what: str = "the logits") -> torch.Tensor:
+    def logits(self, src: torch.Tensor, tgt: torch.Tensor, what: str = "the logits", nan_hint: str = "") -> torch.Tensor:
         out = self.check.call(self.model, src, tgt, what="Transformer.forward")
         hint = ""
+        shape = (src.shape[0], tgt.shape[1], TGT_VOCAB)
+        if isinstance(out, torch.Tensor) and nan_hint and tuple(out.shape) == shape and out.is_floating_point():
+            bad = ~torch.isfinite(out.detach())
+            if bool(bad.any()):
+                self.check.fail(f"The logits contain {int(bad.sum())} NaN or infinite values (out of {out.numel()}). "
+                                f"{nan_hint}")
         if isinstance(out, torch.Tensor) and out.dim() == 3:
-            if out.shape[1] == src.shape[1] and out.shape[1] != tgt.shape[1]:
+            if tuple(out.shape) == (tgt.shape[1], src.shape[0], TGT_VOCAB):
+                hint = ("The batch and length axes are swapped: return (batch, target length, tgt_vocab_size), "
+                        "batch first, as the inputs are.")
+            elif out.shape[1] == src.shape[1] and out.shape[1] != tgt.shape[1]:
                 hint = "There is one row per source position: the logits belong to the target positions (the decoder's output)."
             elif out.shape[-1] == D_MODEL:
                 hint = "The last dimension is d_model: the final nn.Linear(d_model, tgt_vocab_size) seems to be missing."
             elif out.shape[-1] == SRC_VOCAB:
                 hint = "The last dimension is the source vocabulary size: the output projection maps to tgt_vocab_size."
-        shape = (src.shape[0], tgt.shape[1], TGT_VOCAB)
         return self.check.tensor(out, what, shape=shape, dtype="float", shape_hint=hint)
 
 
@@ -174,7 +182,9 @@ def _causality(check: Check, m: _Model, src: torch.Tensor, tgt: torch.Tensor, lo
 def _padding(check: Check, m: _Model, build: Callable, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
     pads = torch.full((B, 3), PAD)
     longer = torch.cat([src, pads], dim=1)
-    if not _same(m.logits(longer, tgt), logits):
+    src_hint = ("They appear once padding is appended to the source: some row of a mask hides every key. The "
+                "source mask hides padded keys: make_padding_mask(src, pad_id), shape (batch, 1, 1, length).")
+    if not _same(m.logits(longer, tgt, nan_hint=src_hint), logits):
         memory = m.check.call(m.model.encode, longer, what="Transformer.encode")
         encoder_ok = isinstance(memory, torch.Tensor) and _same(memory[:, :L_SRC], m.model.encode(src))
         model0 = build(pad_id=0)
@@ -203,7 +213,11 @@ def _padding(check: Check, m: _Model, build: Callable, src: torch.Tensor, tgt: t
     check_ok = m.check.ok
     check_ok(f"ignores padding appended to the source (pad_id={PAD})")
     longer_tgt = torch.cat([tgt, pads], dim=1)
-    out = m.logits(src, longer_tgt)
+    out = m.logits(src, longer_tgt, nan_hint=(
+        "They appear once padding is appended to the target: some row of your target mask hides every key, so "
+        "its softmax is 0/0. The padding part of the target mask hides padded keys (the last axis), not padded "
+        "queries: make_target_mask(tgt, pad_id) = (tgt != pad_id)[:, None, None, :] & causal; the diagonal "
+        "keeps every row alive."))
     if not _same(out[:, :L_TGT], logits):
         m.check.fail(
             "Appending padding tokens to the target changed the logits at the real target positions.\n"
@@ -255,24 +269,33 @@ def _distinct_layers(check: Check, model: nn.Module) -> None:
 
 def _parameter_count(check: Check, model: nn.Module) -> None:
     d = D_MODEL
-    attention = 4 * (d * d + d)
     ffn = d * D_FF + D_FF + D_FF * d + d
     norm = 2 * d
-    enc, dec = attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm
-    base = SRC_VOCAB * d + TGT_VOCAB * d + NUM_LAYERS * (enc + dec)
+
+    def stacks(attention: int) -> tuple[int, int, int]:
+        enc, dec = attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm
+        return enc, dec, SRC_VOCAB * d + TGT_VOCAB * d + NUM_LAYERS * (enc + dec)
+
     options = {}
-    for bias in (True, False):
-        for tied in (False, True):
-            for finals in (0, 1, 2):
-                total = base + d * TGT_VOCAB * (not tied) + TGT_VOCAB * bias + finals * norm
-                words = [
-                    "output projection " + ("with" if bias else "without") + " bias",
-                    "tied to the target embedding" if tied else "its own weight matrix",
-                ]
-                if finals:
-                    words.append(f"{'a final LayerNorm' if finals == 1 else 'final LayerNorms'} after the "
-                                 f"{'encoder or decoder' if finals == 1 else 'encoder and decoder'} stacks")
-                options.setdefault(total, ", ".join(words))
+    # The attention projections may leave out their biases (the paper's W^Q... are plain matrices).
+    for attention_bias in (True, False):
+        _, _, base_option = stacks(4 * d * d + 4 * d * attention_bias)
+        for bias in (True, False):
+            for tied in (False, True):
+                for finals in (0, 1, 2):
+                    total = base_option + d * TGT_VOCAB * (not tied) + TGT_VOCAB * bias + finals * norm
+                    words = [
+                        "output projection " + ("with" if bias else "without") + " bias",
+                        "tied to the target embedding" if tied else "its own weight matrix",
+                    ]
+                    if finals:
+                        words.append(f"{'a final LayerNorm' if finals == 1 else 'final LayerNorms'} after the "
+                                     f"{'encoder or decoder' if finals == 1 else 'encoder and decoder'} stacks")
+                    if not attention_bias:
+                        words.append("attention projections without bias")
+                    options.setdefault(total, ", ".join(words))
+    attention = 4 * (d * d + d)
+    enc, dec, base = stacks(attention)
     actual = mods.count_parameters(model)
     if actual in options:
         check.ok(f"has the paper's number of parameters, {actual:,} (recognised: {options[actual]})")
@@ -286,7 +309,8 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
         f"  {NUM_LAYERS} encoder layers x {enc:,} (self-attention {attention:,}, feed-forward {ffn:,}, 2 LayerNorms {2 * norm})",
         f"  {NUM_LAYERS} decoder layers x {dec:,} (2 attentions {2 * attention:,}, feed-forward {ffn:,}, 3 LayerNorms {3 * norm})",
         f"  output projection {d} x {TGT_VOCAB} + {TGT_VOCAB} = {d * TGT_VOCAB + TGT_VOCAB:,} "
-        f"(also accepted: without bias, tied to the target embedding, final LayerNorms)",
+        f"(also accepted: without bias, tied to the target embedding, final LayerNorms, attention projections "
+        f"without bias)",
         "In yours: " + _breakdown(model),
     ]
     if any(MAX_LEN in p.shape for p in model.parameters() if p.requires_grad):
@@ -300,6 +324,8 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
 def _breakdown(model: nn.Module) -> str:
     """The learner's parameters grouped by what holds them."""
     attention = {id(p) for a in mods.attention_modules(model) for p in a.parameters()}
+    norms = mods.layer_norms(model, D_MODEL)
+    norm_ids = {id(n) for n in norms}
     groups: dict[str, int] = {}
     seen: set[int] = set()
     for name, p in model.named_parameters():
@@ -311,7 +337,7 @@ def _breakdown(model: nn.Module) -> str:
             kind = "attention modules"
         elif isinstance(owner, nn.Embedding):
             kind = "embeddings"
-        elif isinstance(owner, nn.LayerNorm):
+        elif id(owner) in norm_ids:
             kind = "LayerNorms"
         elif isinstance(owner, nn.Linear):
             kind = "other linear layers"
@@ -320,7 +346,7 @@ def _breakdown(model: nn.Module) -> str:
         groups[kind] = groups.get(kind, 0) + p.numel()
     counts = {
         "attention modules": len(mods.attention_modules(model)),
-        "LayerNorms": len(mods.layer_norms(model)),
+        "LayerNorms": len(norms),
         "embeddings": sum(isinstance(x, nn.Embedding) for x in model.modules()),
     }
     parts = []
@@ -337,7 +363,7 @@ def _gradients(check: Check, model: nn.Module, m: _Model, src: torch.Tensor, tgt
     weights = torch.randn(logits.shape, generator=generator(6))
     if not logits.requires_grad:
         check.fail("The logits do not require a gradient: is part of forward run under torch.no_grad() or .detach()ed?")
-    (logits * weights).sum().backward()
+    check.call(lambda: (logits * weights.to(logits.dtype)).sum().backward(), what="Transformer (in the backward pass)")
     missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
     model.zero_grad(set_to_none=True)
     if missing:
@@ -363,46 +389,54 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                  f"found ({parts}), so its exact values were not compared")
         return
     src_emb, tgt_emb, enc_layers, dec_layers, finals, project = parts
-    mods.randomise_norms(mods.layer_norms(model), g)
+    mods.randomise_norms(mods.layer_norms(model, D_MODEL), g)
 
-    enc_twins = [_twin_of(layer, "encoder", g) for layer in enc_layers]
-    dec_twins = [_twin_of(layer, "decoder", g) for layer in dec_layers]
-    for kind, twins in (("encoder", enc_twins), ("decoder", dec_twins)):
-        if any(t is None for t in twins):
-            check.fail(
-                f"One of the {kind} layers inside your Transformer does not compute a post-LN {kind} layer. "
-                f"Run check_{kind}_layer on your {kind.capitalize()}Layer class first."
-            )
+    twins = {}
+    for kind, layers in (("encoder", enc_layers), ("decoder", dec_layers)):
+        twins[kind] = []
+        for layer in layers:
+            twin, reason = _twin_of(layer, kind, g)
+            if twin is None and reason.startswith(" (it is PyTorch"):
+                check.fail(f"The {kind} layers inside your Transformer are not the paper's{reason}.")
+            if twin is None:
+                check.fail(
+                    f"One of the {kind} layers inside your Transformer does not compute a post-LN {kind} layer"
+                    f"{reason}. Run check_{kind}_layer on your {kind.capitalize()}Layer class first."
+                )
+            twins[kind].append(twin)
 
     src = _tokens(g, SRC_VOCAB, (B, L_SRC), PAD)
     tgt = _tokens(g, TGT_VOCAB, (B, L_TGT), PAD)
     src[0, 1], tgt[0, 2] = 0, 0
     src[1, 5:], tgt[1, 4:] = PAD, PAD
-    out = m.logits(src, tgt)
+    real = tgt != PAD  # logits at padded target positions are never used: they are not compared
+    out = m.logits(src, tgt)[real]
 
-    def oracle(scale: float = math.sqrt(D_MODEL), final: tuple = (None, None), scale_after: bool = False) -> torch.Tensor:
+    def oracle(scale: float = math.sqrt(D_MODEL), final: tuple = (None, None), scale_after: bool = False,
+               pe: tuple = (True, True)) -> torch.Tensor:
         src_keep = (src != PAD)[:, None, None, :]
         tgt_keep = (tgt != PAD)[:, None, None, :] & torch.tril(torch.ones(L_TGT, L_TGT, dtype=torch.bool))
-        pos = torch.arange(MAX_LEN, dtype=torch.float64)[:, None]
-        angle = pos / 10000 ** (torch.arange(0, D_MODEL, 2, dtype=torch.float64) / D_MODEL)
+        position = torch.arange(MAX_LEN, dtype=torch.float64)[:, None]
+        angle = position / 10000 ** (torch.arange(0, D_MODEL, 2, dtype=torch.float64) / D_MODEL)
         table = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(MAX_LEN, D_MODEL)
 
-        def embed(emb, tokens):
+        def embed(emb, tokens, with_pe):
             e = emb.weight.detach().double()[tokens]
-            return (e + table[: tokens.shape[1]]) * scale if scale_after else e * scale + table[: tokens.shape[1]]
+            t = table[: tokens.shape[1]] if with_pe else 0
+            return (e + t) * scale if scale_after else e * scale + t
 
-        h = embed(src_emb, src)
-        for twin in enc_twins:
-            h = twin(h, src_mask=mods.torch_mask(src_keep, B, NUM_HEADS, L_SRC, L_SRC))
+        h = embed(src_emb, src, pe[0])
+        for twin in twins["encoder"]:
+            h = mods.run_twin(twin, h, src_mask=mods.torch_mask(src_keep, B, NUM_HEADS, L_SRC, L_SRC))
         if final[0] is not None:
             h = _double_norm(final[0])(h)
-        y = embed(tgt_emb, tgt)
-        for twin in dec_twins:
-            y = twin(y, h, tgt_mask=mods.torch_mask(tgt_keep, B, NUM_HEADS, L_TGT, L_TGT),
-                     memory_mask=mods.torch_mask(src_keep, B, NUM_HEADS, L_TGT, L_SRC))
+        y = embed(tgt_emb, tgt, pe[1])
+        for twin in twins["decoder"]:
+            y = mods.run_twin(twin, y, h, tgt_mask=mods.torch_mask(tgt_keep, B, NUM_HEADS, L_TGT, L_TGT),
+                              src_mask=mods.torch_mask(src_keep, B, NUM_HEADS, L_TGT, L_SRC))
         if final[1] is not None:
             y = _double_norm(final[1])(y)
-        return project(y)
+        return project(y)[real]
 
     with torch.no_grad():
         for option in _final_options(finals):
@@ -421,6 +455,10 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
             (dict(scale=1 / math.sqrt(D_MODEL)), "the embeddings are divided by sqrt(d_model): multiply instead"),
             (dict(scale_after=True), "the scaling by sqrt(d_model) is applied after adding the positional encoding; "
                                      "scale the embeddings first, then add the positions"),
+            (dict(pe=(True, False)), "the positional encoding is added to the source embeddings only: the target "
+                                     "embeddings need it too"),
+            (dict(pe=(False, True)), "the positional encoding is added to the target embeddings only: the source "
+                                     "embeddings need it too"),
         ]
         for options, cause in causes:
             for final in _final_options(finals):
@@ -428,10 +466,11 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                     check.fail(f"The logits of your Transformer have the wrong values: {cause}.")
         expected = oracle()
     check.close(
-        out, expected, "the logits of your Transformer", atol=ATOL, rtol=RTOL,
+        out, expected, "the output of your Transformer (its logits at the real target positions)", atol=ATOL, rtol=RTOL,
         hint="Expected: memory = encoder layers(PE(embed(src) * sqrt(d_model)), src_mask); logits = "
         "linear(decoder layers(PE(embed(tgt) * sqrt(d_model)), memory, src_mask, tgt_mask)), with the "
-        "sinusoidal table of lesson 03 and masks built from pad_id.",
+        "sinusoidal table of lesson 03, masks built from pad_id, and the output of the last encoder layer as "
+        "the memory of every decoder layer.",
     )
 
 
@@ -443,10 +482,15 @@ def _final_options(finals: list) -> list[tuple]:
     return [(None, None), (finals[0], finals[1]), (finals[1], finals[0])]
 
 
-def _double_norm(norm: nn.LayerNorm) -> nn.LayerNorm:
+def _double_norm(norm: nn.Module) -> nn.Module:
+    if not isinstance(norm, nn.LayerNorm):
+        return mods._prepared_norm(norm, D_MODEL)
     twin = nn.LayerNorm(D_MODEL, dtype=torch.float64)
     mods.copy_norm(norm, twin)
     return twin
+
+
+_TORCH_LAYERS = {"encoder": nn.TransformerEncoderLayer, "decoder": nn.TransformerDecoderLayer}
 
 
 def _find_parts(model: nn.Module):
@@ -459,12 +503,16 @@ def _find_parts(model: nn.Module):
     encoders, decoders = [], []
     for _, sub in model.named_modules(remove_duplicate=False):
         for kind, found in (("encoder", encoders), ("decoder", decoders)):
-            if not mods.LayerLayout(sub, kind, D_MODEL, NUM_HEADS, D_FF).missing:
+            if isinstance(sub, _TORCH_LAYERS[kind]) or (
+                not isinstance(sub, tuple(_TORCH_LAYERS.values()))
+                and not mods.LayerLayout(sub, kind, D_MODEL, NUM_HEADS, D_FF).missing
+            ):
                 found.append(sub)
     if len(encoders) != NUM_LAYERS or len(decoders) != NUM_LAYERS:
-        return f"found {len(encoders)} encoder and {len(decoders)} decoder layers made of contract attention modules, nn.LayerNorm and nn.Linear"
+        return (f"found {len(encoders)} encoder and {len(decoders)} decoder layers made of contract attention "
+                f"modules, LayerNorms and nn.Linear")
     inner = {id(x) for layer in encoders + decoders for x in layer.modules()}
-    finals = [n for n in mods.layer_norms(model) if id(n) not in inner]
+    finals = [n for n in mods.layer_norms(model, D_MODEL) if id(n) not in inner]
     if len(finals) > 2:
         return "more than two LayerNorms outside the layers"
     linears = [x for x in mods.linears_outside(model, encoders + decoders)
@@ -485,9 +533,16 @@ def _find_parts(model: nn.Module):
     return src_emb[0], tgt_emb[0], encoders, decoders, finals, project
 
 
-def _twin_of(layer: nn.Module, kind: str, g: torch.Generator):
-    """PyTorch's layer wired like the learner's one (found by comparing outputs), or None."""
+def _twin_of(layer: nn.Module, kind: str, g: torch.Generator) -> tuple:
+    """(PyTorch's layer wired like the learner's one, found by comparing outputs, or None; why not)."""
+    if isinstance(layer, _TORCH_LAYERS[kind]):  # PyTorch's own layer: read its settings
+        if layer.norm_first:
+            return None, " (it is PyTorch's layer with norm_first=True: pre-LN; the paper's layers are post-LN)"
+        if getattr(layer, "activation_relu_or_gelu", 1) != 1:
+            return None, " (it is PyTorch's layer with an activation other than ReLU)"
+        return copy.deepcopy(layer).double().eval(), ""
     layout = mods.LayerLayout(layer, kind, D_MODEL, NUM_HEADS, D_FF)
+    dtype = next((p.dtype for p in layer.parameters() if p.is_floating_point()), torch.float32)
     x = torch.randn(B, 4, D_MODEL, generator=g)
     memory = torch.randn(B, 6, D_MODEL, generator=g)
     keep = torch.ones(B, 1, 1, 6, dtype=torch.bool)
@@ -496,25 +551,26 @@ def _twin_of(layer: nn.Module, kind: str, g: torch.Generator):
     try:
         with torch.no_grad():
             if kind == "encoder":
-                out = layer(memory, keep)
+                out = layer(memory.to(dtype), keep)
             else:
-                out = layer(x, memory, keep, causal)
+                out = layer(x.to(dtype), memory.to(dtype), keep, causal)
     except Exception:  # an unusual signature: leave this comparison out
-        return None
+        return None, " (it could not be called as layer(x, mask) / layer(x, memory, src_mask, tgt_mask))"
     if not isinstance(out, torch.Tensor):
-        return None
+        return None, ""
     for twin, _, norms in layout.twins():
         if len({id(n) for n in norms}) < len(norms) <= len(layout.norms):
             continue  # one LayerNorm used twice while another sits unused: not a post-LN layer
         with torch.no_grad():
             if kind == "encoder":
-                expected = twin(memory.double(), src_mask=mods.torch_mask(keep, B, NUM_HEADS, 6, 6))
+                expected = mods.run_twin(twin, memory.double(), src_mask=mods.torch_mask(keep, B, NUM_HEADS, 6, 6))
             else:
-                expected = twin(x.double(), memory.double(), tgt_mask=mods.torch_mask(causal, B, NUM_HEADS, 4, 4),
-                                memory_mask=mods.torch_mask(keep, B, NUM_HEADS, 4, 6))
+                expected = mods.run_twin(twin, x.double(), memory.double(),
+                                         tgt_mask=mods.torch_mask(causal, B, NUM_HEADS, 4, 4),
+                                         src_mask=mods.torch_mask(keep, B, NUM_HEADS, 4, 6))
         if _same(out, expected):
-            return copy.deepcopy(twin)
-    return None
+            return copy.deepcopy(twin), ""
+    return None, ""
 
 
 def _dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
@@ -537,3 +593,65 @@ def _dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor
             "is not applied.\nPass the dropout rate to the positional encoding and to every layer."
         )
     check.ok("applies dropout in training mode")
+    _layers_drop(check, model)
+    _everything_dropped(check, build, src, tgt)
+
+
+def _layers_drop(check: Check, model: nn.Module) -> None:
+    """Where the layers can be found: each of them applies dropout in training mode."""
+    parts = _find_parts(model)
+    if isinstance(parts, str):
+        return
+    g = generator(8)
+    x = torch.randn(B, 4, D_MODEL, generator=g)
+    memory = torch.randn(B, 6, D_MODEL, generator=g)
+    for kind, layers in (("encoder", parts[2]), ("decoder", parts[3])):
+        for layer in layers:
+            dtype = next((p.dtype for p in layer.parameters() if p.is_floating_point()), torch.float32)
+            args = (x.to(dtype),) if kind == "encoder" else (x.to(dtype), memory.to(dtype))
+            layer.train()
+            try:
+                with torch.no_grad():
+                    first, second = layer(*args), layer(*args)
+            except Exception:  # an unusual signature: not judged here
+                continue
+            finally:
+                layer.eval()
+            if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and _same(first, second, atol=0):
+                check.fail(
+                    f"Inside your Transformer built with dropout=0.5, the {kind} layers apply no dropout in "
+                    f"training mode (they give the same output twice): the dropout rate does not reach them.\n"
+                    f"Pass it on: {kind.capitalize()}Layer(d_model, num_heads, d_ff, dropout)."
+                )
+    check.ok("passes the dropout rate on to its encoder and decoder layers")
+
+
+def _everything_dropped(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
+    """With dropout=1.0 in training every path from the tokens to the logits goes through a dropout.
+
+    The paper drops the sums of embeddings and positions and the output of every
+    sublayer; with p = 1 nothing of src or tgt survives, so the logits are one
+    constant row (the output bias).
+    """
+    try:
+        model = build(dropout=1.0).train()
+        with torch.no_grad():
+            outs = [model(src, tgt), model(src.flip(1), tgt.flip(0))]
+    except Exception:  # a model that refuses p = 1 (a hand-written dropout, an assertion): not judged here
+        return
+    if not all(isinstance(o, torch.Tensor) and o.shape == outs[0].shape for o in outs):
+        return
+    rows = torch.cat([o.detach().double().reshape(-1, o.shape[-1]) for o in outs])
+    if not bool(torch.isfinite(rows).all()):
+        return  # a hand-written dropout dividing by 1 - p, or a norm without eps on all-zero rows
+    if not _same(rows, rows[:1].expand_as(rows), atol=1e-5):
+        check.fail(
+            "Built with dropout=1.0 and in training mode, your Transformer should drop everything that carries "
+            "information about the tokens, so that its logits are one constant row, whatever the tokens and "
+            "their positions. Yours still vary: something reaches the logits without going through a dropout.\n"
+            "The paper applies dropout to the sums of the embeddings and the positional encodings (the "
+            "PositionalEncoding module's dropout, for the source and for the target) and to the output of every "
+            "sublayer, before the residual addition."
+        )
+    check.ok("drops the embeddings + positions and every sublayer's output in training (dropout=1.0 leaves a "
+             "constant output)")

@@ -1,0 +1,304 @@
+"""Correct reference implementations of the lesson 04/05 modules, shared by the checker tests.
+
+They exist only to test the checkers (tests/test_checks_layers.py, tests/test_checks_model.py);
+several styles of each, so that the checkers are seen to accept more than one way of writing it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "BlockDecoderLayer",
+    "BlockEncoderLayer",
+    "DecoderLayer",
+    "EinsumAttention",
+    "EncoderLayer",
+    "FeedForward",
+    "FusedAttention",
+    "MultiHeadAttention",
+    "OwnLayerNorm",
+    "OwnNormDecoderLayer",
+    "OwnNormEncoderLayer",
+    "SequentialFeedForward",
+    "SublayerConnection",
+    "TorchAttention",
+    "TorchAttentionDecoderLayer",
+    "TorchAttentionEncoderLayer",
+]
+
+
+# --------------------------------------------------------------------------
+# Multi-head attention (the lesson 04 contract), in three styles, and one that is not the contract's layout.
+
+
+class MultiHeadAttention(nn.Module):
+    """Plain multi-head attention with W_q, W_k, W_v, W_o."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        if d_model % num_heads:
+            raise ValueError("d_model must be divisible by num_heads")
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.W_q = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_o = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def split(self, t):
+        B, L, _ = t.shape
+        return t.view(B, L, self.num_heads, self.d_k).transpose(1, 2)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.split(self.W_q(query)), self.split(self.W_k(key)), self.split(self.W_v(value))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = self.dropout(scores.softmax(dim=-1))
+        out = (weights @ v).transpose(1, 2).reshape(query.shape[0], query.shape[1], -1)
+        return self.W_o(out)
+
+
+class EinsumAttention(MultiHeadAttention):
+    """Einsum, -1e9 instead of -inf, projections registered in another order."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        nn.Module.__init__(self)
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
+        self.W_o = nn.Linear(d_model, d_model)
+        self.W_v = nn.Linear(d_model, d_model)
+        self.W_k = nn.Linear(d_model, d_model)
+        self.W_q = nn.Linear(d_model, d_model)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.split(self.W_q(query)), self.split(self.W_k(key)), self.split(self.W_v(value))
+        scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / self.d_k**0.5
+        if mask is not None:
+            scores = torch.where(mask, scores, torch.full_like(scores, -1e9))
+        weights = self.drop(torch.softmax(scores, -1))
+        out = torch.einsum("bhqk,bhkd->bqhd", weights, v).flatten(2)
+        return self.W_o(out)
+
+
+class FusedAttention(MultiHeadAttention):
+    """F.scaled_dot_product_attention inside."""
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.split(self.W_q(query)), self.split(self.W_k(key)), self.split(self.W_v(value))
+        p = self.dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return self.W_o(out.transpose(1, 2).flatten(2))
+
+
+class TorchAttention(nn.Module):
+    """Wraps nn.MultiheadAttention: not the contract's layout (no W_q...), still correct."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__()
+        self.inner = nn.MultiheadAttention(d_model, num_heads, dropout=dropout, batch_first=True)
+        self.num_heads = num_heads
+
+    def forward(self, query, key, value, mask=None):
+        attn_mask = None
+        if mask is not None:
+            B, Lq, Lk = query.shape[0], query.shape[1], key.shape[1]
+            attn_mask = ~mask.expand(B, self.num_heads, Lq, Lk).reshape(B * self.num_heads, Lq, Lk)
+        return self.inner(query, key, value, attn_mask=attn_mask, need_weights=False)[0]
+
+
+
+
+# --------------------------------------------------------------------------
+# Feed-forward networks.
+
+class FeedForward(nn.Module):
+    """linear2(dropout(relu(linear1(x))))."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class SequentialFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(d_model, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d_model))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+
+
+# --------------------------------------------------------------------------
+# Encoder and decoder layers.
+
+class SublayerConnection(nn.Module):
+    """LayerNorm(x + dropout(sublayer(x))) as a reusable block."""
+
+    def __init__(self, d_model, dropout):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=1e-6)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, sublayer):
+        return self.norm(x + self.drop(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """Post-LN: LayerNorm(x + dropout(sublayer(x)))."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
+        return self.norm2(x + self.dropout(self.ffn(x)))
+
+
+class BlockEncoderLayer(nn.Module):
+    """Norms registered first, in a ModuleList of connection blocks; einsum attention; Sequential FFN."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.connections = nn.ModuleList([SublayerConnection(d_model, dropout) for _ in range(2)])
+        self.feed = SequentialFeedForward(d_model, d_ff, dropout)
+        self.attention = EinsumAttention(d_model, num_heads, dropout)
+
+    def forward(self, x, mask=None):
+        x = self.connections[0](x, lambda y: self.attention(y, y, y, mask=mask))
+        return self.connections[1](x, self.feed)
+
+
+class TorchAttentionEncoderLayer(EncoderLayer):
+    """nn.MultiheadAttention inside: the layout cannot be matched, the properties still hold."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = TorchAttention(d_model, num_heads)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention, feed-forward; post-LN."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads)
+        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, src_mask)))
+        return self.norm3(x + self.dropout(self.ffn(x)))
+
+
+class ParameterFeedForwardLinear(SequentialFeedForward):
+    pass
+
+
+class BlockDecoderLayer(nn.Module):
+    """Cross-attention registered before self-attention; connection blocks in a ModuleList."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__()
+        self.src_attention = FusedAttention(d_model, num_heads, dropout)
+        self.connections = nn.ModuleList(SublayerConnection(d_model, dropout) for _ in range(3))
+        self.own_attention = EinsumAttention(d_model, num_heads, dropout)
+        self.feed = ParameterFeedForwardLinear(d_model, d_ff, dropout)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.connections[0](x, lambda y: self.own_attention(y, y, y, tgt_mask))
+        x = self.connections[1](x, lambda y: self.src_attention(y, memory, memory, src_mask))
+        return self.connections[2](x, self.feed)
+
+
+class TorchAttentionDecoderLayer(DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = TorchAttention(d_model, num_heads)
+        self.cross_attn = TorchAttention(d_model, num_heads)
+
+
+class OwnLayerNorm(nn.Module):
+    """A LayerNorm written by hand (not an nn.LayerNorm): the checkers find it by what it does."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(d_model))
+        self.shift = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.gain * (x - mean) / torch.sqrt(var + self.eps) + self.shift
+
+
+class OwnNormEncoderLayer(EncoderLayer):
+    """Hand-written LayerNorms; attention dropout too, as in nn.TransformerEncoderLayer."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.norm1, self.norm2 = OwnLayerNorm(d_model), OwnLayerNorm(d_model)
+
+
+class OwnNormDecoderLayer(DecoderLayer):
+    """Hand-written LayerNorms (the Annotated Transformer's: unbiased std, eps added to it)."""
+
+    class AnnotatedNorm(nn.Module):
+        def __init__(self, d_model, eps=1e-6):
+            super().__init__()
+            self.a_2 = nn.Parameter(torch.ones(d_model))
+            self.b_2 = nn.Parameter(torch.zeros(d_model))
+            self.eps = eps
+
+        def forward(self, x):
+            return self.a_2 * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.b_2
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (self.AnnotatedNorm(d_model) for _ in range(3))
+
+
+class BiasFreeAttention(MultiHeadAttention):
+    """The paper's projections are plain matrices: nn.Linear(..., bias=False) is correct too."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        for name in ("W_q", "W_k", "W_v", "W_o"):
+            setattr(self, name, nn.Linear(d_model, d_model, bias=False))
+
+
+class BiasFreeEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = BiasFreeAttention(d_model, num_heads)
+
+
+class BiasFreeDecoderLayer(DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = BiasFreeAttention(d_model, num_heads)
+        self.cross_attn = BiasFreeAttention(d_model, num_heads)
