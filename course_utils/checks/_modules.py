@@ -33,6 +33,11 @@ def attention_modules(module: nn.Module) -> list[nn.Module]:
     ]
 
 
+def bias_free_projections(module: nn.Module) -> int:
+    """How many W_q/W_k/W_v/W_o projections inside ``module`` have no bias (the paper's are plain matrices)."""
+    return sum(getattr(m, name).bias is None for m in attention_modules(module) for name in _PROJECTIONS)
+
+
 _NORM_LIKE: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 

@@ -201,10 +201,11 @@ def _parameters(check: Check, layer: nn.Module, layout: mods.LayerLayout, name: 
     expected = n_attn * attention + ffn + (n_attn + 1) * norm
     actual = mods.count_parameters(layer)
     # The attention projections may leave out their biases (the paper's W^Q, W^K, W^V, W^O are plain matrices).
-    bias_free = {expected - k * 4 * d for k in range(n_attn + 1)}
-    if actual in bias_free - {expected}:
+    bias_free = mods.bias_free_projections(layer)
+    expected -= bias_free * d
+    if bias_free:
         check.ok("attention projections without bias, as in the paper's equations")
-    elif actual != expected:
+    if actual != expected:
         check.fail(
             f"Your {name}(d_model={d}, num_heads={NUM_HEADS}, d_ff={D_FF}) has {actual:,} parameters; the "
             f"paper's layer has {expected:,}: {n_attn} attention module{'s' if n_attn > 1 else ''} x {attention:,} "

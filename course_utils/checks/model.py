@@ -278,22 +278,23 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
 
     options = {}
     # The attention projections may leave out their biases (the paper's W^Q... are plain matrices).
-    for attention_bias in (True, False):
-        _, _, base_option = stacks(4 * d * d + 4 * d * attention_bias)
-        for bias in (True, False):
-            for tied in (False, True):
-                for finals in (0, 1, 2):
-                    total = base_option + d * TGT_VOCAB * (not tied) + TGT_VOCAB * bias + finals * norm
-                    words = [
-                        "output projection " + ("with" if bias else "without") + " bias",
-                        "tied to the target embedding" if tied else "its own weight matrix",
-                    ]
-                    if finals:
-                        words.append(f"{'a final LayerNorm' if finals == 1 else 'final LayerNorms'} after the "
-                                     f"{'encoder or decoder' if finals == 1 else 'encoder and decoder'} stacks")
-                    if not attention_bias:
-                        words.append("attention projections without bias")
-                    options.setdefault(total, ", ".join(words))
+    bias_free = mods.bias_free_projections(model)
+    _, _, base_option = stacks(4 * (d * d + d))
+    base_option -= bias_free * d
+    for bias in (True, False):
+        for tied in (False, True):
+            for finals in (0, 1, 2):
+                total = base_option + d * TGT_VOCAB * (not tied) + TGT_VOCAB * bias + finals * norm
+                words = [
+                    "output projection " + ("with" if bias else "without") + " bias",
+                    "tied to the target embedding" if tied else "its own weight matrix",
+                ]
+                if finals:
+                    words.append(f"{'a final LayerNorm' if finals == 1 else 'final LayerNorms'} after the "
+                                 f"{'encoder or decoder' if finals == 1 else 'encoder and decoder'} stacks")
+                if bias_free:
+                    words.append("attention projections without bias")
+                options.setdefault(total, ", ".join(words))
     attention = 4 * (d * d + d)
     enc, dec, base = stacks(attention)
     actual = mods.count_parameters(model)

@@ -1,0 +1,587 @@
+"""Checkers for lesson 00: vocabulary, encoding, decoding and padding.
+
+The contracts (from the lesson):
+
+* ``build_vocab(token_lists, min_freq=1) -> dict[str, int]``: ``<pad>``=0,
+  ``<bos>``=1, ``<eos>``=2, ``<unk>``=3, then every token seen at least
+  ``min_freq`` times; ids 0..n-1, each used once; the order of ordinary
+  tokens is free.
+* ``encode(tokens, vocab) -> list[int]``: ``[<bos>] + ids + [<eos>]``,
+  unknown tokens as ``<unk>``.
+* ``decode(ids, vocab) -> list[str]``: drops ``<bos>`` and ``<pad>``, stops
+  at the first ``<eos>``.
+* ``pad_batch(sequences, pad_id) -> LongTensor (B, L_max)``, padded on the right.
+
+Expectations are computed here from the definitions (counting with
+``collections.Counter``, looking ids up in the dictionary), never with the
+course's own implementations. The test vocabulary gives ordinary tokens ids
+that are not in the dictionary's insertion order, so looking a token up by
+its position in the dict is told apart from looking up its id.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any, Callable
+
+import torch
+
+from ._core import Check, CheckResult, describe, fmt_shape, run_check
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+_SPECIAL_IDS = {PAD: 0, BOS: 1, EOS: 2, UNK: 3}
+
+
+def check_build_vocab(build_vocab: Callable) -> CheckResult:
+    """Check ``build_vocab(token_lists, min_freq=1) -> dict[str, int]``."""
+    return run_check("build_vocab", _check_build_vocab, build_vocab)
+
+
+def check_encode(encode: Callable) -> CheckResult:
+    """Check ``encode(tokens, vocab) -> list[int]`` with ``<bos>``, ``<eos>`` and ``<unk>``."""
+    return run_check("encode", _check_encode, encode)
+
+
+def check_decode(decode: Callable) -> CheckResult:
+    """Check ``decode(ids, vocab) -> list[str]``: drops ``<bos>``/``<pad>``, stops at ``<eos>``."""
+    return run_check("decode", _check_decode, decode)
+
+
+def check_pad_batch(pad_batch: Callable) -> CheckResult:
+    """Check ``pad_batch(sequences, pad_id) -> LongTensor (B, L_max)`` padded on the right."""
+    return run_check("pad_batch", _check_pad_batch, pad_batch)
+
+
+# --------------------------------------------------------------------------
+# Small helpers.
+
+
+def _as_int(value: Any) -> int | None:
+    """``value`` as a Python int if it is an integer (not a bool, not a float), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _show(items, limit: int = 8) -> str:
+    items = list(items)
+    text = ", ".join(repr(i) for i in items[:limit])
+    return "[" + text + (", ..." if len(items) > limit else "") + "]"
+
+
+def _guarded(check: Check, fn: Callable, args: tuple, name: str, **kwargs: Any) -> Any:
+    """Call ``fn`` and fail if it changed any of its (list / dict) arguments."""
+    before = copy.deepcopy(args)
+    result = check.call(fn, *args, **kwargs)
+    for label, old, new in zip(_ARG_LABELS.get(name, ()), before, args):
+        if old != new or (isinstance(old, dict) and list(old) != list(new)):
+            check.fail(_MUTATION.get((name, label), f"Your {name} changed its argument `{label}`. Leave the inputs as they were."))
+    return result
+
+
+_ARG_LABELS = {
+    "build_vocab": ("token_lists",),
+    "encode": ("tokens", "vocab"),
+    "decode": ("ids", "vocab"),
+    "pad_batch": ("sequences",),
+}
+_MUTATION = {
+    ("build_vocab", "token_lists"): (
+        "Your build_vocab changed its input `token_lists` (the sentences it was given).\n"
+        "Count the tokens without editing the lists: no `append`, `remove`, `sort()` or `pop` on them."
+    ),
+    ("encode", "tokens"): (
+        "Your encode changed its input `tokens` in place.\n"
+        "Build a new list instead of inserting <bos> / <eos> into the caller's list "
+        "(`tokens.insert(0, ...)` or `tokens.append(...)` edits the caller's sentence)."
+    ),
+    ("encode", "vocab"): (
+        "Your encode changed the vocabulary: it added or changed entries of `vocab`.\n"
+        "A token that is not in the vocabulary must be encoded as the id of <unk>, "
+        "not added to the vocabulary (avoid `vocab.setdefault(...)` and `vocab[token] = ...`)."
+    ),
+    ("decode", "ids"): (
+        "Your decode changed its input `ids` in place (for example with `ids.pop(0)` or `ids.remove(...)`).\n"
+        "Read the ids without editing the caller's list."
+    ),
+    ("decode", "vocab"): "Your decode changed the vocabulary `vocab`. Build a separate id -> token mapping instead.",
+    ("pad_batch", "sequences"): (
+        "Your pad_batch changed its input `sequences`: the caller's lists now hold pad ids.\n"
+        "Likely cause: `seq += [pad_id] * k` or `seq.extend(...)` on the input lists. "
+        "Build new lists (`seq + [pad_id] * k`) or fill a new tensor instead."
+    ),
+}
+
+
+# --------------------------------------------------------------------------
+# build_vocab
+
+# Sentences chosen so that counts separate the usual mistakes:
+#   - tokens seen exactly once, some only in the first or the last sentence;
+#   - "sehr" occurs twice, but in one sentence only (count 2, sentence count 1);
+#   - "Berlin" keeps its capital letter (build_vocab must not change tokens);
+#   - counts 1, 2, 3 and more, for min_freq 1, 2 and 3.
+_SENTENCES = [
+    ["müde", "kinder", "schlafen", "."],
+    ["der", "hund", "schläft", "."],
+    ["die", "katze", "schläft", "nicht", "."],
+    ["der", "hund", "sieht", "die", "katze", "."],
+    ["sehr", "sehr", "gut", "!"],
+    ["der", "zug", "fährt", "nach", "Berlin", "."],
+    ["der", "hund", "ist", "groß", "."],
+    ["grüße", "aus", "köln", "?"],
+]
+
+
+def _expected_tokens(min_freq: int) -> set[str]:
+    counts = Counter(t for s in _SENTENCES for t in s)
+    return {t for t, c in counts.items() if c >= min_freq}
+
+
+def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
+    check.callable_(build_vocab, "build_vocab")
+    counts = Counter(t for s in _SENTENCES for t in s)
+    sentence_counts = Counter(t for s in _SENTENCES for t in set(s))
+
+    def run(**kwargs: Any) -> dict:
+        call = "build_vocab(token_lists" + "".join(f", {k}={v}" for k, v in kwargs.items()) + ")"
+        result = _guarded(check, build_vocab, (copy.deepcopy(_SENTENCES),), "build_vocab", **kwargs)
+        return _vocab_result(check, result, call)
+
+    vocab = run(min_freq=1)
+    check.ok("returns a dict from tokens (str) to ids (int)")
+    _specials_in_place(check, vocab)
+    check.ok("the four special tokens have ids 0, 1, 2, 3 (<pad>, <bos>, <eos>, <unk>)")
+    _ids_contiguous(check, vocab)
+    check.ok("ids are 0..n-1, each used once")
+    for min_freq in (1, 2, 3, 100):
+        vocab = run(min_freq=min_freq)
+        _specials_in_place(check, vocab, f" (with min_freq={min_freq})")
+        _token_set(check, vocab, min_freq, counts, sentence_counts)
+        _ids_contiguous(check, vocab, f" (with min_freq={min_freq})")
+    check.ok("min_freq=1, 2, 3 keep exactly the tokens seen at least that often; a large min_freq keeps only the specials")
+    vocab = run()
+    _specials_in_place(check, vocab, " (without min_freq)")
+    _token_set(check, vocab, 1, counts, sentence_counts, default_call=True)
+    _ids_contiguous(check, vocab, " (without min_freq)")
+    check.ok("without min_freq, every token is kept (min_freq defaults to 1)")
+    check.ok("leaves the sentences it is given unchanged")
+
+
+def _vocab_result(check: Check, vocab: Any, call: str) -> dict:
+    if vocab is None:
+        check.fail(f"{call} returned None. Did you forget `return vocab`?")
+    if not isinstance(vocab, Mapping):
+        extra = ""
+        if isinstance(vocab, (list, tuple)):
+            extra = (
+                "\nA list of tokens maps ids to tokens, but the lesson needs the other direction: "
+                "a dict such as {'<pad>': 0, '<bos>': 1, ..., 'hund': 7}."
+            )
+        check.fail(f"{call} should return a dict (token -> id), but returned {describe(vocab)}.{extra}")
+    items = list(vocab.items())
+    if items and all(_as_int(k) is not None for k, _ in items) and all(isinstance(v, str) for _, v in items):
+        check.fail(
+            f"{call} returned a dict from ids to tokens (for example {items[0][0]!r}: {items[0][1]!r}).\n"
+            f"The vocabulary maps the other way, token -> id: {{'<pad>': 0, '<bos>': 1, ...}}."
+        )
+    bad_keys = [k for k, _ in items if not isinstance(k, str)]
+    if bad_keys:
+        check.fail(f"The keys of the vocabulary should be tokens (str), but some are not: {_show(bad_keys)}.")
+    bad_values = [(k, v) for k, v in items if _as_int(v) is None]
+    if bad_values:
+        k, v = bad_values[0]
+        check.fail(
+            f"The values of the vocabulary should be integer ids, but for example {k!r} maps to {describe(v)}.\n"
+            f"Assign each token a whole number: its position when you number the tokens."
+        )
+    return {k: _as_int(v) for k, v in items}
+
+
+def _specials_in_place(check: Check, vocab: dict, when: str = "") -> None:
+    missing = [s for s in _SPECIAL_IDS if s not in vocab]
+    if missing:
+        check.fail(
+            f"The vocabulary{when} lacks the special token{'s' if len(missing) > 1 else ''} {', '.join(missing)}.\n"
+            f"Start the vocabulary with the four specials <pad>, <bos>, <eos>, <unk> (ids 0, 1, 2, 3), "
+            f"then add the ordinary tokens."
+        )
+    wrong = {s: vocab[s] for s, i in _SPECIAL_IDS.items() if vocab[s] != i}
+    if wrong:
+        actual = ", ".join(f"{s}={vocab[s]}" for s in _SPECIAL_IDS)
+        hint = "Give them ids in this order: <pad>=0, <bos>=1, <eos>=2, <unk>=3"
+        if all(v >= 4 for v in wrong.values()):
+            hint = "The specials come first, before any ordinary token"
+        elif sorted(vocab[s] for s in _SPECIAL_IDS) == [0, 1, 2, 3]:
+            hint = "They are in the wrong order (a set does not keep order); number them as a list: <pad>=0, <bos>=1, <eos>=2, <unk>=3"
+        check.fail(
+            f"The special tokens{when} have the wrong ids.\n"
+            f"  expected: <pad>=0, <bos>=1, <eos>=2, <unk>=3\n"
+            f"  actual:   {actual}\n"
+            f"{hint}. Other code (padding masks, decoding) relies on these ids."
+        )
+
+
+def _ids_contiguous(check: Check, vocab: dict, when: str = "") -> None:
+    ids = list(vocab.values())
+    n = len(vocab)
+    repeated = sorted(i for i, c in Counter(ids).items() if c > 1)
+    if repeated:
+        i = repeated[0]
+        sharing = [t for t, j in vocab.items() if j == i]
+        extra = ""
+        if i < 4:
+            extra = "\nIds 0..3 belong to the special tokens: number the ordinary tokens from 4 on (for example from len(vocab))."
+        check.fail(
+            f"Two tokens share an id{when}: {_show(sharing)} all have id {i}. Every token needs its own id.{extra}"
+        )
+    if sorted(ids) != list(range(n)):
+        outside = sorted(i for i in ids if not 0 <= i < n)
+        gaps = sorted(set(range(n)) - set(ids))
+        check.fail(
+            f"The ids{when} should be exactly 0..{n - 1} for {n} tokens (contiguous: they become rows of an "
+            f"embedding table of size len(vocab)).\n"
+            f"  ids missing: {_show(gaps)}; ids too large: {_show(outside)}\n"
+            f"Likely cause: numbering the ordinary tokens from the wrong start (off by one), or counting a "
+            f"token twice while numbering. Number new tokens with `len(vocab)` as you add them."
+        )
+
+
+def _token_set(check: Check, vocab: dict, min_freq: int, counts: Counter, sentence_counts: Counter, default_call: bool = False) -> None:
+    expected = _expected_tokens(min_freq)
+    actual = set(vocab) - set(_SPECIAL_IDS)
+    missing = expected - actual
+    extra = actual - expected
+    call = "build_vocab(token_lists)" if default_call else f"build_vocab(token_lists, min_freq={min_freq})"
+    if extra:
+        unseen = {t for t in extra if t not in counts}
+        if unseen:
+            chars = all(len(t) == 1 for t in unseen)
+            lowered = any(t != s and t == s.lower() for t in unseen for s in counts)
+            cause = (
+                "These look like single characters: did you iterate over a string instead of over the list of tokens?"
+                if chars
+                else "It changed tokens (for example lowercased them): keep every token exactly as given."
+                if lowered
+                else "Add only the tokens of the sentences."
+            )
+            check.fail(f"{call} contains tokens that are not in the sentences: {_show(sorted(unseen))}.\n{cause}")
+        rare = sorted(extra, key=lambda t: (counts[t], t))
+        check.fail(
+            f"{call} keeps tokens seen fewer than {min_freq} times: {_show(rare)} "
+            f"(seen {counts[rare[0]]} time{'s' if counts[rare[0]] != 1 else ''}).\n"
+            f"Keep a token only if its count is at least min_freq; is min_freq used at all?"
+        )
+    if missing:
+        lost = sorted(missing, key=lambda t: (counts[t], t))
+        first_only = {t for t in _SENTENCES[0]} - {t for s in _SENTENCES[1:] for t in s}
+        last_only = {t for t in _SENTENCES[-1]} - {t for s in _SENTENCES[:-1] for t in s}
+        once_per_sentence = {t for t in expected if sentence_counts[t] < min_freq <= counts[t]}
+        if default_call:
+            cause = "With min_freq given explicitly this worked, so the default is wrong: the default of min_freq is 1 (keep every token)."
+        elif missing <= first_only:
+            cause = "Only tokens of the first sentence are missing: does your loop skip the first sentence?"
+        elif missing and missing <= last_only:
+            cause = "Only tokens of the last sentence are missing: does your loop stop one sentence early?"
+        elif missing <= once_per_sentence:
+            cause = (
+                f"{_show(sorted(missing))} occur{'s' if len(missing) == 1 else ''} {min_freq} times, but in fewer "
+                f"sentences: count every occurrence of a token, not once per sentence (avoid set(sentence))."
+            )
+        elif all(counts[t] == min_freq for t in missing):
+            cause = (
+                f"The missing tokens occur exactly {min_freq} time{'s' if min_freq != 1 else ''}: a token is kept "
+                f"when its count is at least min_freq, so compare with `>=`, not `>`."
+            )
+        else:
+            cause = "Count every token of every sentence, then keep those with count >= min_freq."
+        check.fail(
+            f"{call} misses tokens seen at least {min_freq} time{'s' if min_freq != 1 else ''}: {_show(lost)} "
+            f"(for example {lost[0]!r} is seen {counts[lost[0]]} time{'s' if counts[lost[0]] != 1 else ''}).\n{cause}"
+        )
+
+
+# --------------------------------------------------------------------------
+# encode / decode: a vocabulary whose ids are NOT in insertion order.
+
+_VOCAB = {
+    "<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3,
+    "katze": 9, "der": 5, "hund": 11, ".": 4, "schläft": 7, "die": 10, "sieht": 6, "nicht": 8, "maus": 12,
+}
+
+
+def _ids_result(check: Check, value: Any, call: str) -> list[int]:
+    if value is None:
+        check.fail(f"{call} returned None. Did you forget a `return` statement?")
+    if isinstance(value, torch.Tensor):
+        check.fail(
+            f"{call} should return a list of ints, but returned a {describe(value)}.\n"
+            f"Keep encode to plain lists: turning a batch of sentences into one tensor is pad_batch's job."
+        )
+    if not isinstance(value, (list, tuple)):
+        check.fail(f"{call} should return a list of ints, but returned {describe(value)}.")
+    if any(isinstance(v, str) for v in value):
+        check.fail(
+            f"{call} returned tokens ({_show(value)}), not ids.\n"
+            f"Look each token up in the vocabulary: vocab[token] is its id."
+        )
+    ints = [_as_int(v) for v in value]
+    if any(v is None for v in ints):
+        check.fail(f"{call} should return integer ids, but returned {_show(value)}.")
+    return ints
+
+
+def _check_encode(check: Check, encode: Callable) -> None:
+    check.callable_(encode, "encode")
+    v = _VOCAB
+    tokens = ["der", "hund", "sieht", "die", "katze", "."]
+    ids = [v[t] for t in tokens]
+    want = [v[BOS]] + ids + [v[EOS]]
+    got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
+    check.ok("returns a list of int ids")
+    positions = [list(v).index(t) for t in tokens]
+    if got != want:
+        shown = f"  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}"
+        if got == ids:
+            cause = "Add the id of <bos> at the start and the id of <eos> at the end."
+        elif got == ids + [v[EOS]]:
+            cause = "The id of <bos> (1) is missing at the start."
+        elif got == [v[BOS]] + ids:
+            cause = "The id of <eos> (2) is missing at the end."
+        elif got == [v[EOS]] + ids + [v[BOS]]:
+            cause = "<bos> and <eos> are swapped: <bos> (1) starts the sentence, <eos> (2) ends it."
+        elif got[1:-1] == positions or got == positions or got[1:-1] == [p + 1 for p in positions]:
+            cause = (
+                "The ids are the tokens' positions in the dict, not their ids. The id of a token is vocab[token]; "
+                "the order in which a dict stores its keys is not the numbering."
+            )
+        elif len(got) == len(want) and got[0] != v[BOS]:
+            cause = f"The first id should be vocab['<bos>'] = {v[BOS]}, not {got[0]}."
+        elif len(got) == len(want) and got[-1] != v[EOS]:
+            cause = f"The last id should be vocab['<eos>'] = {v[EOS]}, not {got[-1]}."
+        else:
+            cause = "Expected [vocab['<bos>']] + [vocab[t] for each token] + [vocab['<eos>']]."
+        check.fail(f"encode returned the wrong ids.\n{shown}\n{cause}")
+    check.ok("adds <bos> first and <eos> last, and looks the ids up in the vocabulary (not by position)")
+
+    # unknown tokens
+    unknown = ["die", "ente", "sieht", "den", "hund", "."]
+    want = [v[BOS], v["die"], v[UNK], v["sieht"], v[UNK], v["hund"], v["."], v[EOS]]
+    try:  # a KeyError on an unknown token deserves a diagnosis, not just a traceback
+        encode(list(unknown), dict(v))
+    except KeyError as exc:
+        check.fail(
+            f"encode raised KeyError: {exc} for a token that is not in the vocabulary.\n"
+            f"Unknown tokens must become the id of <unk>: `vocab.get(token, vocab['<unk>'])`."
+        )
+    except Exception:
+        pass  # reported by the guarded call below
+    got = _ids_result(check, _guarded(check, encode, (list(unknown), dict(v)), "encode"), "encode(tokens, vocab)")
+    if got != want:
+        shown = f"  tokens:   {unknown}  ('ente' and 'den' are not in the vocabulary)\n  expected: {want}\n  actual:   {got}"
+        if len(got) == len(want) - 2:
+            cause = "Unknown tokens were dropped; each one must become the id of <unk> (3), so the sentence keeps its length."
+        elif len(got) == len(want) and got[2] == got[4] == v[PAD]:
+            cause = "Unknown tokens became 0, the id of <pad>; they should get the id of <unk>, vocab['<unk>'] = 3."
+        elif len(got) == len(want) and got[2] == got[4]:
+            cause = f"Unknown tokens became {got[2]}; they should get the id of <unk>, vocab['<unk>'] = {v[UNK]}."
+        else:
+            cause = "Each unknown token should become vocab['<unk>'] and every known token its own id."
+        check.fail(f"encode handles unknown tokens wrongly.\n{shown}\n{cause}")
+
+    capital = ["Hund", "."]
+    got = _ids_result(check, _guarded(check, encode, (list(capital), dict(v)), "encode"), "encode(tokens, vocab)")
+    if got != [v[BOS], v[UNK], v["."], v[EOS]]:
+        check.fail(
+            f"encode(['Hund', '.'], vocab) should give {[v[BOS], v[UNK], v['.'], v[EOS]]} ('Hund' with a capital H "
+            f"is not in the vocabulary), but gave {got}.\n"
+            f"encode should look tokens up exactly as given; lowercasing is the tokenizer's job."
+        )
+    check.ok("maps tokens missing from the vocabulary to <unk> and never changes the vocabulary")
+
+    got = _ids_result(check, _guarded(check, encode, ([], dict(v)), "encode"), "encode([], vocab)")
+    if got != [v[BOS], v[EOS]]:
+        check.fail(f"encode([], vocab) should be [{v[BOS]}, {v[EOS]}] (just <bos> and <eos>), but it is {got}.")
+    check.ok("an empty sentence becomes [<bos>, <eos>]")
+    check.ok("leaves its inputs (tokens, vocab) unchanged")
+
+
+def _tokens_result(check: Check, value: Any, call: str) -> list[str]:
+    if value is None:
+        check.fail(f"{call} returned None. Did you forget a `return` statement?")
+    if isinstance(value, str):
+        check.fail(
+            f"{call} returned one string ({value!r}), but it should return a list of tokens such as ['der', 'hund'].\n"
+            f"Joining tokens into text comes later (detokenize)."
+        )
+    if isinstance(value, torch.Tensor) or not isinstance(value, (list, tuple)):
+        check.fail(f"{call} should return a list of tokens (str), but returned {describe(value)}.")
+    if value and all(_as_int(t) is not None for t in value):
+        check.fail(f"{call} returned ids ({_show(value)}), not tokens. Map every id back to its token.")
+    if not all(isinstance(t, str) for t in value):
+        check.fail(f"{call} should return tokens (str), but returned {_show(value)}.")
+    return list(value)
+
+
+def _check_decode(check: Check, decode: Callable) -> None:
+    check.callable_(decode, "decode")
+    v = _VOCAB
+    itos = {i: t for t, i in v.items()}
+    cases = [
+        # (ids, what it tests)
+        ([1, 5, 11, 6, 10, 9, 4, 2], "a whole sentence: <bos> ... <eos>"),
+        ([1, 5, 11, 7, 4, 2, 0, 0, 0], "padding after <eos>"),
+        ([10, 9, 7, 2], "no <bos> at the start"),
+        ([1, 10, 12, 8, 7, 0, 0], "no <eos>, padding at the end"),
+        ([1, 5, 11, 2, 10, 9, 7, 2], "more ids after the first <eos>"),
+        ([1, 3, 11, 7, 2], "an <unk> in the sentence"),
+        ([1, 2, 0], "an empty sentence"),
+        ([], "no ids at all"),
+    ]
+    for ids, what in cases:
+        want = []
+        for i in ids:
+            if i == v[EOS]:
+                break
+            if i not in (v[BOS], v[PAD]):
+                want.append(itos[i])
+        got = _tokens_result(check, _guarded(check, decode, (list(ids), dict(v)), "decode"), f"decode({ids}, vocab)")
+        if got == want:
+            continue
+        by_position = [list(v)[i] for i in ids if i < len(v)]
+        shown = f"  ids ({what}): {ids}\n  expected: {want}\n  actual:   {got}"
+        tail = ids[ids.index(2) + 1 :] if 2 in ids else []
+        after_eos = [itos[i] for i in tail if i not in (v[BOS], v[PAD], v[EOS])]
+        if EOS in got:
+            cause = "<eos> ends the sentence: stop before it, without adding it to the tokens."
+        elif after_eos and got[-len(after_eos):] == after_eos:
+            cause = "Tokens after the first <eos> were kept: stop at the first <eos> (break out of the loop)."
+        elif BOS in got:
+            cause = "<bos> should be dropped: it only marks the start."
+        elif PAD in got:
+            cause = "<pad> should be dropped: padding is not part of the sentence."
+        elif got and set(got) <= set(v) and any(t in by_position for t in got) and got != want and len(got) == len(want):
+            cause = (
+                "The tokens are looked up by position in the dict. Build the inverse mapping first, "
+                "id -> token (`{i: t for t, i in vocab.items()}`), and look each id up there."
+            )
+        elif what == "no <bos> at the start" and got == want[1:]:
+            cause = "The first token was removed although it is not <bos>: drop <bos> by its id, not by its position (ids[1:])."
+        elif what.startswith("no <eos>") and got == want[:-1]:
+            cause = "The last token was removed although there is no <eos>: stop at <eos> by its id, not by cutting off the end (ids[1:-1])."
+        elif what == "an <unk> in the sentence" and got == [t for t in want if t != UNK]:
+            cause = "<unk> should stay in the output as the token '<unk>': only <bos> and <pad> are dropped."
+        elif what == "an <unk> in the sentence" and len(got) < len(want):
+            cause = "Decoding stopped at <unk>; only <eos> ends the sentence."
+        else:
+            cause = "Expected: skip <bos> and <pad>, stop at the first <eos>, and turn every other id into its token."
+        check.fail(f"decode returned the wrong tokens.\n{shown}\n{cause}")
+    check.ok("turns ids back into tokens with the inverse of the vocabulary")
+    check.ok("drops <bos> and <pad> and stops at the first <eos>")
+    check.ok("keeps <unk>, and handles sentences without <bos>, without <eos>, and empty ones")
+    check.ok("leaves its inputs (ids, vocab) unchanged")
+
+
+# --------------------------------------------------------------------------
+# pad_batch
+
+
+def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
+    check.callable_(pad_batch, "pad_batch")
+    # The longest sequence is not the first; 0 is a real token; pad_id is not 0.
+    sequences = [[5, 0, 7], [8, 6, 9, 4, 3, 12], [0], [2, 2]]
+    pad_id = 13
+    B, L = len(sequences), max(len(s) for s in sequences)
+    out = _guarded(check, pad_batch, (copy.deepcopy(sequences), pad_id), "pad_batch")
+    if isinstance(out, (list, tuple)) and not isinstance(out, torch.Tensor):
+        check.fail(
+            f"pad_batch should return a torch.Tensor, but returned {describe(out)}.\n"
+            f"Turn the padded rows into one tensor: torch.tensor(rows, dtype=torch.long)."
+        )
+    if not isinstance(out, torch.Tensor):
+        check.fail(f"pad_batch should return a torch.Tensor, but returned {describe(out)}." + ("\nDid you forget a `return` statement?" if out is None else ""))
+    shape = tuple(out.shape)
+    if shape != (B, L):
+        shown = f"  sequences: {sequences} (B = {B}, longest = {L})\n  expected shape: {fmt_shape((B, L))}\n  actual shape:   {fmt_shape(shape)}"
+        if shape == (L, B):
+            cause = "The result is transposed: one row per sequence, so (B, L_max). With pad_sequence, pass batch_first=True."
+        elif len(shape) == 2 and shape[0] == B and shape[1] == len(sequences[0]):
+            cause = "The width is the length of the first sequence; it should be the length of the longest one."
+        elif len(shape) == 2 and shape[0] == B and shape[1] > L:
+            cause = f"There are {shape[1] - L} column(s) too many: pad to exactly the longest length, max(len(s) for s in sequences)."
+        elif len(shape) == 2 and shape[0] < B:
+            cause = "Some sequences are missing: every sequence gets its own row."
+        else:
+            cause = "Expected one row per sequence and as many columns as the longest sequence has ids."
+        check.fail(f"pad_batch returned the wrong shape.\n{shown}\n{cause}")
+    check.ok("returns a tensor of shape (B, L_max): one row per sequence, as wide as the longest")
+    if out.dtype != torch.long:
+        check.fail(
+            f"pad_batch returned dtype {str(out.dtype).replace('torch.', '')}, but ids must be torch.long (int64): "
+            f"embedding layers only accept integer ids.\nPass dtype=torch.long when you create the tensor."
+        )
+    check.ok("dtype is torch.long")
+    _pad_values(check, out, sequences, pad_id)
+    check.ok("keeps every id in place and pads on the right with pad_id (also when pad_id is not 0 and 0 is a real id)")
+
+    # pad_id 0; an empty sequence; sequences of equal length; one sequence of length 1
+    for seqs, pid, what in (
+        ([[4, 5], [6]], 0, "pad_id = 0"),
+        ([[3, 4], [], [5]], 9, "an empty sequence"),
+        ([[1, 2, 3], [4, 5, 6]], 7, "sequences of equal length"),
+        ([[6]], 2, "a single sequence of length 1"),
+    ):
+        try:
+            out = pad_batch(copy.deepcopy(seqs), pid)
+        except Exception as exc:
+            if what == "an empty sequence" and not isinstance(exc, NotImplementedError):
+                check.fail(
+                    f"pad_batch({seqs}, pad_id={pid}) raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n"
+                    f"An empty sequence becomes a row of pad ids. If you build a tensor per sequence, "
+                    f"note that torch.tensor([]) is a float tensor: pass dtype=torch.long."
+                )
+            out = _guarded(check, pad_batch, (copy.deepcopy(seqs), pid), "pad_batch")  # reports the error
+        want_shape = (len(seqs), max(len(s) for s in seqs))
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want_shape or out.dtype != torch.long:
+            got = f"a tensor of shape {fmt_shape(out.shape)}, dtype {str(out.dtype).replace('torch.', '')}" if isinstance(out, torch.Tensor) else describe(out)
+            check.fail(
+                f"With {what}, pad_batch({seqs}, pad_id={pid}) should return a torch.long tensor of shape "
+                f"{fmt_shape(want_shape)}, but returned {got}."
+                + (
+                    "\nAn empty sequence must still get its row (all pad ids)."
+                    if what == "an empty sequence" and not (isinstance(out, torch.Tensor) and tuple(out.shape) == want_shape)
+                    else ""
+                )
+                + (
+                    "\ntorch.tensor([]) is a float tensor: pass dtype=torch.long when you make a tensor from a sequence."
+                    if isinstance(out, torch.Tensor) and out.dtype != torch.long
+                    else ""
+                )
+            )
+        _pad_values(check, out, seqs, pid, what)
+    check.ok("handles pad_id = 0, an empty sequence, equal lengths and a single sequence of length 1")
+    check.ok("leaves the input lists unchanged")
+
+
+def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, what: str = "") -> None:
+    L = out.shape[1]
+    rows = [r.tolist() for r in out]
+    want = [list(s) + [pad_id] * (L - len(s)) for s in sequences]
+    if rows == want:
+        return
+    shown = f"  sequences: {sequences}, pad_id = {pad_id}" + (f" ({what})" if what else "") + f"\n  expected: {want}\n  actual:   {rows}"
+    if rows == [[pad_id] * (L - len(s)) + list(s) for s in sequences]:
+        cause = "The padding is on the left. Put the ids first and the pad ids after them (right padding)."
+    elif pad_id != 0 and rows == [list(s) + [0] * (L - len(s)) for s in sequences]:
+        cause = f"The padding is 0, but pad_id is {pad_id}: fill with the pad_id argument, not with a fixed 0."
+    elif sorted(map(tuple, rows)) == sorted(map(tuple, want)):
+        cause = "The rows are in a different order from the sequences: row i must hold sequence i (do not sort them)."
+    else:
+        cause = "Row i should hold sequence i, followed by pad_id up to the longest length."
+    check.fail(f"pad_batch returned the wrong values.\n{shown}\n{cause}")
