@@ -269,18 +269,15 @@ def _distinct_layers(check: Check, model: nn.Module) -> None:
 
 def _parameter_count(check: Check, model: nn.Module) -> None:
     d = D_MODEL
+    attention = 4 * (d * d + d)
     ffn = d * D_FF + D_FF + D_FF * d + d
     norm = 2 * d
-
-    def stacks(attention: int) -> tuple[int, int, int]:
-        enc, dec = attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm
-        return enc, dec, SRC_VOCAB * d + TGT_VOCAB * d + NUM_LAYERS * (enc + dec)
-
+    enc, dec = attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm
+    base = SRC_VOCAB * d + TGT_VOCAB * d + NUM_LAYERS * (enc + dec)
     options = {}
     # The attention projections may leave out their biases (the paper's W^Q... are plain matrices).
     bias_free = mods.bias_free_projections(model)
-    _, _, base_option = stacks(4 * (d * d + d))
-    base_option -= bias_free * d
+    base_option = base - bias_free * d
     for bias in (True, False):
         for tied in (False, True):
             for finals in (0, 1, 2):
@@ -295,8 +292,6 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
                 if bias_free:
                     words.append("attention projections without bias")
                 options.setdefault(total, ", ".join(words))
-    attention = 4 * (d * d + d)
-    enc, dec, base = stacks(attention)
     actual = mods.count_parameters(model)
     if actual in options:
         check.ok(f"has the paper's number of parameters, {actual:,} (recognised: {options[actual]})")
