@@ -1,0 +1,284 @@
+"""The course's data: the parallel corpus, tokens, vocabularies and batches.
+
+    from course_utils.data import PAD_ID, build_vocab, load_corpus, make_batches, prepare, tokenize
+
+    train = load_corpus("bundled", "train")          # datasets.Dataset, column "translation"
+    src_vocab = build_vocab([tokenize(t["en"]) for t in train["translation"]])
+    tgt_vocab = build_vocab([tokenize(t["de"]) for t in train["translation"]])
+    src_ids, tgt_ids = prepare(train, src_vocab, tgt_vocab)
+    for src, tgt in make_batches(src_ids, tgt_ids, batch_size=64, pad_id=PAD_ID):
+        ...                                          # LongTensors (B, L_src), (B, L_tgt)
+
+The bundled corpus (``corpus/``) is made by this project (see its README.md):
+short English-German sentence pairs from a small bilingual grammar, in the
+opus100 schema. ``load_corpus("opus100")`` loads the real opus100 en-de data
+from the Hugging Face hub instead, when a network is available.
+
+Lesson 00 asks learners to write ``build_vocab``, ``encode``, ``decode`` and
+``pad_batch`` themselves; the versions here are the course's own, which later
+lessons import so that they do not depend on a learner's notebook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Iterator, Mapping, Sequence
+
+import torch
+
+CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
+SPLITS = ("train", "validation", "test")
+_SPLIT_ALIASES = {"valid": "validation", "dev": "validation", "val": "validation"}
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS = (PAD, BOS, EOS, UNK)
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+OPUS100 = "Helsinki-NLP/opus-100"
+
+
+class CorpusUnavailableError(ConnectionError):
+    """The requested corpus cannot be loaded here (typically: no network for opus100)."""
+
+
+# ---------------------------------------------------------------------------
+# Loading.
+
+
+def corpus_path(split: str = "train") -> Path:
+    """The bundled file of ``split`` ("train", "validation" or "test"; "valid" also works)."""
+    name = _SPLIT_ALIASES.get(split, split)
+    if name not in SPLITS:
+        raise ValueError(f"Unknown split {split!r}: choose one of {', '.join(SPLITS)}.")
+    return CORPUS_DIR / f"{name}.jsonl.gz"
+
+
+def load_corpus(source: str = "bundled", split: str = "train"):
+    """A ``datasets.Dataset`` with a ``translation`` column of ``{"en": str, "de": str}``.
+
+    ``source="bundled"`` reads the corpus shipped with the course (works
+    offline); ``source="opus100"`` downloads opus100 en-de from the Hugging
+    Face hub (about 1M training pairs) and raises :class:`CorpusUnavailableError`
+    when there is no network.
+    """
+    import datasets
+
+    if source == "bundled":
+        path = corpus_path(split)
+        with _quiet(datasets):  # no progress bars: the same output on the first and every later load
+            return datasets.load_dataset("json", data_files={"data": str(path)}, split="data")
+    if source == "opus100":
+        name = _SPLIT_ALIASES.get(split, split)
+        if _offline():
+            raise CorpusUnavailableError(_offline_message("the Hugging Face hub is switched to offline mode (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"))
+        try:
+            return datasets.load_dataset(OPUS100, "de-en", split=name)
+        except Exception as exc:  # no network, DNS failure, hub unreachable...
+            if _looks_like_network_error(exc):
+                raise CorpusUnavailableError(_offline_message(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")) from exc
+            raise
+    raise ValueError(f"Unknown corpus source {source!r}: use 'bundled' or 'opus100'.")
+
+
+@contextlib.contextmanager
+def _quiet(datasets) -> Iterator[None]:
+    """Hide the progress bars of ``datasets`` for one call, then restore the learner's setting."""
+    logging = datasets.utils.logging
+    was_enabled = logging.is_progress_bar_enabled()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            logging.enable_progress_bar()
+
+
+def _offline() -> bool:
+    flags = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+    if any(os.environ.get(f, "").strip().upper() in ("1", "ON", "YES", "TRUE") for f in flags):
+        return True
+    try:
+        import datasets
+
+        return bool(getattr(datasets.config, "HF_HUB_OFFLINE", False) or getattr(datasets.config, "HF_DATASETS_OFFLINE", False))
+    except Exception:  # pragma: no cover - an unusual datasets install
+        return False
+
+
+def _looks_like_network_error(exc: BaseException) -> bool:
+    names = {"ConnectionError", "ConnectError", "ConnectTimeout", "Timeout", "ReadTimeout", "OfflineModeIsEnabled",
+             "LocalEntryNotFoundError", "MaxRetryError", "NameResolutionError", "gaierror"}
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, TimeoutError, OSError)) and not isinstance(exc, FileNotFoundError):
+            return True
+        if any(cls.__name__ in names for cls in type(exc).__mro__):
+            return True
+        text = str(exc).lower()
+        if "offline" in text or "couldn't reach" in text or "connection" in text:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _offline_message(reason: str) -> str:
+    return (
+        f"Cannot load opus100 ({OPUS100}, de-en): this needs a network connection to the Hugging Face hub, "
+        f"and it is not available here ({reason}).\n"
+        f"Use the corpus bundled with the course instead, which works offline: load_corpus('bundled', split)."
+    )
+
+
+# ---------------------------------------------------------------------------
+# Tokens.
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+_NO_SPACE_BEFORE = set(".,!?;:)]}%")
+_NO_SPACE_AFTER = set("([{")
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase words and punctuation marks: ``"Ich weiß, dass…"`` -> ``["ich", "weiß", ",", "dass", ...]``.
+
+    Words are runs of Unicode letters and digits (umlauts and ß included);
+    every other non-space character is a token of its own.
+    """
+    return _TOKEN.findall(text.lower())
+
+
+def detokenize(tokens: Sequence[str]) -> str:
+    """Join tokens into text, with no space before closing punctuation (for sacreBLEU).
+
+    ``detokenize(tokenize(s)) == s.lower()`` for the corpus sentences.
+    """
+    out = ""
+    for token in tokens:
+        if out and token not in _NO_SPACE_BEFORE and out[-1] not in _NO_SPACE_AFTER:
+            out += " "
+        out += token
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Vocabularies (the course's own versions of the lesson-00 exercises).
+
+
+def build_vocab(token_lists: Iterable[Sequence[str]], min_freq: int = 1) -> dict[str, int]:
+    """Token -> id: the four specials at 0..3, then every token seen at least ``min_freq`` times.
+
+    Ordinary tokens are ordered by decreasing count, ties alphabetically, so
+    the result does not depend on the order of the sentences.
+    """
+    counts = Counter(token for tokens in token_lists for token in tokens)
+    vocab = {token: i for i, token in enumerate(SPECIALS)}
+    for token, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if count >= min_freq and token not in vocab:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def encode(tokens: Sequence[str], vocab: Mapping[str, int]) -> list[int]:
+    """``[<bos>] + ids + [<eos>]``; tokens missing from ``vocab`` become ``<unk>``."""
+    unk = vocab[UNK]
+    return [vocab[BOS]] + [vocab.get(token, unk) for token in tokens] + [vocab[EOS]]
+
+
+def decode(ids: Sequence[int] | torch.Tensor, vocab: Mapping[str, int]) -> list[str]:
+    """Tokens of ``ids``, without ``<bos>`` and ``<pad>``, stopping at the first ``<eos>``.
+
+    ``ids`` may be a list of ints or a 1-D tensor.
+    """
+    if isinstance(ids, torch.Tensor):
+        ids = ids.tolist()
+    itos = invert(vocab)
+    skip = {vocab[BOS], vocab[PAD]}
+    tokens = []
+    for i in ids:
+        i = int(i)
+        if i == vocab[EOS]:
+            break
+        if i not in skip:
+            tokens.append(itos.get(i, UNK))
+    return tokens
+
+
+def invert(vocab: Mapping[str, int]) -> dict[int, str]:
+    """Id -> token."""
+    return {i: token for token, i in vocab.items()}
+
+
+def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
+    """A LongTensor ``(B, L_max)``: each sequence on its own row, padded on the right with ``pad_id``."""
+    longest = max((len(s) for s in sequences), default=0)
+    batch = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        if len(seq):
+            batch[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
+    return batch
+
+
+# ---------------------------------------------------------------------------
+# From a corpus split to batches.
+
+
+def token_lists(corpus_split, lang: str) -> list[list[str]]:
+    """The tokenized sentences of one language (``"en"`` or ``"de"``) of a split."""
+    return [tokenize(pair[lang]) for pair in corpus_split["translation"]]
+
+
+def prepare(corpus_split, src_vocab: Mapping[str, int], tgt_vocab: Mapping[str, int],
+            src_lang: str = "en", tgt_lang: str = "de") -> tuple[list[list[int]], list[list[int]]]:
+    """Tokenize and encode a split: ``(src_ids, tgt_ids)``, each sentence with ``<bos>`` and ``<eos>``."""
+    pairs = corpus_split["translation"]
+    src_ids = [encode(tokenize(p[src_lang]), src_vocab) for p in pairs]
+    tgt_ids = [encode(tokenize(p[tgt_lang]), tgt_vocab) for p in pairs]
+    return src_ids, tgt_ids
+
+
+def make_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]], batch_size: int,
+                 pad_id: int, shuffle: bool = True, seed: int = 0,
+                 bucket_batches: int = 50) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Padded ``(src, tgt)`` LongTensor batches of sentences of similar length.
+
+    The pairs are cut into buckets of ``bucket_batches * batch_size`` pairs
+    (in a random order seeded by ``seed`` when ``shuffle``, else in the given
+    order); each bucket is sorted by length and cut into batches, so a batch
+    holds little padding; then, when ``shuffle``, the batches are shuffled
+    (seeded). The same arguments always give the same batches, and the global
+    RNGs are not used. Without ``shuffle`` nothing random happens, but batches
+    are still grouped by length: to keep the original sentence order (to line
+    translations up with references), slice the lists and call
+    :func:`pad_batch` yourself.
+    """
+    if len(src_ids) != len(tgt_ids):
+        raise ValueError(f"src_ids has {len(src_ids)} sentences but tgt_ids has {len(tgt_ids)}.")
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1.")
+    rng = random.Random(seed)
+    order = list(range(len(src_ids)))
+    if shuffle:
+        rng.shuffle(order)
+    bucket = max(1, bucket_batches) * batch_size
+    groups: list[list[int]] = []
+    for start in range(0, len(order), bucket):
+        chunk = sorted(order[start : start + bucket], key=lambda i: (len(src_ids[i]), len(tgt_ids[i])))
+        groups += [chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size)]
+    if shuffle:
+        rng.shuffle(groups)
+    return [
+        (pad_batch([src_ids[i] for i in group], pad_id), pad_batch([tgt_ids[i] for i in group], pad_id))
+        for group in groups
+    ]
+
+
+__all__ = [
+    "BOS", "BOS_ID", "CORPUS_DIR", "CorpusUnavailableError", "EOS", "EOS_ID", "OPUS100", "PAD", "PAD_ID",
+    "SPECIALS", "SPLITS", "UNK", "UNK_ID", "build_vocab", "corpus_path", "decode", "detokenize", "encode",
+    "invert", "load_corpus", "make_batches", "pad_batch", "prepare", "token_lists", "tokenize",
+]

@@ -1,0 +1,690 @@
+"""Lesson 00 checkers: correct variants pass, each known mistake gets its diagnosis."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, OrderedDict, defaultdict
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+
+from conftest import expect
+from course_utils.checks import check_build_vocab, check_decode, check_encode, check_pad_batch
+
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+
+
+def stub(*args, **kwargs):
+    raise NotImplementedError()
+
+
+# ==========================================================================
+# build_vocab
+
+# -- correct ----------------------------------------------------------------
+
+
+def vocab_counter(token_lists, min_freq=1):
+    counts = Counter(t for tokens in token_lists for t in tokens)
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for token, count in counts.most_common():
+        if count >= min_freq:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def vocab_loops_sorted(token_lists, min_freq=1):
+    counts = {}
+    for sentence in token_lists:
+        for token in sentence:
+            counts[token] = counts.get(token, 0) + 1
+    kept = sorted(t for t, c in counts.items() if c >= min_freq)
+    return {t: i for i, t in enumerate(SPECIALS + kept)}
+
+
+def vocab_ordered_first_seen(token_lists, min_freq=1):
+    counts = defaultdict(int)
+    order = []
+    for sentence in token_lists:
+        for token in sentence:
+            if token not in counts:
+                order.append(token)
+            counts[token] += 1
+    vocab = OrderedDict((s, i) for i, s in enumerate(SPECIALS))
+    for token in order:
+        if not counts[token] < min_freq:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def vocab_reverse_alphabetical_from_counter(token_lists, min_freq=1):
+    counts = Counter()
+    for tokens in token_lists:
+        counts.update(tokens)
+    rare_first = sorted(counts, reverse=True)
+    vocab = dict(zip(SPECIALS, range(4)))
+    vocab.update({t: 4 + i for i, t in enumerate(t for t in rare_first if counts[t] >= min_freq)})
+    return vocab
+
+
+@pytest.mark.parametrize("fn", [vocab_counter, vocab_loops_sorted, vocab_ordered_first_seen, vocab_reverse_alphabetical_from_counter])
+def test_build_vocab_correct_variants_pass(fn):
+    result = check_build_vocab(fn)
+    assert result.passed, str(result)
+
+
+def test_build_vocab_course_version_passes():
+    from course_utils.data import build_vocab
+
+    assert check_build_vocab(build_vocab).passed
+
+
+# -- wrong ----------------------------------------------------------------------
+
+
+def vocab_strict_greater(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return {t: i for i, t in enumerate(SPECIALS + [t for t, c in counts.items() if c > min_freq])}
+
+
+def vocab_ignores_min_freq(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return {t: i for i, t in enumerate(SPECIALS + list(counts))}
+
+
+def vocab_counts_once_per_sentence(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in set(s))
+    return {t: i for i, t in enumerate(SPECIALS + sorted(t for t, c in counts.items() if c >= min_freq))}
+
+
+def vocab_specials_in_wrong_order(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    specials = ["<unk>", "<pad>", "<bos>", "<eos>"]
+    return {t: i for i, t in enumerate(specials + sorted(t for t, c in counts.items() if c >= min_freq))}
+
+
+def vocab_no_specials(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return {t: i for i, t in enumerate(sorted(t for t, c in counts.items() if c >= min_freq))}
+
+
+def vocab_specials_last(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return {t: i for i, t in enumerate(sorted(t for t, c in counts.items() if c >= min_freq) + SPECIALS)}
+
+
+def vocab_ids_collide_with_specials(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    vocab.update({t: i for i, t in enumerate(sorted(t for t, c in counts.items() if c >= min_freq))})
+    return vocab
+
+
+def vocab_off_by_one(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for token in sorted(t for t, c in counts.items() if c >= min_freq):
+        vocab[token] = len(vocab) + 1
+    return vocab
+
+
+def vocab_skips_first_sentence(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists[1:] for t in s)
+    return {t: i for i, t in enumerate(SPECIALS + sorted(t for t, c in counts.items() if c >= min_freq))}
+
+
+def vocab_lowercases(token_lists, min_freq=1):
+    counts = Counter(t.lower() for s in token_lists for t in s)
+    return {t: i for i, t in enumerate(SPECIALS + sorted(t for t, c in counts.items() if c >= min_freq))}
+
+
+def vocab_characters(token_lists, min_freq=1):
+    counts = Counter(ch for s in token_lists for t in s for ch in t)
+    return {t: i for i, t in enumerate(SPECIALS + sorted(t for t, c in counts.items() if c >= min_freq))}
+
+
+def vocab_inverted(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return dict(enumerate(SPECIALS + sorted(t for t, c in counts.items() if c >= min_freq)))
+
+
+def vocab_as_list(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return SPECIALS + sorted(t for t, c in counts.items() if c >= min_freq)
+
+
+def vocab_wrong_default(token_lists, min_freq=2):
+    return vocab_counter(token_lists, min_freq)
+
+
+def vocab_mutates_input(token_lists, min_freq=1):
+    token_lists.append(list(SPECIALS))  # "make sure the specials are counted"
+    counts = Counter(t for s in token_lists for t in s)
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for token, count in counts.items():
+        if count >= min_freq and token not in vocab:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def vocab_returns_counts(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return Counter({**{s: 0 for s in SPECIALS}, **{t: c for t, c in counts.items() if c >= min_freq}})
+
+
+def vocab_float_ids(token_lists, min_freq=1):
+    return {t: float(i) for t, i in vocab_counter(token_lists, min_freq).items()}
+
+
+def vocab_set_specials(token_lists, min_freq=1):
+    vocab = {}
+    for s in ["<eos>", "<bos>", "<unk>", "<pad>"]:  # as iteration over a set may give them
+        vocab[s] = len(vocab)
+    for t, c in Counter(t for s in token_lists for t in s).items():
+        if c >= min_freq:
+            vocab[t] = len(vocab)
+    return vocab
+
+
+BUILD_VOCAB_WRONG = [
+    (vocab_strict_greater, ["misses tokens", "`>=`, not `>`"]),
+    (vocab_ignores_min_freq, ["keeps tokens seen fewer than 2 times", "min_freq"]),
+    (vocab_counts_once_per_sentence, ["not once per sentence", "'sehr'"]),
+    (vocab_specials_in_wrong_order, ["special tokens", "wrong ids", "<pad>=0, <bos>=1, <eos>=2, <unk>=3"]),
+    (vocab_set_specials, ["wrong ids", "wrong order"]),
+    (vocab_no_specials, ["lacks the special tokens", "<pad>"]),
+    (vocab_specials_last, ["wrong ids", "specials come first"]),
+    (vocab_ids_collide_with_specials, ["share an id", "from 4 on"]),
+    (vocab_off_by_one, ["0..", "contiguous", "off by one"]),
+    (vocab_skips_first_sentence, ["misses tokens", "skip the first sentence"]),
+    (vocab_lowercases, ["not in the sentences", "'berlin'", "lowercased"]),
+    (vocab_characters, ["not in the sentences", "single characters", "iterate over a string"]),
+    (vocab_inverted, ["from ids to tokens", "token -> id"]),
+    (vocab_as_list, ["should return a dict", "a list of"]),
+    (vocab_wrong_default, ["build_vocab(token_lists) misses", "default of min_freq is 1"]),
+    (vocab_mutates_input, ["changed its input `token_lists`"]),
+    (vocab_returns_counts, ["wrong ids"]),
+    (vocab_float_ids, ["integer ids"]),
+]
+
+
+@pytest.mark.parametrize("fn, phrases", BUILD_VOCAB_WRONG, ids=[f.__name__ for f, _ in BUILD_VOCAB_WRONG])
+def test_build_vocab_mistakes_are_diagnosed(fn, phrases):
+    expect(check_build_vocab(fn), "failed", *phrases)
+
+
+# ==========================================================================
+# encode
+
+BOS_ID, EOS_ID, UNK_ID = 1, 2, 3
+
+
+def encode_plain(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t, vocab["<unk>"]) for t in tokens] + [vocab["<eos>"]]
+
+
+def encode_loop(tokens, vocab):
+    ids = [vocab["<bos>"]]
+    for token in tokens:
+        if token in vocab:
+            ids.append(vocab[token])
+        else:
+            ids.append(vocab["<unk>"])
+    ids.append(vocab["<eos>"])
+    return ids
+
+
+def encode_constants_and_tuple(tokens, vocab):
+    return tuple([BOS_ID, *(vocab[t] if t in vocab else UNK_ID for t in tokens), EOS_ID])
+
+
+def encode_via_tensor(tokens, vocab):
+    body = torch.tensor([vocab.get(t, UNK_ID) for t in tokens], dtype=torch.long)
+    return F.pad(body, (1, 1), value=0).index_put_((torch.tensor([0]),), torch.tensor(BOS_ID)).tolist()[:-1] + [EOS_ID]
+
+
+@pytest.mark.parametrize("fn", [encode_plain, encode_loop, encode_constants_and_tuple, encode_via_tensor])
+def test_encode_correct_variants_pass(fn):
+    result = check_encode(fn)
+    assert result.passed, str(result)
+
+
+def test_encode_course_version_passes():
+    from course_utils.data import encode
+
+    assert check_encode(encode).passed
+
+
+def encode_no_specials(tokens, vocab):
+    return [vocab.get(t, vocab["<unk>"]) for t in tokens]
+
+
+def encode_no_bos(tokens, vocab):
+    return [vocab.get(t, vocab["<unk>"]) for t in tokens] + [vocab["<eos>"]]
+
+
+def encode_no_eos(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t, vocab["<unk>"]) for t in tokens]
+
+
+def encode_swapped(tokens, vocab):
+    return [vocab["<eos>"]] + [vocab.get(t, vocab["<unk>"]) for t in tokens] + [vocab["<bos>"]]
+
+
+def encode_by_position(tokens, vocab):
+    keys = list(vocab)
+    return [1] + [keys.index(t) if t in vocab else 3 for t in tokens] + [2]
+
+
+def encode_key_error(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab[t] for t in tokens] + [vocab["<eos>"]]
+
+
+def encode_unknown_as_pad(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t, 0) for t in tokens] + [vocab["<eos>"]]
+
+
+def encode_drops_unknown(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab[t] for t in tokens if t in vocab] + [vocab["<eos>"]]
+
+
+def encode_adds_to_vocab(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.setdefault(t, len(vocab)) for t in tokens] + [vocab["<eos>"]]
+
+
+def encode_mutates_tokens(tokens, vocab):
+    tokens.insert(0, "<bos>")
+    tokens.append("<eos>")
+    return [vocab.get(t, vocab["<unk>"]) for t in tokens]
+
+
+def encode_lowercases(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t.lower(), vocab["<unk>"]) for t in tokens] + [vocab["<eos>"]]
+
+
+def encode_returns_tokens(tokens, vocab):
+    return ["<bos>"] + [t if t in vocab else "<unk>" for t in tokens] + ["<eos>"]
+
+
+def encode_returns_tensor(tokens, vocab):
+    return torch.tensor(encode_plain(tokens, vocab))
+
+
+def encode_wrong_unk_id(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t, len(vocab)) for t in tokens] + [vocab["<eos>"]]
+
+
+ENCODE_WRONG = [
+    (encode_no_specials, ["<bos> at the start and the id of <eos>"]),
+    (encode_no_bos, ["<bos> (1) is missing"]),
+    (encode_no_eos, ["<eos> (2) is missing"]),
+    (encode_swapped, ["swapped"]),
+    (encode_by_position, ["positions in the dict", "vocab[token]"]),
+    (encode_key_error, ["KeyError", "vocab.get(token, vocab['<unk>'])"]),
+    (encode_unknown_as_pad, ["unknown tokens became 0", "<unk>"]),
+    (encode_drops_unknown, ["were dropped", "<unk>"]),
+    (encode_adds_to_vocab, ["changed the vocabulary", "not added"]),
+    (encode_mutates_tokens, ["changed its input `tokens`", "new list"]),
+    (encode_lowercases, ["'hund' with a capital h", "exactly as given"]),
+    (encode_returns_tokens, ["returned tokens", "not ids"]),
+    (encode_returns_tensor, ["list of ints", "tensor"]),
+    (encode_wrong_unk_id, ["unknown tokens became 13", "vocab['<unk>'] = 3"]),
+]
+
+
+@pytest.mark.parametrize("fn, phrases", ENCODE_WRONG, ids=[f.__name__ for f, _ in ENCODE_WRONG])
+def test_encode_mistakes_are_diagnosed(fn, phrases):
+    expect(check_encode(fn), "failed", *phrases)
+
+
+# ==========================================================================
+# decode
+
+
+def decode_loop(ids, vocab):
+    itos = {i: t for t, i in vocab.items()}
+    tokens = []
+    for i in ids:
+        if i == vocab["<eos>"]:
+            break
+        if i in (vocab["<bos>"], vocab["<pad>"]):
+            continue
+        tokens.append(itos[i])
+    return tokens
+
+
+def decode_index_then_filter(ids, vocab):
+    ids = list(ids)
+    if vocab["<eos>"] in ids:
+        ids = ids[: ids.index(vocab["<eos>"])]
+    itos = dict(zip(vocab.values(), vocab.keys()))
+    return [itos[i] for i in ids if i not in {vocab["<bos>"], vocab["<pad>"]}]
+
+
+def decode_itertools(ids, vocab):
+    from itertools import takewhile
+
+    itos = [None] * len(vocab)
+    for token, i in vocab.items():
+        itos[i] = token
+    return tuple(itos[i] for i in takewhile(lambda i: i != 2, ids) if i > 1)
+
+
+def decode_via_tensor(ids, vocab):
+    t = torch.tensor(ids, dtype=torch.long)
+    stop = (t == 2).nonzero()
+    if len(stop):
+        t = t[: int(stop[0])]
+    t = t[(t != 0) & (t != 1)]
+    inverse = {i: tok for tok, i in vocab.items()}
+    return [inverse[int(i)] for i in t]
+
+
+@pytest.mark.parametrize("fn", [decode_loop, decode_index_then_filter, decode_itertools, decode_via_tensor])
+def test_decode_correct_variants_pass(fn):
+    result = check_decode(fn)
+    assert result.passed, str(result)
+
+
+def test_decode_course_version_passes():
+    from course_utils.data import decode
+
+    assert check_decode(decode).passed
+
+
+def _inverse(vocab):
+    return {i: t for t, i in vocab.items()}
+
+
+def decode_keeps_eos(ids, vocab):
+    out = []
+    for i in ids:
+        if i in (0, 1):
+            continue
+        out.append(_inverse(vocab)[i])
+        if i == 2:
+            break
+    return out
+
+
+def decode_no_stop(ids, vocab):
+    return [_inverse(vocab)[i] for i in ids if i not in (0, 1, 2)]
+
+
+def decode_keeps_bos(ids, vocab):
+    out = []
+    for i in ids:
+        if i == 2:
+            break
+        if i != 0:
+            out.append(_inverse(vocab)[i])
+    return out
+
+
+def decode_keeps_pad(ids, vocab):
+    out = []
+    for i in ids:
+        if i == 2:
+            break
+        if i != 1:
+            out.append(_inverse(vocab)[i])
+    return out
+
+
+def decode_by_position(ids, vocab):
+    keys = list(vocab)
+    out = []
+    for i in ids:
+        if i == 2:
+            break
+        if i > 1:
+            out.append(keys[i])
+    return out
+
+
+def decode_slice(ids, vocab):
+    return [_inverse(vocab)[i] for i in ids[1:-1] if i not in (0, 2)]
+
+
+def decode_strip_first(ids, vocab):
+    out = []
+    for i in ids[1:]:
+        if i == 2:
+            break
+        if i != 0:
+            out.append(_inverse(vocab)[i])
+    return out
+
+
+def decode_drops_unk(ids, vocab):
+    return [t for t in decode_loop(ids, vocab) if t != "<unk>"]
+
+
+def decode_joins(ids, vocab):
+    return " ".join(decode_loop(ids, vocab))
+
+
+def decode_pops(ids, vocab):
+    while ids and ids[0] == 1:
+        ids.pop(0)
+    return decode_loop(ids, vocab)
+
+
+def decode_returns_ids(ids, vocab):
+    out = []
+    for i in ids:
+        if i == 2:
+            break
+        if i > 1:
+            out.append(i)
+    return out
+
+
+def decode_stops_at_unk(ids, vocab):
+    out = []
+    for i in ids:
+        if i in (2, 3):
+            break
+        if i > 1:
+            out.append(_inverse(vocab)[i])
+    return out
+
+
+DECODE_WRONG = [
+    (decode_keeps_eos, ["stop before it"]),
+    (decode_no_stop, ["after the first <eos>", "break"]),
+    (decode_keeps_bos, ["<bos> should be dropped"]),
+    (decode_keeps_pad, ["<pad> should be dropped"]),
+    (decode_by_position, ["by position in the dict", "id -> token"]),
+    (decode_slice, ["first token was removed", "not by its position"]),
+    (decode_strip_first, ["first token was removed", "not by its position"]),
+    (decode_drops_unk, ["<unk> should stay"]),
+    (decode_joins, ["one string", "list of tokens"]),
+    (decode_pops, ["changed its input `ids`"]),
+    (decode_returns_ids, ["returned ids", "not tokens"]),
+    (decode_stops_at_unk, ["stopped at <unk>"]),
+]
+
+
+@pytest.mark.parametrize("fn, phrases", DECODE_WRONG, ids=[f.__name__ for f, _ in DECODE_WRONG])
+def test_decode_mistakes_are_diagnosed(fn, phrases):
+    expect(check_decode(fn), "failed", *phrases)
+
+
+# ==========================================================================
+# pad_batch
+
+
+def pad_full_and_copy(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    batch = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
+    for i, s in enumerate(sequences):
+        batch[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return batch
+
+
+def pad_lists(sequences, pad_id):
+    longest = max(map(len, sequences))
+    return torch.tensor([s + [pad_id] * (longest - len(s)) for s in sequences], dtype=torch.long)
+
+
+def pad_with_pad_sequence(sequences, pad_id):
+    tensors = [torch.tensor(s, dtype=torch.long) for s in sequences]
+    return pad_sequence(tensors, batch_first=True, padding_value=pad_id)
+
+
+def pad_with_f_pad(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    rows = [F.pad(torch.as_tensor(s, dtype=torch.int64), (0, longest - len(s)), value=pad_id) for s in sequences]
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("fn", [pad_full_and_copy, pad_lists, pad_with_pad_sequence, pad_with_f_pad])
+def test_pad_batch_correct_variants_pass(fn):
+    result = check_pad_batch(fn)
+    assert result.passed, str(result)
+
+
+def test_pad_batch_course_version_passes():
+    from course_utils.data import pad_batch
+
+    assert check_pad_batch(pad_batch).passed
+
+
+def pad_left(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    return torch.tensor([[pad_id] * (longest - len(s)) + s for s in sequences])
+
+
+def pad_zero(sequences, pad_id):
+    return pad_sequence([torch.tensor(s, dtype=torch.long) for s in sequences], batch_first=True)
+
+
+def pad_transposed(sequences, pad_id):
+    return pad_sequence([torch.tensor(s, dtype=torch.long) for s in sequences], padding_value=pad_id)
+
+
+def pad_float(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    batch = torch.zeros(len(sequences), longest) + pad_id
+    for i, s in enumerate(sequences):
+        batch[i, : len(s)] = torch.tensor(s)
+    return batch
+
+
+def pad_first_length(sequences, pad_id):
+    width = len(sequences[0])
+    return torch.tensor([(s + [pad_id] * width)[:width] for s in sequences])
+
+
+def pad_one_extra(sequences, pad_id):
+    longest = max(len(s) for s in sequences) + 1
+    return torch.tensor([s + [pad_id] * (longest - len(s)) for s in sequences])
+
+
+def pad_in_place(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    for s in sequences:
+        s += [pad_id] * (longest - len(s))
+    return torch.tensor(sequences)
+
+
+def pad_sorted(sequences, pad_id):
+    sequences = sorted(sequences, key=len, reverse=True)
+    longest = len(sequences[0])
+    return torch.tensor([s + [pad_id] * (longest - len(s)) for s in sequences])
+
+
+def pad_returns_lists(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    return [s + [pad_id] * (longest - len(s)) for s in sequences]
+
+
+def pad_empty_float(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    return torch.stack([F.pad(torch.tensor(s), (0, longest - len(s)), value=pad_id) for s in sequences])
+
+
+def pad_cat_rows(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    rows = [torch.cat([torch.tensor(s), torch.full((longest - len(s),), pad_id)]) for s in sequences]
+    return torch.stack(rows)
+
+
+def pad_skips_empty(sequences, pad_id):
+    sequences = [s for s in sequences if s]
+    longest = max(len(s) for s in sequences)
+    return torch.tensor([s + [pad_id] * (longest - len(s)) for s in sequences])
+
+
+PAD_WRONG = [
+    (pad_left, ["on the left", "right padding"]),
+    (pad_zero, ["padding is 0", "pad_id is 13"]),
+    (pad_transposed, ["transposed", "batch_first=True"]),
+    (pad_float, ["torch.long", "dtype=torch.long"]),
+    (pad_first_length, ["length of the first sequence"]),
+    (pad_one_extra, ["column(s) too many"]),
+    (pad_in_place, ["changed its input `sequences`", "seq += [pad_id]"]),
+    (pad_sorted, ["different order"]),
+    (pad_returns_lists, ["should return a torch.tensor", "torch.tensor(rows, dtype=torch.long)"]),
+    (pad_empty_float, ["empty sequence", "torch.tensor([]) is a float tensor"]),
+    (pad_cat_rows, ["empty sequence", "torch.tensor([]) is a float tensor"]),
+    (pad_skips_empty, ["an empty sequence", "its row"]),
+]
+
+
+@pytest.mark.parametrize("fn, phrases", PAD_WRONG, ids=[f.__name__ for f, _ in PAD_WRONG])
+def test_pad_batch_mistakes_are_diagnosed(fn, phrases):
+    expect(check_pad_batch(fn), "failed", *phrases)
+
+
+# ==========================================================================
+# All four: not attempted, crashes, no trace, speed.
+
+CHECKERS = [check_build_vocab, check_encode, check_decode, check_pad_batch]
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_stub_is_not_attempted(checker):
+    expect(checker(stub), "not attempted", "NotImplementedError")
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_crash_is_an_error(checker):
+    def crashes(first, second=None, **kwargs):
+        return first[10 ** 6]
+
+    expect(checker(crashes), "error", "IndexError")
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_not_a_function(checker):
+    expect(checker(None), "failed", "expected a function")
+
+
+@pytest.mark.parametrize("checker", CHECKERS)
+def test_global_rng_untouched(checker):
+    def noisy(*args, **kwargs):
+        random.random()
+        torch.rand(3)
+        return None
+
+    torch.manual_seed(1)
+    random.seed(2)
+    before = (torch.get_rng_state(), random.getstate())
+    result = checker(noisy)
+    assert not result.passed
+    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+def test_checkers_are_deterministic_and_fast():
+    import time
+
+    for checker, wrong in [(check_build_vocab, vocab_strict_greater), (check_encode, encode_by_position),
+                           (check_decode, decode_slice), (check_pad_batch, pad_left)]:
+        start = time.perf_counter()
+        first = str(checker(wrong))
+        assert time.perf_counter() - start < 1.0
+        assert first == str(checker(wrong)) and "0x" not in first
