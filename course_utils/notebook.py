@@ -45,7 +45,7 @@ def requires(*exercises: str) -> Iterator[None]:
             plot_attention(weights, tokens)
 
     ``NotImplementedError`` (an untouched exercise) prints which exercise to
-    finish first. Any other exception is shown as one line, with a pointer to
+    finish first; a ``NameError`` asks to run the cells above first. Any other exception is shown as one line, with a pointer to
     the exercise's checker, which explains such problems in detail.
     """
     names = ", ".join(f"`{e}`" for e in exercises) or "the exercise above"
@@ -53,6 +53,11 @@ def requires(*exercises: str) -> Iterator[None]:
         yield
     except NotImplementedError:
         print(f"This cell uses {names}. Finish that exercise first, then run this cell again.")
+    except NameError as exc:
+        print(
+            f"This cell uses {names}, but {exc}. Run the cells above this one first "
+            f"(Run > Run All Above Selected Cell), then this cell again."
+        )
     except Exception as exc:  # a learner's bug: one clear line, not a traceback
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(

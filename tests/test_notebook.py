@@ -75,3 +75,10 @@ def test_load_exercises_explains_missing_notebooks_and_names(tmp_path):
     nb = _notebook(tmp_path / "01.ipynb", "def other():\n    pass")
     with pytest.raises(LookupError, match="does not define scaled_dot_product_attention"):
         load_exercises(nb, ["scaled_dot_product_attention"])
+
+
+def test_requires_asks_to_run_the_cells_above_on_a_name_error(capsys):
+    with requires("encode"):
+        undefined_vocabulary  # noqa: F821
+    out = capsys.readouterr().out
+    assert "undefined_vocabulary" in out and "Run the cells above" in out
