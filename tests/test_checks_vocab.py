@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import random
+import types
 from collections import Counter, OrderedDict, defaultdict
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -69,7 +72,54 @@ def vocab_reverse_alphabetical_from_counter(token_lists, min_freq=1):
     return vocab
 
 
-@pytest.mark.parametrize("fn", [vocab_counter, vocab_loops_sorted, vocab_ordered_first_seen, vocab_reverse_alphabetical_from_counter])
+class UnkDict(dict):
+    """A dict whose unknown keys read as <unk> without being added."""
+
+    def __missing__(self, key):
+        return dict.__getitem__(self, "<unk>")
+
+
+def vocab_dict_subclass_missing_is_unk(token_lists, min_freq=1):
+    vocab = UnkDict({s: i for i, s in enumerate(SPECIALS)})
+    counts = Counter(t for s in token_lists for t in s)
+    for token in sorted(counts):
+        if counts[token] >= min_freq:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def vocab_read_only_view(token_lists, min_freq=1):
+    return types.MappingProxyType(vocab_loops_sorted(token_lists, min_freq))
+
+
+def vocab_enumerate_most_common(token_lists, min_freq=1):
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for i, (token, count) in enumerate(Counter(t for s in token_lists for t in s).most_common(), start=4):
+        if count >= min_freq:  # most_common is sorted, so the kept ones come first: no holes
+            vocab[token] = i
+    return vocab
+
+
+def vocab_numpy_ids(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    kept = [t for t in counts if counts[t] >= min_freq]
+    ids = np.arange(4 + len(kept))
+    return {t: ids[i] for i, t in enumerate(SPECIALS + kept)}
+
+
+def vocab_added_when_count_reaches_min_freq(token_lists, min_freq=1):
+    vocab, counts = {s: i for i, s in enumerate(SPECIALS)}, Counter()
+    for sentence in token_lists:
+        for token in sentence:
+            counts[token] += 1
+            if counts[token] == max(min_freq, 1) and token not in vocab:
+                vocab[token] = len(vocab)
+    return vocab
+
+
+@pytest.mark.parametrize("fn", [vocab_counter, vocab_loops_sorted, vocab_ordered_first_seen, vocab_reverse_alphabetical_from_counter,
+                                vocab_dict_subclass_missing_is_unk, vocab_read_only_view, vocab_enumerate_most_common,
+                                vocab_numpy_ids, vocab_added_when_count_reaches_min_freq])
 def test_build_vocab_correct_variants_pass(fn):
     result = check_build_vocab(fn)
     assert result.passed, str(result)
@@ -188,6 +238,96 @@ def vocab_set_specials(token_lists, min_freq=1):
     return vocab
 
 
+def vocab_defaultdict_numbering(token_lists, min_freq=1):
+    vocab = defaultdict(lambda: len(vocab))
+    for s in SPECIALS:
+        vocab[s]
+    for token, count in Counter(t for s in token_lists for t in s).items():
+        if count >= min_freq:
+            vocab[token]
+    return vocab
+
+
+def vocab_defaultdict_int(token_lists, min_freq=1):
+    vocab = defaultdict(int)
+    for i, s in enumerate(SPECIALS):
+        vocab[s] = i
+    for token, count in Counter(t for s in token_lists for t in s).items():
+        if count >= min_freq:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def vocab_most_common_10(token_lists, min_freq=1):
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for token, count in Counter(t for s in token_lists for t in s).most_common(10):
+        if count >= min_freq:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def vocab_most_common_20(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return {t: i for i, t in enumerate(SPECIALS + [t for t, c in counts.most_common(20) if c >= min_freq])}
+
+
+def vocab_mutable_default(token_lists, min_freq=1, vocab={}):  # noqa: B006 (the mistake under test)
+    if not vocab:
+        vocab.update({s: i for i, s in enumerate(SPECIALS)})
+    for token, count in Counter(t for s in token_lists for t in s).items():
+        if count >= min_freq and token not in vocab:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+_SHARED = {}
+
+
+def vocab_global_returned_as_copy(token_lists, min_freq=1):
+    if not _SHARED:
+        _SHARED.update({s: i for i, s in enumerate(SPECIALS)})
+    for token, count in Counter(t for s in token_lists for t in s).items():
+        if count >= min_freq and token not in _SHARED:
+            _SHARED[token] = len(_SHARED)
+    return dict(_SHARED)
+
+
+def vocab_enumerate_then_filter(token_lists, min_freq=1):
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for i, (token, count) in enumerate(Counter(t for s in token_lists for t in s).items()):
+        if count >= min_freq:
+            vocab[token] = i + 4
+    return vocab
+
+
+def vocab_drops_punctuation(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s if t.isalnum())
+    return {t: i for i, t in enumerate(SPECIALS + [t for t, c in counts.items() if c >= min_freq])}
+
+
+def vocab_returns_stoi_and_itos(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    itos = SPECIALS + [t for t, c in counts.items() if c >= min_freq]
+    return {t: i for i, t in enumerate(itos)}, itos
+
+
+def vocab_counts_as_values(token_lists, min_freq=1):
+    counts = Counter(t for s in token_lists for t in s)
+    return {**{s: i for i, s in enumerate(SPECIALS)}, **{t: c for t, c in counts.items() if c >= min_freq}}
+
+
+def vocab_tensor_ids(token_lists, min_freq=1):
+    return {t: torch.tensor(i) for t, i in vocab_counter(token_lists, min_freq).items()}
+
+
+def vocab_one_id_for_all(token_lists, min_freq=1):
+    vocab = {s: i for i, s in enumerate(SPECIALS)}
+    for token, count in Counter(t for s in token_lists for t in s).items():
+        if count >= min_freq:
+            vocab[token] = 4
+    return vocab
+
+
 BUILD_VOCAB_WRONG = [
     (vocab_strict_greater, ["misses tokens", "`>=`, not `>`"]),
     (vocab_ignores_min_freq, ["keeps tokens seen fewer than 2 times", "min_freq"]),
@@ -207,6 +347,19 @@ BUILD_VOCAB_WRONG = [
     (vocab_mutates_input, ["changed its input `token_lists`"]),
     (vocab_returns_counts, ["wrong ids"]),
     (vocab_float_ids, ["integer ids"]),
+    (vocab_defaultdict_numbering, ["defaultdict", "made-up token", "plain dict"]),
+    (vocab_defaultdict_int, ["defaultdict", "with the value 0", "plain dict"]),
+    (vocab_most_common_10, ["capped vocabulary", "keeps 10 of the 24", "most_common()"]),
+    (vocab_most_common_20, ["last sentence", "loop stops early", "capped vocabulary"]),
+    (vocab_mutable_default, ["very same dict object", "mutable default argument"]),
+    (vocab_global_returned_as_copy, ["'ente'", "earlier call", "mutable default argument"]),
+    (vocab_enumerate_then_filter, ["holes", "numbered before", "len(vocab)"]),
+    (vocab_drops_punctuation, ["punctuation", "'.'"]),
+    (vocab_returns_stoi_and_itos, ["tuple of two things", "return only the dict"]),
+    (vocab_counts_as_values, ["how often it occurs", "not to an id"]),
+    (vocab_tensor_ids, ["plain python ints", "tensor"]),
+    (vocab_one_id_for_all, ["24 tokens share an id", "all have id 4"]),
+    (vocab_ids_collide_with_specials, ["2 tokens share an id"]),
 ]
 
 
@@ -236,8 +389,26 @@ def encode_loop(tokens, vocab):
     return ids
 
 
-def encode_constants_and_tuple(tokens, vocab):
-    return tuple([BOS_ID, *(vocab[t] if t in vocab else UNK_ID for t in tokens), EOS_ID])
+def encode_constants_and_unpacking(tokens, vocab):
+    return [BOS_ID, *(vocab[t] if t in vocab else UNK_ID for t in tokens), EOS_ID]
+
+
+def encode_try_except(tokens, vocab):
+    ids = []
+    for token in ["<bos>", *tokens, "<eos>"]:
+        try:
+            ids.append(vocab[token])
+        except KeyError:
+            ids.append(vocab["<unk>"])
+    return ids
+
+
+def encode_numpy_ints(tokens, vocab):
+    return [np.int64(i) for i in encode_plain(tokens, vocab)]
+
+
+def encode_map_chain(tokens, vocab):
+    return list(map(lambda t: vocab.get(t, vocab["<unk>"]), itertools.chain(["<bos>"], tokens, ["<eos>"])))
 
 
 def encode_via_tensor(tokens, vocab):
@@ -245,7 +416,8 @@ def encode_via_tensor(tokens, vocab):
     return F.pad(body, (1, 1), value=0).index_put_((torch.tensor([0]),), torch.tensor(BOS_ID)).tolist()[:-1] + [EOS_ID]
 
 
-@pytest.mark.parametrize("fn", [encode_plain, encode_loop, encode_constants_and_tuple, encode_via_tensor])
+@pytest.mark.parametrize("fn", [encode_plain, encode_loop, encode_constants_and_unpacking, encode_via_tensor,
+                                encode_try_except, encode_numpy_ints, encode_map_chain])
 def test_encode_correct_variants_pass(fn):
     result = check_encode(fn)
     assert result.passed, str(result)
@@ -316,6 +488,54 @@ def encode_wrong_unk_id(tokens, vocab):
     return [vocab["<bos>"]] + [vocab.get(t, len(vocab)) for t in tokens] + [vocab["<eos>"]]
 
 
+def encode_tuple(tokens, vocab):
+    return tuple(encode_plain(tokens, vocab))
+
+
+def encode_get_without_default(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t) for t in tokens] + [vocab["<eos>"]]
+
+
+def encode_unk_string(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t, "<unk>") for t in tokens] + [vocab["<eos>"]]
+
+
+def encode_eos_twice(tokens, vocab):
+    return encode_plain(tokens, vocab) + [vocab["<eos>"]]
+
+
+def encode_pads_to_10(tokens, vocab):
+    ids = encode_plain(tokens, vocab)
+    return ids + [vocab["<pad>"]] * (10 - len(ids))
+
+
+def encode_drops_punctuation(tokens, vocab):
+    return encode_plain([t for t in tokens if t.isalnum()], vocab)
+
+
+def encode_reversed(tokens, vocab):
+    return encode_plain(list(reversed(tokens)), vocab)
+
+
+def encode_list_of_tensors(tokens, vocab):
+    return [torch.tensor(i) for i in encode_plain(tokens, vocab)]
+
+
+def encode_deduplicates(tokens, vocab):
+    return encode_plain(list(dict.fromkeys(tokens)), vocab)
+
+
+def make_encode_remembering_first_vocab():
+    memory = {}
+
+    def encode_remembers(tokens, vocab):
+        if not memory:
+            memory.update(vocab)
+        return [memory["<bos>"]] + [memory.get(t, memory["<unk>"]) for t in tokens] + [memory["<eos>"]]
+
+    return encode_remembers
+
+
 ENCODE_WRONG = [
     (encode_no_specials, ["<bos> at the start and the id of <eos>"]),
     (encode_no_bos, ["<bos> (1) is missing"]),
@@ -331,12 +551,26 @@ ENCODE_WRONG = [
     (encode_returns_tokens, ["returned tokens", "not ids"]),
     (encode_returns_tensor, ["list of ints", "tensor"]),
     (encode_wrong_unk_id, ["unknown tokens became 13", "vocab['<unk>'] = 3"]),
+    (encode_tuple, ["returned a tuple", "return a list", "ids + [...]"]),
+    (encode_get_without_default, ["none", "`vocab.get(token)` gives none", "vocab.get(token, vocab['<unk>'])"]),
+    (encode_unk_string, ["the string '<unk>'", "id of <unk>"]),
+    (encode_eos_twice, ["<eos> is added twice"]),
+    (encode_pads_to_10, ["added padding", "pad_batch"]),
+    (encode_drops_punctuation, ["punctuation", "'.'"]),
+    (encode_reversed, ["reverse order"]),
+    (encode_list_of_tensors, ["list of tensors", "plain python ints"]),
+    (encode_deduplicates, ["repeated token 'die'", "every occurrence"]),
 ]
 
 
 @pytest.mark.parametrize("fn, phrases", ENCODE_WRONG, ids=[f.__name__ for f, _ in ENCODE_WRONG])
 def test_encode_mistakes_are_diagnosed(fn, phrases):
     expect(check_encode(fn), "failed", *phrases)
+
+
+def test_encode_must_use_the_vocab_it_is_given():
+    expect(check_encode(make_encode_remembering_first_vocab()), "failed", "second, different vocabulary",
+           "the `vocab` argument")
 
 
 # ==========================================================================
@@ -382,7 +616,29 @@ def decode_via_tensor(ids, vocab):
     return [inverse[int(i)] for i in t]
 
 
-@pytest.mark.parametrize("fn", [decode_loop, decode_index_then_filter, decode_itertools, decode_via_tensor])
+def decode_numpy(ids, vocab):
+    arr = np.asarray(ids, dtype=np.int64)
+    stop = np.flatnonzero(arr == vocab["<eos>"])
+    if stop.size:
+        arr = arr[: stop[0]]
+    arr = arr[(arr != vocab["<bos>"]) & (arr != vocab["<pad>"])]
+    itos = {i: t for t, i in vocab.items()}
+    return [itos[int(i)] for i in arr]
+
+
+def decode_by_name(ids, vocab):
+    itos = {i: t for t, i in vocab.items()}
+    out = []
+    for token in (itos[i] for i in ids):
+        if token == "<eos>":
+            break
+        if token not in ("<bos>", "<pad>"):
+            out.append(token)
+    return out
+
+
+@pytest.mark.parametrize("fn", [decode_loop, decode_index_then_filter, decode_itertools, decode_via_tensor,
+                                decode_numpy, decode_by_name])
 def test_decode_correct_variants_pass(fn):
     result = check_decode(fn)
     assert result.passed, str(result)
@@ -492,6 +748,63 @@ def decode_stops_at_unk(ids, vocab):
     return out
 
 
+def decode_stops_at_pad(ids, vocab):
+    out = []
+    for i in ids:
+        if i in (vocab["<eos>"], vocab["<pad>"]):
+            break
+        if i != vocab["<bos>"]:
+            out.append(_inverse(vocab)[i])
+    return out
+
+
+def decode_drops_leading_bos_only(ids, vocab):
+    ids = list(ids)
+    if ids and ids[0] == vocab["<bos>"]:
+        ids = ids[1:]
+    out = []
+    for i in ids:
+        if i == vocab["<eos>"]:
+            break
+        if i != vocab["<pad>"]:
+            out.append(_inverse(vocab)[i])
+    return out
+
+
+def decode_strips_trailing_pads_only(ids, vocab):
+    ids = list(ids)
+    while ids and ids[-1] == vocab["<pad>"]:
+        ids.pop()
+    out = []
+    for i in ids:
+        if i == vocab["<eos>"]:
+            break
+        if i != vocab["<bos>"]:
+            out.append(_inverse(vocab)[i])
+    return out
+
+
+def decode_unk_as_question_mark(ids, vocab):
+    return ["?" if t == "<unk>" else t for t in decode_loop(ids, vocab)]
+
+
+def make_decode_remembering_first_vocab():
+    memory = {}
+
+    def decode_remembers(ids, vocab):
+        if not memory:
+            memory.update(_inverse(vocab))
+        out = []
+        for i in ids:
+            if i == 2:
+                break
+            if i > 1:
+                out.append(memory[i])
+        return out
+
+    return decode_remembers
+
+
 DECODE_WRONG = [
     (decode_keeps_eos, ["stop before it"]),
     (decode_no_stop, ["after the first <eos>", "break"]),
@@ -505,12 +818,21 @@ DECODE_WRONG = [
     (decode_pops, ["changed its input `ids`"]),
     (decode_returns_ids, ["returned ids", "not tokens"]),
     (decode_stops_at_unk, ["stopped at <unk>"]),
+    (decode_stops_at_pad, ["a <pad> in the middle", "stopped at <pad>", "only <eos> ends"]),
+    (decode_drops_leading_bos_only, ["a second <bos> in the middle", "<bos> should be dropped wherever it appears"]),
+    (decode_strips_trailing_pads_only, ["<pad> should be dropped wherever it appears", "not only at the end"]),
+    (decode_unk_as_question_mark, ["shown as '?'", "'<unk>'"]),
 ]
 
 
 @pytest.mark.parametrize("fn, phrases", DECODE_WRONG, ids=[f.__name__ for f, _ in DECODE_WRONG])
 def test_decode_mistakes_are_diagnosed(fn, phrases):
     expect(check_decode(fn), "failed", *phrases)
+
+
+def test_decode_must_use_the_vocab_it_is_given():
+    expect(check_decode(make_decode_remembering_first_vocab()), "failed", "second, different vocabulary",
+           "the `vocab` argument")
 
 
 # ==========================================================================
@@ -541,7 +863,28 @@ def pad_with_f_pad(sequences, pad_id):
     return torch.stack(rows)
 
 
-@pytest.mark.parametrize("fn", [pad_full_and_copy, pad_lists, pad_with_pad_sequence, pad_with_f_pad])
+def pad_full_without_dtype(sequences, pad_id):
+    longest = max(len(s) for s in sequences)
+    batch = torch.full((len(sequences), longest), pad_id)  # an int fill value gives a long tensor
+    for i, s in enumerate(sequences):
+        batch[i, : len(s)] = torch.tensor(s)
+    return batch
+
+
+def pad_zip_longest(sequences, pad_id):
+    columns = list(itertools.zip_longest(*sequences, fillvalue=pad_id))
+    return torch.tensor(columns, dtype=torch.long).T.contiguous()
+
+
+def pad_numpy(sequences, pad_id):
+    batch = np.full((len(sequences), max(len(s) for s in sequences)), pad_id, dtype=np.int64)
+    for i, s in enumerate(sequences):
+        batch[i, : len(s)] = s
+    return torch.from_numpy(batch)
+
+
+@pytest.mark.parametrize("fn", [pad_full_and_copy, pad_lists, pad_with_pad_sequence, pad_with_f_pad,
+                                pad_full_without_dtype, pad_zip_longest, pad_numpy])
 def test_pad_batch_correct_variants_pass(fn):
     result = check_pad_batch(fn)
     assert result.passed, str(result)
@@ -619,6 +962,36 @@ def pad_skips_empty(sequences, pad_id):
     return torch.tensor([s + [pad_id] * (longest - len(s)) for s in sequences])
 
 
+def pad_sequence_without_dtype(sequences, pad_id):
+    return pad_sequence([torch.tensor(s) for s in sequences], batch_first=True, padding_value=pad_id)
+
+
+def pad_with_lengths(sequences, pad_id):
+    return pad_full_and_copy(sequences, pad_id), torch.tensor([len(s) for s in sequences])
+
+
+def pad_zip_cuts(sequences, pad_id):
+    return torch.tensor(list(zip(*sequences)), dtype=torch.long).T.contiguous()
+
+
+def pad_max_length_5(sequences, pad_id):
+    width = min(5, max(len(s) for s in sequences))
+    return torch.tensor([(s + [pad_id] * width)[:width] for s in sequences], dtype=torch.long)
+
+
+def pad_three_dims(sequences, pad_id):
+    return pad_full_and_copy(sequences, pad_id).unsqueeze(-1)
+
+
+def pad_with_eos_id(sequences, pad_id):
+    return pad_full_and_copy(sequences, 2)
+
+
+def pad_replaces_zeros(sequences, pad_id):
+    batch = pad_full_and_copy(sequences, 0)
+    return torch.where(batch == 0, torch.tensor(pad_id), batch)
+
+
 PAD_WRONG = [
     (pad_left, ["on the left", "right padding"]),
     (pad_zero, ["padding is 0", "pad_id is 13"]),
@@ -632,12 +1005,32 @@ PAD_WRONG = [
     (pad_empty_float, ["empty sequence", "torch.tensor([]) is a float tensor"]),
     (pad_cat_rows, ["empty sequence", "torch.tensor([]) is a float tensor"]),
     (pad_skips_empty, ["an empty sequence", "its row"]),
+    (pad_sequence_without_dtype, ["empty sequence", "torch.tensor([]) is a float tensor"]),
+    (pad_with_lengths, ["tuple of two things", "(batch, lengths)", "only the padded batch"]),
+    (pad_zip_cuts, ["shortest sequence", "zip(*sequences)"]),
+    (pad_max_length_5, ["fixed maximum of 5", "never drops ids"]),
+    (pad_three_dims, ["3 dimensions", "(b, l_max)"]),
+    (pad_with_eos_id, ["padding is 2", "pad_id is 13"]),
+    (pad_replaces_zeros, ["real id 0 became pad_id", "by position"]),
 ]
 
 
 @pytest.mark.parametrize("fn, phrases", PAD_WRONG, ids=[f.__name__ for f, _ in PAD_WRONG])
 def test_pad_batch_mistakes_are_diagnosed(fn, phrases):
     expect(check_pad_batch(fn), "failed", *phrases)
+
+
+def test_lesson_solutions_pass():
+    from pathlib import Path
+
+    from course_utils.notebook import load_exercises
+
+    notebook = Path(__file__).resolve().parents[1] / "solutions" / "00_setup_and_data.ipynb"
+    names = ["build_vocab", "encode", "decode", "pad_batch"]
+    ns = load_exercises(str(notebook), names)
+    for name, checker in zip(names, [check_build_vocab, check_encode, check_decode, check_pad_batch]):
+        result = checker(ns[name])
+        assert result.passed, str(result)
 
 
 # ==========================================================================

@@ -8,15 +8,17 @@ The contracts (from the lesson):
   tokens is free.
 * ``encode(tokens, vocab) -> list[int]``: ``[<bos>] + ids + [<eos>]``,
   unknown tokens as ``<unk>``.
-* ``decode(ids, vocab) -> list[str]``: drops ``<bos>`` and ``<pad>``, stops
-  at the first ``<eos>``.
+* ``decode(ids, vocab) -> list[str]`` (a tuple is accepted too): drops
+  ``<bos>`` and ``<pad>`` wherever they appear, stops at the first ``<eos>``.
 * ``pad_batch(sequences, pad_id) -> LongTensor (B, L_max)``, padded on the right.
 
 Expectations are computed here from the definitions (counting with
 ``collections.Counter``, looking ids up in the dictionary), never with the
 course's own implementations. The test vocabulary gives ordinary tokens ids
 that are not in the dictionary's insertion order, so looking a token up by
-its position in the dict is told apart from looking up its id.
+its position in the dict is told apart from looking up its id; encode and
+decode also run against a second vocabulary, so a vocabulary kept outside the
+function (or remembered from the first call) is caught.
 """
 
 from __future__ import annotations
@@ -139,6 +141,19 @@ _SENTENCES = [
 ]
 
 
+# A first call on other sentences: a vocabulary kept between calls (a mutable
+# default argument, a global dict) then shows these tokens in later results.
+_WARM_UP = [["ente", "schwimmt", "."]]
+_WARM_UP_ONLY = {"ente", "schwimmt"}
+
+_SHARED_STATE = (
+    "The vocabulary survives from one call of build_vocab to the next.\n"
+    "Likely cause: a mutable default argument (`def build_vocab(token_lists, min_freq=1, vocab={})`) "
+    "or a dict defined outside the function: the same dict is reused and keeps growing. "
+    "Create a new dict inside the function on every call."
+)
+
+
 def _expected_tokens(min_freq: int) -> set[str]:
     counts = Counter(t for s in _SENTENCES for t in s)
     return {t for t, c in counts.items() if c >= min_freq}
@@ -148,11 +163,17 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
     check.callable_(build_vocab, "build_vocab")
     counts = Counter(t for s in _SENTENCES for t in s)
     sentence_counts = Counter(t for s in _SENTENCES for t in set(s))
+    returned = [_guarded(check, build_vocab, (copy.deepcopy(_WARM_UP),), "build_vocab")]
 
     def run(**kwargs: Any) -> dict:
         call = "build_vocab(token_lists" + "".join(f", {k}={v}" for k, v in kwargs.items()) + ")"
-        result = _guarded(check, build_vocab, (copy.deepcopy(_SENTENCES),), "build_vocab", **kwargs)
-        return _vocab_result(check, result, call)
+        raw = _guarded(check, build_vocab, (copy.deepcopy(_SENTENCES),), "build_vocab", **kwargs)
+        if raw is not None and any(raw is earlier for earlier in returned):
+            check.fail(f"{call} returned the very same dict object as an earlier call.\n{_SHARED_STATE}")
+        returned.append(raw)  # kept alive, so no two results can share an identity by accident
+        vocab = _vocab_result(check, raw, call)
+        _no_growth_on_lookup(check, raw, call)
+        return vocab
 
     vocab = run(min_freq=1)
     check.ok("returns a dict from tokens (str) to ids (int)")
@@ -164,7 +185,7 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
         vocab = run(min_freq=min_freq)
         _specials_in_place(check, vocab, f" (with min_freq={min_freq})")
         _token_set(check, vocab, min_freq, counts, sentence_counts)
-        _ids_contiguous(check, vocab, f" (with min_freq={min_freq})")
+        _ids_contiguous(check, vocab, f" (with min_freq={min_freq})", filtered=min_freq > 1)
     check.ok("min_freq=1, 2, 3 keep exactly the tokens seen at least that often; a large min_freq keeps only the specials")
     vocab = run()
     _specials_in_place(check, vocab, " (without min_freq)")
@@ -174,9 +195,33 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
     check.ok("leaves the sentences it is given unchanged")
 
 
+def _no_growth_on_lookup(check: Check, vocab: Any, call: str) -> None:
+    """Fail if looking up an unknown token adds it (a ``defaultdict``); tried on a copy."""
+    try:
+        probe = copy.copy(vocab)
+        before = len(probe)
+        value = probe["<a token nobody wrote>"]
+        grew = len(probe) != before
+    except Exception:  # KeyError is the normal answer; an uncopyable mapping cannot grow either
+        return
+    if grew:
+        check.fail(
+            f"{call} returned a {type(vocab).__name__} that adds every token it is asked about: looking up a "
+            f"made-up token inserted it, with the value {value!r}.\n"
+            f"encode would then give unknown tokens new ids instead of <unk>, and the vocabulary would keep growing. "
+            f"Return a plain dict (for example `return dict(vocab)`), or number the tokens without a defaultdict."
+        )
+
+
 def _vocab_result(check: Check, vocab: Any, call: str) -> dict:
     if vocab is None:
         check.fail(f"{call} returned None. Did you forget `return vocab`?")
+    if isinstance(vocab, tuple) and len(vocab) == 2 and isinstance(vocab[0], Mapping):
+        check.fail(
+            f"{call} returned a tuple of two things (a {type(vocab[0]).__name__} "
+            f"and {describe(vocab[1])}), for example (stoi, itos).\n"
+            f"Return only the dict token -> id; decode builds the id -> token direction itself."
+        )
     if not isinstance(vocab, Mapping):
         extra = ""
         if isinstance(vocab, (list, tuple)):
@@ -194,6 +239,13 @@ def _vocab_result(check: Check, vocab: Any, call: str) -> dict:
     bad_keys = [k for k, _ in items if not isinstance(k, str)]
     if bad_keys:
         check.fail(f"The keys of the vocabulary should be tokens (str), but some are not: {_show(bad_keys)}.")
+    tensors = [(k, v) for k, v in items if isinstance(v, torch.Tensor)]
+    if tensors:
+        k, v = tensors[0]
+        check.fail(
+            f"The ids of the vocabulary should be plain Python ints, but for example {k!r} maps to a "
+            f"{describe(v)}.\nNumber the tokens with ints (`len(vocab)` or a counter); tensors come later, in pad_batch."
+        )
     bad_values = [(k, v) for k, v in items if _as_int(v) is None]
     if bad_values:
         k, v = bad_values[0]
@@ -228,10 +280,19 @@ def _specials_in_place(check: Check, vocab: dict, when: str = "") -> None:
         )
 
 
-def _ids_contiguous(check: Check, vocab: dict, when: str = "") -> None:
+def _ids_contiguous(check: Check, vocab: dict, when: str = "", filtered: bool = False) -> None:
     ids = list(vocab.values())
     n = len(vocab)
     repeated = sorted(i for i, c in Counter(ids).items() if c > 1)
+    counts = Counter(t for s in _SENTENCES for t in s)
+    ordinary = [t for t in vocab if t not in _SPECIAL_IDS]
+    if repeated and ordinary and all(vocab[t] == counts[t] for t in ordinary):
+        t = ordinary[0]
+        check.fail(
+            f"The vocabulary{when} maps each token to how often it occurs, not to an id: for example "
+            f"{t!r} -> {vocab[t]}, and {t!r} occurs {counts[t]} time{'s' if counts[t] != 1 else ''}.\n"
+            f"Use the counts only to decide which tokens to keep; then give each kept token the next free id (len(vocab))."
+        )
     if repeated:
         i = repeated[0]
         sharing = [t for t, j in vocab.items() if j == i]
@@ -239,11 +300,20 @@ def _ids_contiguous(check: Check, vocab: dict, when: str = "") -> None:
         if i < 4:
             extra = "\nIds 0..3 belong to the special tokens: number the ordinary tokens from 4 on (for example from len(vocab))."
         check.fail(
-            f"Two tokens share an id{when}: {_show(sharing)} all have id {i}. Every token needs its own id.{extra}"
+            f"{len(sharing)} tokens share an id{when}: {_show(sharing)} all have id {i}. Every token needs its own id.{extra}"
         )
     if sorted(ids) != list(range(n)):
         outside = sorted(i for i in ids if not 0 <= i < n)
         gaps = sorted(set(range(n)) - set(ids))
+        if filtered:  # with min_freq=1 the ids were contiguous: the holes come from the tokens left out
+            check.fail(
+                f"The ids{when} have holes: for {n} tokens they should be exactly 0..{n - 1}, contiguous (they "
+                f"become rows of an embedding table of size len(vocab)).\n"
+                f"  ids missing: {_show(gaps)}; ids too large: {_show(outside)}\n"
+                f"With min_freq=1 the ids were fine, so the tokens are numbered before the rare ones are filtered out "
+                f"(for example `for i, (token, count) in enumerate(counts.items())` followed by `if count >= min_freq`). "
+                f"Give each kept token the next free id, `len(vocab)`, when you add it."
+            )
         check.fail(
             f"The ids{when} should be exactly 0..{n - 1} for {n} tokens (contiguous: they become rows of an "
             f"embedding table of size len(vocab)).\n"
@@ -261,6 +331,11 @@ def _token_set(check: Check, vocab: dict, min_freq: int, counts: Counter, senten
     call = "build_vocab(token_lists)" if default_call else f"build_vocab(token_lists, min_freq={min_freq})"
     if extra:
         unseen = {t for t in extra if t not in counts}
+        if unseen and unseen <= _WARM_UP_ONLY:
+            check.fail(
+                f"{call} contains {_show(sorted(unseen))}, tokens that only an earlier call of build_vocab "
+                f"(on other sentences) was given.\n{_SHARED_STATE}"
+            )
         if unseen:
             chars = all(len(t) == 1 for t in unseen)
             lowered = any(t != s and t == s.lower() for t in unseen for s in counts)
@@ -283,22 +358,42 @@ def _token_set(check: Check, vocab: dict, min_freq: int, counts: Counter, senten
         first_only = {t for t in _SENTENCES[0]} - {t for s in _SENTENCES[1:] for t in s}
         last_only = {t for t in _SENTENCES[-1]} - {t for s in _SENTENCES[:-1] for t in s}
         once_per_sentence = {t for t in expected if sentence_counts[t] < min_freq <= counts[t]}
+        kept = expected & actual
+        # every kept token is at least as frequent as every missing one: a cut after the n most common
+        capped = bool(kept) and min(counts[t] for t in kept) >= max(counts[t] for t in missing)
+        cap_text = (
+            f"a capped vocabulary: it keeps {len(kept)} of the {len(expected)} tokens seen at least "
+            f"{min_freq} time{'s' if min_freq != 1 else ''}, the most frequent ones. `counts.most_common(n)` returns "
+            f"only n tokens; call `most_common()` without a number (or loop over all the counts), since min_freq alone decides"
+        )
         if default_call:
             cause = "With min_freq given explicitly this worked, so the default is wrong: the default of min_freq is 1 (keep every token)."
+        elif all(not t.isalnum() for t in missing):
+            cause = (
+                "The missing tokens are punctuation: punctuation marks are tokens too (the model must learn to "
+                "produce '.' and '?'). Keep every token, without an isalpha / isalnum filter."
+            )
         elif missing <= first_only:
             cause = "Only tokens of the first sentence are missing: does your loop skip the first sentence?"
-        elif missing and missing <= last_only:
-            cause = "Only tokens of the last sentence are missing: does your loop stop one sentence early?"
+        elif missing <= last_only:
+            cause = "Only tokens of the last sentence are missing: does your loop stop one sentence early (the loop stops early)?"
+            if capped:
+                cause = (
+                    "Only tokens of the last sentence are missing. Either the loop stops early (one sentence too soon), "
+                    f"or this is {cap_text}."
+                )
         elif missing <= once_per_sentence:
             cause = (
                 f"{_show(sorted(missing))} occur{'s' if len(missing) == 1 else ''} {min_freq} times, but in fewer "
                 f"sentences: count every occurrence of a token, not once per sentence (avoid set(sentence))."
             )
-        elif all(counts[t] == min_freq for t in missing):
+        elif missing == {t for t in expected if counts[t] == min_freq}:
             cause = (
                 f"The missing tokens occur exactly {min_freq} time{'s' if min_freq != 1 else ''}: a token is kept "
                 f"when its count is at least min_freq, so compare with `>=`, not `>`."
             )
+        elif capped:
+            cause = f"This looks like {cap_text}."
         else:
             cause = "Count every token of every sentence, then keep those with count >= min_freq."
         check.fail(
@@ -314,6 +409,16 @@ _VOCAB = {
     "<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3,
     "katze": 9, "der": 5, "hund": 11, ".": 4, "schläft": 7, "die": 10, "sieht": 6, "nicht": 8, "maus": 12,
 }
+# A second vocabulary (same specials, other ids): catches a vocabulary kept
+# outside the function, or the first one seen remembered between calls.
+_VOCAB_2 = {
+    "<pad>": 0, "<bos>": 1, "<eos>": 2, "<unk>": 3,
+    "maus": 4, "nicht": 5, "die": 6, "schläft": 7, "katze": 8, "sieht": 9, "hund": 10, "der": 11, ".": 12, "ente": 13,
+}
+_OWN_VOCAB = (
+    "Likely cause: a vocabulary of its own (a global dict, or the first vocabulary it was given, remembered "
+    "between calls) instead of the `vocab` argument. Look every id up in the `vocab` passed to this call."
+)
 
 
 def _ids_result(check: Check, value: Any, call: str) -> list[int]:
@@ -324,12 +429,34 @@ def _ids_result(check: Check, value: Any, call: str) -> list[int]:
             f"{call} should return a list of ints, but returned a {describe(value)}.\n"
             f"Keep encode to plain lists: turning a batch of sentences into one tensor is pad_batch's job."
         )
-    if not isinstance(value, (list, tuple)):
+    if isinstance(value, tuple):
+        check.fail(
+            f"{call} returned a tuple ({_show(value)[1:-1]}); return a list instead.\n"
+            f"The ids are used as a list later (the next cell does `ids + [...]`, which fails for a tuple): "
+            f"build a list, or wrap the result in list(...)."
+        )
+    if not isinstance(value, list):
         check.fail(f"{call} should return a list of ints, but returned {describe(value)}.")
+    if any(v is None for v in value):
+        check.fail(
+            f"{call} returned None in place of some ids: {_show(value)}.\n"
+            f"`vocab.get(token)` gives None for a token that is not in the vocabulary. Give it a default: "
+            f"`vocab.get(token, vocab['<unk>'])`."
+        )
+    if UNK in value and all(v == UNK or not isinstance(v, str) for v in value):
+        check.fail(
+            f"{call} put the string '<unk>' where a token is unknown: {_show(value)}.\n"
+            f"Use the id of <unk> instead of the token itself: `vocab.get(token, vocab['<unk>'])`."
+        )
     if any(isinstance(v, str) for v in value):
         check.fail(
             f"{call} returned tokens ({_show(value)}), not ids.\n"
             f"Look each token up in the vocabulary: vocab[token] is its id."
+        )
+    if any(isinstance(v, torch.Tensor) for v in value):
+        check.fail(
+            f"{call} returned a list of tensors ({describe(next(v for v in value if isinstance(v, torch.Tensor)))}, ...), "
+            f"but the ids should be plain Python ints.\nLook the ids up as ints (`vocab[token]`), or use `.item()` / `.tolist()`."
         )
     ints = [_as_int(v) for v in value]
     if any(v is None for v in ints):
@@ -340,7 +467,7 @@ def _ids_result(check: Check, value: Any, call: str) -> list[int]:
 def _check_encode(check: Check, encode: Callable) -> None:
     check.callable_(encode, "encode")
     v = _VOCAB
-    tokens = ["der", "hund", "sieht", "die", "katze", "."]
+    tokens = ["die", "katze", "sieht", "die", "maus", "."]  # 'die' twice
     ids = [v[t] for t in tokens]
     want = [v[BOS]] + ids + [v[EOS]]
     got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
@@ -348,7 +475,20 @@ def _check_encode(check: Check, encode: Callable) -> None:
     positions = [list(v).index(t) for t in tokens]
     if got != want:
         shown = f"  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}"
-        if got == ids:
+        if got == want + [v[EOS]]:
+            cause = "<eos> is added twice at the end: add it once (check whether the tokens already end with it)."
+        elif len(got) > len(want) and got[: len(want)] == want and set(got[len(want):]) == {v[PAD]}:
+            cause = "encode added padding after <eos>: return just the sentence; padding a batch is pad_batch's job."
+        elif got == [v[BOS]] + [v[t] for t in tokens if t.isalnum()] + [v[EOS]]:
+            cause = "The punctuation ('.') was dropped: punctuation marks are tokens too; encode every token."
+        elif got == [v[BOS]] + ids[::-1] + [v[EOS]]:
+            cause = "The ids are in reverse order: keep the tokens in the order they were given."
+        elif got == [v[BOS]] + [v[t] for t in dict.fromkeys(tokens)] + [v[EOS]]:
+            cause = (
+                "The repeated token 'die' appears only once: every occurrence needs its own id, in place "
+                "(no set or dict.fromkeys on the tokens)."
+            )
+        elif got == ids:
             cause = "Add the id of <bos> at the start and the id of <eos> at the end."
         elif got == ids + [v[EOS]]:
             cause = "The id of <bos> (1) is missing at the start."
@@ -369,6 +509,16 @@ def _check_encode(check: Check, encode: Callable) -> None:
             cause = "Expected [vocab['<bos>']] + [vocab[t] for each token] + [vocab['<eos>']]."
         check.fail(f"encode returned the wrong ids.\n{shown}\n{cause}")
     check.ok("adds <bos> first and <eos> last, and looks the ids up in the vocabulary (not by position)")
+
+    v2 = _VOCAB_2
+    want = [v2[BOS]] + [v2[t] for t in tokens] + [v2[EOS]]
+    got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v2)), "encode"), "encode(tokens, vocab)")
+    if got != want:
+        check.fail(
+            f"With a second, different vocabulary, encode gave the wrong ids.\n"
+            f"  tokens:   {tokens}\n  vocab:    {v2}\n  expected: {want}\n  actual:   {got}\n{_OWN_VOCAB}"
+        )
+    check.ok("uses the vocabulary it is given (also a second, different one)")
 
     # unknown tokens
     unknown = ["die", "ente", "sieht", "den", "hund", "."]
@@ -431,8 +581,6 @@ def _tokens_result(check: Check, value: Any, call: str) -> list[str]:
 
 def _check_decode(check: Check, decode: Callable) -> None:
     check.callable_(decode, "decode")
-    v = _VOCAB
-    itos = {i: t for t, i in v.items()}
     cases = [
         # (ids, what it tests)
         ([1, 5, 11, 6, 10, 9, 4, 2], "a whole sentence: <bos> ... <eos>"),
@@ -443,8 +591,14 @@ def _check_decode(check: Check, decode: Callable) -> None:
         ([1, 3, 11, 7, 2], "an <unk> in the sentence"),
         ([1, 2, 0], "an empty sentence"),
         ([], "no ids at all"),
+        ([1, 5, 0, 11, 7, 4, 2, 0], "a <pad> in the middle"),
+        ([1, 10, 9, 1, 6, 10, 12, 2], "a second <bos> in the middle"),
     ]
+    # the same kinds of ids, read with a second, different vocabulary
+    cases += [(ids, what + ", with a second vocabulary") for ids, what in cases[:2]]
     for ids, what in cases:
+        v = _VOCAB_2 if what.endswith("second vocabulary") else _VOCAB
+        itos = {i: t for t, i in v.items()}
         want = []
         for i in ids:
             if i == v[EOS]:
@@ -456,16 +610,26 @@ def _check_decode(check: Check, decode: Callable) -> None:
             continue
         by_position = [list(v)[i] for i in ids if i < len(v)]
         shown = f"  ids ({what}): {ids}\n  expected: {want}\n  actual:   {got}"
+        if v is _VOCAB_2:
+            check.fail(f"decode returned the wrong tokens with a second, different vocabulary.\n{shown}\n  vocab: {v}\n{_OWN_VOCAB}")
         tail = ids[ids.index(2) + 1 :] if 2 in ids else []
         after_eos = [itos[i] for i in tail if i not in (v[BOS], v[PAD], v[EOS])]
         if EOS in got:
             cause = "<eos> ends the sentence: stop before it, without adding it to the tokens."
         elif after_eos and got[-len(after_eos):] == after_eos:
             cause = "Tokens after the first <eos> were kept: stop at the first <eos> (break out of the loop)."
+        elif BOS in got and "second <bos>" in what:
+            cause = "<bos> should be dropped wherever it appears, not only as the first id."
         elif BOS in got:
             cause = "<bos> should be dropped: it only marks the start."
+        elif PAD in got and "<pad> in the middle" in what:
+            cause = "<pad> should be dropped wherever it appears, not only at the end."
         elif PAD in got:
             cause = "<pad> should be dropped: padding is not part of the sentence."
+        elif "<pad> in the middle" in what and got == want[: len(got)] and len(got) < len(want):
+            cause = "Decoding stopped at <pad>: <pad> is skipped wherever it appears; only <eos> ends the sentence."
+        elif got == ["?" if t == UNK else t for t in want]:
+            cause = "<unk> was shown as '?': keep the token '<unk>' itself (turning it into text is a display choice for later)."
         elif got and set(got) <= set(v) and any(t in by_position for t in got) and got != want and len(got) == len(want):
             cause = (
                 "The tokens are looked up by position in the dict. Build the inverse mapping first, "
@@ -485,6 +649,7 @@ def _check_decode(check: Check, decode: Callable) -> None:
     check.ok("turns ids back into tokens with the inverse of the vocabulary")
     check.ok("drops <bos> and <pad> and stops at the first <eos>")
     check.ok("keeps <unk>, and handles sentences without <bos>, without <eos>, and empty ones")
+    check.ok("drops <pad> and <bos> wherever they appear, and uses the vocabulary it is given")
     check.ok("leaves its inputs (ids, vocab) unchanged")
 
 
@@ -499,6 +664,11 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
     pad_id = 13
     B, L = len(sequences), max(len(s) for s in sequences)
     out = _guarded(check, pad_batch, (copy.deepcopy(sequences), pad_id), "pad_batch")
+    if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor):
+        check.fail(
+            f"pad_batch returned a tuple of two things (a {describe(out[0])} and a {describe(out[1])}), perhaps "
+            f"(batch, lengths).\nReturn only the padded batch; the lengths can be recovered from it (ids != pad_id)."
+        )
     if isinstance(out, (list, tuple)) and not isinstance(out, torch.Tensor):
         check.fail(
             f"pad_batch should return a torch.Tensor, but returned {describe(out)}.\n"
@@ -509,12 +679,31 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
     shape = tuple(out.shape)
     if shape != (B, L):
         shown = f"  sequences: {sequences} (B = {B}, longest = {L})\n  expected shape: {fmt_shape((B, L))}\n  actual shape:   {fmt_shape(shape)}"
-        if shape == (L, B):
+        shortest = min(len(s) for s in sequences)
+        if len(shape) == 3 and shape[:2] == (B, L):
+            cause = (
+                f"The result has 3 dimensions: the batch should be 2-D, (B, L_max), one id per position. "
+                f"Remove the extra dimension of size {shape[2]} (no unsqueeze, no list around each id)."
+            )
+        elif len(shape) != 2:
+            cause = f"The result should be 2-D, (B, L_max), but it has {len(shape)} dimension(s)."
+        elif shape == (L, B):
             cause = "The result is transposed: one row per sequence, so (B, L_max). With pad_sequence, pass batch_first=True."
-        elif len(shape) == 2 and shape[0] == B and shape[1] == len(sequences[0]):
+        elif shape[0] == B and shape[1] == len(sequences[0]):
             cause = "The width is the length of the first sequence; it should be the length of the longest one."
-        elif len(shape) == 2 and shape[0] == B and shape[1] > L:
+        elif shape[0] == B and shape[1] == shortest:
+            cause = (
+                "The width is the length of the shortest sequence: the longer ones were cut. `zip(*sequences)` stops at "
+                "the shortest sequence; pad every sequence up to the longest instead "
+                "(for example itertools.zip_longest(..., fillvalue=pad_id))."
+            )
+        elif shape[0] == B and shape[1] > L:
             cause = f"There are {shape[1] - L} column(s) too many: pad to exactly the longest length, max(len(s) for s in sequences)."
+        elif shape[0] == B and shape[1] < L:
+            cause = (
+                f"The rows are cut to a fixed maximum of {shape[1]} ids, but the longest sequence has {L}: pad_batch "
+                f"pads to the longest sequence and never drops ids."
+            )
         elif len(shape) == 2 and shape[0] < B:
             cause = "Some sequences are missing: every sequence gets its own row."
         else:
@@ -530,10 +719,11 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
     _pad_values(check, out, sequences, pad_id)
     check.ok("keeps every id in place and pads on the right with pad_id (also when pad_id is not 0 and 0 is a real id)")
 
-    # pad_id 0; an empty sequence; sequences of equal length; one sequence of length 1
+    # pad_id 0; an empty sequence (first: a dtype taken from the first row is float then);
+    # sequences of equal length; one sequence of length 1
     for seqs, pid, what in (
         ([[4, 5], [6]], 0, "pad_id = 0"),
-        ([[3, 4], [], [5]], 9, "an empty sequence"),
+        ([[], [3, 4], [5]], 9, "an empty sequence"),
         ([[1, 2, 3], [4, 5, 6]], 7, "sequences of equal length"),
         ([[6]], 2, "a single sequence of length 1"),
     ):
@@ -576,10 +766,17 @@ def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, w
     if rows == want:
         return
     shown = f"  sequences: {sequences}, pad_id = {pad_id}" + (f" ({what})" if what else "") + f"\n  expected: {want}\n  actual:   {rows}"
+    fills = {x for r, s in zip(rows, sequences) for x in r[len(s):]}
     if rows == [[pad_id] * (L - len(s)) + list(s) for s in sequences]:
         cause = "The padding is on the left. Put the ids first and the pad ids after them (right padding)."
-    elif pad_id != 0 and rows == [list(s) + [0] * (L - len(s)) for s in sequences]:
-        cause = f"The padding is 0, but pad_id is {pad_id}: fill with the pad_id argument, not with a fixed 0."
+    elif len(fills) == 1 and pad_id not in fills and rows == [list(s) + [*fills] * (L - len(s)) for s in sequences]:
+        fill = fills.pop()
+        cause = f"The padding is {fill}, but pad_id is {pad_id}: fill with the pad_id argument, not with a fixed {fill}."
+    elif rows == [[pad_id if x == 0 else x for x in w] for w in want]:
+        cause = (
+            f"The real id 0 became pad_id ({pad_id}): 0 is an ordinary token here. Decide where the padding goes by "
+            f"position (after the end of each sequence), not by value (no torch.where(batch == 0, pad_id, batch))."
+        )
     elif sorted(map(tuple, rows)) == sorted(map(tuple, want)):
         cause = "The rows are in a different order from the sequences: row i must hold sequence i (do not sort them)."
     else:
