@@ -123,9 +123,9 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         defining = [n for n in tree.body if _defines(n, wanted)]
         if imports:
-            exec(compile(ast.Module(body=imports, type_ignores=[]), str(path), "exec"), ns)
+            exec(compile(ast.Module(body=imports, type_ignores=[]), str(path), "exec", dont_inherit=True), ns)
         if defining:
-            exec(compile(ast.Module(body=defining, type_ignores=[]), str(path), "exec"), ns)
+            exec(compile(ast.Module(body=defining, type_ignores=[]), str(path), "exec", dont_inherit=True), ns)
             for node in defining:
                 found |= _defines(node, wanted)
     missing = [n for n in names if n not in found]

@@ -82,3 +82,14 @@ def test_requires_asks_to_run_the_cells_above_on_a_name_error(capsys):
         undefined_vocabulary  # noqa: F821
     out = capsys.readouterr().out
     assert "undefined_vocabulary" in out and "Run the cells above" in out
+
+
+def test_load_exercises_does_not_inherit_this_modules_future_imports(tmp_path):
+    """A dataclass loaded from a notebook must work (annotations are not turned into strings)."""
+    nb = _notebook(
+        tmp_path / "06.ipynb",
+        "from dataclasses import dataclass",
+        "@dataclass\nclass TrainConfig:\n    d_model: int = 128",
+    )
+    (config,) = load_exercises(nb, ["TrainConfig"]).values()
+    assert config().d_model == 128
