@@ -1,0 +1,47 @@
+"""Smoke test of the benchmark's plumbing (benchmarks/bench.py --quick): seconds, not minutes."""
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("course_bench", ROOT / "benchmarks" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_quick_run_prints_one_json_line_per_figure():
+    bench = _load_bench()
+    lines = []
+    figures = bench.main(["--quick", "--threads", "1"], emit=lines.append)
+
+    parsed = [json.loads(line) for line in lines]
+    assert parsed == figures
+    by_name = {f["name"]: f for f in parsed}
+    assert len(by_name) == len(parsed), "each figure is printed once"
+    for f in parsed:
+        assert set(f) == {"name", "value", "unit"}
+        assert isinstance(f["value"], (int, float)) and math.isfinite(f["value"]), f
+    for name in ("test_bleu", "train_seconds", "step_time_ratio"):
+        assert name in by_name
+    assert 0.0 <= by_name["test_bleu"]["value"] <= 100.0
+    assert by_name["train_seconds"]["value"] > 0
+    assert by_name["step_time_ratio"]["value"] > 0
+    assert by_name["train_steps"]["value"] == bench.QUICK["num_steps"]
+    assert by_name["test_sentences"]["value"] == bench.QUICK["test_sentences"]
+
+
+def test_reference_model_matches_our_parameter_count():
+    """The nn.Transformer wrapper is like for like: same parameters as the course model, no final norms."""
+    bench = _load_bench()
+    code = bench.load_course_code()
+    config = code["TrainConfig"](d_model=16, num_heads=2, num_layers=2, d_ff=24, max_len=32)
+    ours = code["build_model"](config, 11, 13)
+    theirs = bench.TorchTransformer(code["PositionalEncoding"], 11, 13, config.d_model, config.num_heads,
+                                    config.num_layers, config.d_ff, config.dropout, config.max_len, 0)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
