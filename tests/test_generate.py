@@ -618,3 +618,14 @@ def test_real_solution_only_cells_define_nothing_the_exercise_needs() -> None:
 
 def test_real_solutions_show_every_check_passing() -> None:
     assert failing_checks(real_pairs()) == []
+
+
+def test_solution_notebooks_record_no_execution_timings() -> None:
+    """Solutions stay diffable: nbconvert's per-cell timestamps are not committed (README: record_timing=False)."""
+    timed = [
+        f"{path.name}, cell {i}"
+        for path in sorted((REPO_ROOT / "solutions").glob("*.ipynb"))
+        for i, cell in enumerate(json.loads(path.read_text())["cells"], start=1)
+        if "execution" in cell.get("metadata", {})
+    ]
+    assert not timed, "execution timings stored in: " + ", ".join(timed[:5])
