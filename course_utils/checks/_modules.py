@@ -21,6 +21,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ._core import Check, generator
+
 _PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 
 
@@ -281,3 +283,16 @@ def run_twin(twin: nn.Module, x: torch.Tensor, memory: torch.Tensor | None = Non
         return twin(x, src_mask=src_mask)
     y = twin.norm1(x + twin.self_attn(x, x, x, attn_mask=src_mask, need_weights=False)[0])
     return twin.norm2(y + twin.linear2(twin.activation(twin.linear1(y))))
+
+
+def parameters_without_gradient(check: Check, module: nn.Module, out: torch.Tensor, what: str, seed: int) -> str:
+    """The trainable parameters of ``module`` that a random loss on ``out`` does not reach, as text ("" if none)."""
+    module.zero_grad(set_to_none=True)
+    weights = torch.randn(out.shape, generator=generator(seed))
+    check.call(lambda: (out.double() * weights.double()).sum().backward(), what=f"{what} (in the backward pass)")
+    missing = [n for n, p in module.named_parameters() if p.requires_grad and p.grad is None]
+    module.zero_grad(set_to_none=True)
+    if not missing:
+        return ""
+    shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+    return f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your {what} receive no gradient: {shown}"

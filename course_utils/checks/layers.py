@@ -172,16 +172,10 @@ def _unused_parameters(check: Check, layer: nn.Module, out: torch.Tensor, name: 
     if not out.requires_grad:
         check.fail(f"The output of your {name} does not require a gradient: is part of forward run under "
                    f"torch.no_grad() or .detach()ed?")
-    layer.zero_grad(set_to_none=True)
-    weights = torch.randn(out.shape, generator=generator(7))
-    check.call(lambda: (out.double() * weights.double()).sum().backward(), what=f"{name} (in the backward pass)")
-    missing = [n for n, p in layer.named_parameters() if p.requires_grad and p.grad is None]
-    layer.zero_grad(set_to_none=True)
+    missing = mods.parameters_without_gradient(check, layer, out, name, seed=7)
     if missing:
-        shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         check.fail(
-            f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your {name} receive no gradient: "
-            f"{shown}. A module created in __init__ but not used in forward (an attention module used twice "
+            f"{missing}. A module created in __init__ but not used in forward (an attention module used twice "
             f"while its sibling sits idle, a LayerNorm never applied) never learns."
         )
     check.ok("every parameter receives a gradient")

@@ -354,19 +354,13 @@ def _breakdown(model: nn.Module) -> str:
 
 
 def _gradients(check: Check, model: nn.Module, m: _Model, src: torch.Tensor, tgt: torch.Tensor) -> None:
-    model.zero_grad(set_to_none=True)
     logits = m.logits(src, tgt)
-    weights = torch.randn(logits.shape, generator=generator(6))
     if not logits.requires_grad:
         check.fail("The logits do not require a gradient: is part of forward run under torch.no_grad() or .detach()ed?")
-    check.call(lambda: (logits * weights.to(logits.dtype)).sum().backward(), what="Transformer (in the backward pass)")
-    missing = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
-    model.zero_grad(set_to_none=True)
+    missing = mods.parameters_without_gradient(check, model, logits, "Transformer", seed=6)
     if missing:
-        shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         check.fail(
-            f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your Transformer receive no gradient "
-            f"from a loss on the logits: {shown}.\n"
+            f"{missing} from a loss on the logits.\n"
             f"A module created in __init__ but never used in forward (a layer skipped in the loop, an unused "
             f"LayerNorm or projection) never learns. Use it, or remove it."
         )
