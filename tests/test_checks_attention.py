@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import expect
+from helpers import expect
 from course_utils.checks import check_scaled_dot_product_attention as check
 
 # --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from course_utils.checks.decoding import check_greedy_decode
-from conftest import expect
+from helpers import expect
 
 
 # --------------------------------------------------------------------------

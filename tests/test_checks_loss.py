@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.checks.loss import check_label_smoothing_loss
-from conftest import expect
+from helpers import expect
 
 
 # --------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import expect
+from helpers import expect
 from course_utils.checks import check_causal_mask, check_padding_mask, check_target_mask
 
 

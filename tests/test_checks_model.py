@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import expect
+from helpers import expect
 from course_utils.checks.model import check_transformer
 from reference_modules import (
     BlockDecoderLayer,

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import expect
+from helpers import expect
 from course_utils.checks import check_multi_head_attention
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import expect
+from helpers import expect
 from course_utils.checks import check_positional_encoding, check_positional_encoding_module
 
 

@@ -13,7 +13,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 from course_utils.checks.schedule import check_noam_lr, check_noam_scheduler
-from conftest import expect
+from helpers import expect
 
 
 # --------------------------------------------------------------------------

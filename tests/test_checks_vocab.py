@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pad_sequence
 
-from conftest import expect
+from helpers import expect
 from course_utils.checks import check_build_vocab, check_decode, check_encode, check_pad_batch
 
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]

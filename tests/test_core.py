@@ -5,7 +5,7 @@ import random
 import torch
 
 from course_utils.checks._core import RESULT_MIME_TYPE, Check, Status, run_check
-from conftest import expect
+from helpers import expect
 
 
 def _body(check: Check, fn):

@@ -1,8 +1,6 @@
-"""Shared helpers for the checker tests (imported by the test modules as ``conftest``-level fixtures)."""
+"""Helpers shared by the checker tests: ``from helpers import expect``."""
 
 from __future__ import annotations
-
-import pytest
 
 from course_utils.checks import CheckResult, Status
 
@@ -15,8 +13,3 @@ def expect(result: CheckResult, status: Status | str, *phrases: str) -> None:
     lowered = "\n".join(result.messages).lower()
     for phrase in phrases:
         assert phrase.lower() in lowered, f"expected the phrase {phrase!r} in:\n{text}"
-
-
-@pytest.fixture
-def expect_result():
-    return expect
