@@ -23,6 +23,7 @@ prose may quote the markers freely):
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 
@@ -57,10 +58,24 @@ PIP_TARGET_ENV = "COURSE_UTILS_PIP_TARGET"
 #: Environment variable the progress report sets in the kernels it starts.
 PROGRESS_ENV = "COURSE_PROGRESS_RUN"
 
-#: The MIME type under which a CheckResult publishes itself as JSON
-#: (the same string as ``course_utils.checks._core.RESULT_MIME_TYPE``; a test
-#: keeps the two equal so that the progress report need not import torch).
+#: The MIME type under which a CheckResult publishes itself as JSON, so that
+#: the progress report can read results out of executed notebooks without
+#: importing torch. Defined here only; the checker engine imports it.
 RESULT_MIME_TYPE = "application/vnd.course-utils.check+json"
+
+#: The outcomes of a checker, as stored in that JSON ("status"), and the one
+#: the progress report adds for an exercise a notebook never reached.
+PASSED, FAILED, NOT_ATTEMPTED, ERROR = "passed", "failed", "not attempted", "error"
+NOT_REACHED = "not reached"
+#: How each outcome is shown: its label, and (border/text, background) colours.
+STATUS_LABELS = {PASSED: "PASSED", FAILED: "FAILED", NOT_ATTEMPTED: "NOT ATTEMPTED", ERROR: "ERROR", NOT_REACHED: "NOT REACHED"}
+STATUS_COLOURS = {
+    PASSED: ("#2e7d32", "#e8f5e9"),
+    FAILED: ("#c62828", "#ffebee"),
+    NOT_ATTEMPTED: ("#616161", "#f5f5f5"),
+    ERROR: ("#e65100", "#fff3e0"),
+    NOT_REACHED: ("#4a148c", "#f3e5f5"),
+}
 
 #: Notebooks the tools work on: ``NN_topic.ipynb``.
 NOTEBOOK_NAME = re.compile(r"^\d\d_[^/\\]*\.ipynb$")
@@ -153,3 +168,30 @@ def cell_source(cell: dict) -> str:
 
 def cell_tags(cell: dict) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
+
+
+# ---------------------------------------------------------------------------
+# Reading code cells as Python.
+
+
+def strip_magics(source: str) -> str:
+    """A cell's source with IPython magics and shell lines (``%...``, ``!...``) blanked, line numbers kept."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n"))
+
+
+def parse_cell(source: str) -> ast.Module | None:
+    """A code cell parsed as Python (magics blanked), or None when it is not valid Python."""
+    try:
+        return ast.parse(strip_magics(source))
+    except SyntaxError:
+        return None
+
+
+def names_defined(node: ast.stmt) -> list[str]:
+    """The names a top-level statement defines: a def or class, or the names an assignment binds."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return [sub.id for t in targets for sub in ast.walk(t) if isinstance(sub, ast.Name)]
+    return []

@@ -38,7 +38,6 @@ from ._schema import (
     META_KEY,
     META_SOURCE,
     NOTEBOOK_NAME,
-    PIP_TARGET_ENV,
     TAG_COLAB_BADGE,
     TAG_COLAB_SETUP,
     TAG_RAISES_EXCEPTION,
@@ -47,6 +46,7 @@ from ._schema import (
     cell_source,
     cell_tags,
     find_regions,
+    parse_cell,
 )
 
 try:  # Python >= 3.11
@@ -55,11 +55,11 @@ except ImportError:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 COLAB_BADGE_SVG = "https://colab.research.google.com/assets/colab-badge.svg"
-#: Requirements the Colab setup cell never installs: torch (Colab's build matches its GPU)
-#: and the notebook server (Colab runs its own).
-COLAB_SKIP = {"torch", "jupyterlab", "notebook", "ipykernel", "course-utils"}
-#: Distribution name -> module name, where they differ beyond "-" -> "_".
-MODULE_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "pillow": "PIL", "beautifulsoup4": "bs4"}
+#: Environment variable that replaces the repository the Colab setup cell clones
+#: (tests point it at a local git repository).
+REPOSITORY_ENV = "COURSE_UTILS_REPOSITORY"
+#: Metadata of the setup cell: shown collapsed (Colab's form view; JupyterLab's hidden source).
+SETUP_CELL_METADATA = {"cellView": "form", "jupyter": {"source_hidden": True}}
 
 #: Cell metadata that records a run, not the notebook: dropped from exercises.
 VOLATILE_CELL_METADATA = {"execution", "ExecuteTime", "collapsed", "scrolled", "colab", "outputId", "id"}
@@ -93,8 +93,13 @@ class Config:
         return f"https://colab.research.google.com/github/{self.owner_repo}/blob/{self.branch}/{relative_path}"
 
     @property
-    def pip_target(self) -> str:
-        return f"git+{self.repository.rstrip('/')}@{self.branch}"
+    def clone_url(self) -> str:
+        return self.repository.rstrip("/").removesuffix(".git")
+
+    @property
+    def folder(self) -> str:
+        """The folder the Colab setup cell clones the repository into (the repository's name)."""
+        return self.owner_repo.split("/")[1]
 
 
 def find_root(start: Path | None = None) -> Path | None:
@@ -124,23 +129,6 @@ def load_config(root: Path, repository: str | None = None, branch: str | None = 
     return Config(repository=repository, branch=branch, requirements=requirements, root=root)
 
 
-def _requirement_name(requirement: str) -> str:
-    match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    return match.group(1).lower() if match else ""
-
-
-def colab_requirements(requirements: Sequence[str]) -> list[tuple[str, str]]:
-    """(module to look for, requirement to install) for each dependency the setup cell may install on Colab."""
-    pairs = []
-    for requirement in requirements:
-        name = _requirement_name(requirement)
-        if not name or name in COLAB_SKIP:
-            continue
-        module = MODULE_NAMES.get(name, name.replace("-", "_").replace(".", "_"))
-        pairs.append((module, requirement.split(";")[0].strip().replace(" ", "")))
-    return pairs
-
-
 # ---------------------------------------------------------------------------
 # The stamped cells
 
@@ -150,30 +138,30 @@ def badge_source(url: str) -> str:
 
 
 def setup_source(config: Config) -> str:
-    """The setup cell: installs course_utils on Colab; elsewhere only imports it (and prints nothing)."""
-    requirements = [f'        "{module}": "{req}",' for module, req in colab_requirements(config.requirements)]
+    """The setup cell: on Colab it clones the course next to the notebook; everywhere it imports course_utils.
+
+    The logic lives in ``course_utils.colab.setup`` (installs what Colab
+    lacks); locally the cell prints nothing.
+    """
     return "\n".join(
         [
-            "# Setup: run this cell first. On Google Colab it installs the course's helper",
-            "# package, course_utils, from GitHub; on your own computer it only imports it.",
+            '# @title Setup: run this cell first { display-mode: "form" }',
+            "# On Colab it fetches the course (a shallow clone of its repository, next to this",
+            "# notebook) and installs what Colab lacks. On your own computer it only imports it.",
             "import sys",
             "",
             'if "google.colab" in sys.modules:',
-            "    import importlib, importlib.util, os, subprocess",
+            "    import os, subprocess",
             "",
-            '    if importlib.util.find_spec("course_utils") is None:',
-            f'        _target = os.environ.get("{PIP_TARGET_ENV}", "{config.pip_target}")',
-            '        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", _target], check=True)',
-            "    # Colab has torch and most of the rest already: install only what it lacks.",
-            "    _requirements = {  # module: what pip installs when it is missing",
-            *requirements,
-            "    }",
-            "    _missing = [req for module, req in _requirements.items() if importlib.util.find_spec(module) is None]",
-            "    if _missing:",
-            '        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *_missing], check=True)',
-            "    importlib.invalidate_caches()",
+            f'    _course = os.path.abspath("{config.folder}")',
+            "    if not os.path.isdir(_course):",
+            f'        _repository = os.environ.get("{REPOSITORY_ENV}", "{config.clone_url}")',
+            f'        subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "{config.branch}", _repository, _course], check=True)',
+            "    if _course not in sys.path:",
+            "        sys.path.insert(0, _course)",
             "",
-            "import course_utils",
+            "import course_utils.colab",
+            "course_utils.colab.setup()",
             "from course_utils.solutions import show_solution  # stuck? show_solution(\"name\") shows the reference code",
         ]
     )
@@ -191,7 +179,8 @@ def _markdown_cell(source: str, tag: str, with_id: bool) -> dict:
 
 
 def _code_cell(source: str, tag: str, with_id: bool) -> dict:
-    cell: dict[str, Any] = {"cell_type": "code", "execution_count": None, "metadata": {"tags": [tag]}, "outputs": [], "source": source}
+    metadata = {**copy.deepcopy(SETUP_CELL_METADATA), "tags": [tag]} if tag == TAG_COLAB_SETUP else {"tags": [tag]}
+    cell: dict[str, Any] = {"cell_type": "code", "execution_count": None, "metadata": metadata, "outputs": [], "source": source}
     if with_id:
         cell["id"] = tag
     return cell
@@ -200,6 +189,14 @@ def _code_cell(source: str, tag: str, with_id: bool) -> dict:
 def _is_stamped(cell: dict) -> bool:
     tags = cell_tags(cell)
     return TAG_COLAB_BADGE in tags or TAG_COLAB_SETUP in tags
+
+
+def _collapsed_as_wanted(cell: dict) -> bool:
+    """A setup cell carries the collapsed-display metadata (other stamped cells need none)."""
+    if TAG_COLAB_SETUP not in cell_tags(cell):
+        return True
+    metadata = cell.get("metadata", {})
+    return all(metadata.get(key) == value for key, value in SETUP_CELL_METADATA.items())
 
 
 def stamp(nb: dict, url: str, config: Config) -> dict:
@@ -214,7 +211,7 @@ def stamp(nb: dict, url: str, config: Config) -> dict:
     top = []
     for tag, kind, source in wanted:
         old = existing.get(tag)
-        if old is not None and old.get("cell_type") == kind and cell_source(old) == source:
+        if old is not None and old.get("cell_type") == kind and cell_source(old) == source and _collapsed_as_wanted(old):
             top.append(old)
         elif kind == "markdown":
             top.append(_markdown_cell(source, tag, with_id))
@@ -292,10 +289,8 @@ def _clean_metadata(metadata: dict) -> dict:
 
 def raises_when_run(source: str) -> bool:
     """True if the cell raises NotImplementedError outside any function (so running the cell raises)."""
-    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")]
-    try:
-        tree = ast.parse("\n".join(lines))
-    except SyntaxError:
+    tree = parse_cell(source)
+    if tree is None:
         return False
     pending = list(tree.body)
     while pending:

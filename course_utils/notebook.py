@@ -18,6 +18,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from ._schema import names_defined, parse_cell
+
 
 def pick_device(verbose: bool = True) -> torch.device:
     """The best available device: cuda, then mps, then cpu."""
@@ -72,16 +74,7 @@ def requires(*exercises: str) -> Iterator[None]:
 
 def _defines(node: ast.stmt, names: set[str]) -> set[str]:
     """The names among ``names`` that a top-level statement defines."""
-    found: set[str] = set()
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in names:
-        found.add(node.name)
-    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        for target in targets:
-            for sub in ast.walk(target):
-                if isinstance(sub, ast.Name) and sub.id in names:
-                    found.add(sub.id)
-    return found
+    return set(names_defined(node)) & names
 
 
 def _code_cells(path: Path) -> list[str]:
@@ -89,10 +82,6 @@ def _code_cells(path: Path) -> list[str]:
 
     nb = nbformat.read(str(path), as_version=4)
     return [c.source for c in nb.cells if c.cell_type == "code"]
-
-
-def _strip_magics(source: str) -> str:
-    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
 
 
 def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -116,9 +105,8 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
     ns.setdefault("__name__", "__course_exercises__")
     found: set[str] = set()
     for source in _code_cells(path):
-        try:
-            tree = ast.parse(_strip_magics(source))
-        except SyntaxError:
+        tree = parse_cell(source)
+        if tree is None:
             continue
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         defining = [n for n in tree.body if _defines(n, wanted)]

@@ -32,17 +32,26 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ._schema import NOTEBOOK_NAME, PROGRESS_ENV, RESULT_MIME_TYPE, TAG_CHECKER_DEMO, TAG_COLAB_SETUP, cell_source, cell_tags
+from ._schema import (
+    ERROR,
+    FAILED,
+    NOT_ATTEMPTED,
+    NOT_REACHED,
+    NOTEBOOK_NAME,
+    PASSED,
+    PROGRESS_ENV,
+    RESULT_MIME_TYPE,
+    STATUS_COLOURS,
+    TAG_CHECKER_DEMO,
+    TAG_COLAB_SETUP,
+    cell_source,
+    cell_tags,
+    names_defined,
+    parse_cell,
+)
 
-PASSED, FAILED, NOT_ATTEMPTED, ERROR, NOT_REACHED = "passed", "failed", "not attempted", "error", "not reached"
 STATUSES = (PASSED, FAILED, NOT_ATTEMPTED, ERROR, NOT_REACHED)
-_COLOURS = {  # (text, background)
-    PASSED: ("#1b5e20", "#e8f5e9"),
-    FAILED: ("#b71c1c", "#ffebee"),
-    NOT_ATTEMPTED: ("#424242", "#f5f5f5"),
-    ERROR: ("#e65100", "#fff3e0"),
-    NOT_REACHED: ("#4a148c", "#f3e5f5"),
-}
+_COLOURS = STATUS_COLOURS  # (text, background)
 _IGNORED_WHEN_COPYING = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", ".course_progress", ".git")
 DEFAULT_TIMEOUT = 300
 
@@ -136,14 +145,7 @@ def _first_line(text: str) -> str:
 
 
 def _defined_here(tree: ast.Module) -> set[str]:
-    names: set[str] = set()
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
-    return names
+    return {name for node in tree.body for name in names_defined(node)}
 
 
 def checker_calls(source: str) -> list[str]:
@@ -152,10 +154,8 @@ def checker_calls(source: str) -> list[str]:
     A call on something the same cell defines (a deliberately wrong version,
     shown to demonstrate a failure) is a demonstration, not an exercise.
     """
-    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")]
-    try:
-        tree = ast.parse("\n".join(lines))
-    except SyntaxError:
+    tree = parse_cell(source)
+    if tree is None:
         return re.findall(r"(?<!def )\bcheck_(\w+)\s*\(", source)
     local = _defined_here(tree)
     calls = []

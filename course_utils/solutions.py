@@ -16,7 +16,18 @@ import json
 import re
 from pathlib import Path
 
-from ._schema import BEGIN_SOLUTION, END_SOLUTION, NOTEBOOK_NAME, STARTER_PREFIX, MarkerError, Region, cell_source, find_regions
+from ._schema import (
+    BEGIN_SOLUTION,
+    END_SOLUTION,
+    NOTEBOOK_NAME,
+    STARTER_PREFIX,
+    MarkerError,
+    Region,
+    cell_source,
+    find_regions,
+    names_defined,
+    parse_cell,
+)
 
 
 @dataclasses.dataclass
@@ -103,22 +114,6 @@ def _missing_message(looked_in: list[Path]) -> str:
 # Finding the code
 
 
-def _parse(source: str) -> ast.Module | None:
-    # Blank out IPython magics and shell lines, keeping the line numbers.
-    lines = ["" if line.lstrip().startswith(("%", "!")) else line for line in source.split("\n")]
-    try:
-        return ast.parse("\n".join(lines))
-    except SyntaxError:
-        return None
-
-
-def _defined_names(node: ast.stmt) -> list[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, (ast.Assign, ast.AnnAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        return [sub.id for t in targets for sub in ast.walk(t) if isinstance(sub, ast.Name)]
-    return []
 
 
 def _span(node: ast.stmt) -> tuple[int, int]:
@@ -138,7 +133,7 @@ def _solved_definitions(source: str) -> dict[str, str]:
         regions: list[Region] = find_regions(source)
     except MarkerError:
         return {}
-    tree = _parse(source) if regions else None
+    tree = parse_cell(source) if regions else None
     if tree is None:
         return {}
     lines = source.split("\n")
@@ -151,14 +146,14 @@ def _solved_definitions(source: str) -> dict[str, str]:
         first = min([first] + [r.begin for r in touching])
         last = max([last] + [r.end for r in touching])
         code = "\n".join(line for line in lines[first : last + 1] if not _is_marker(line)).strip("\n")
-        for name in _defined_names(node):
+        for name in names_defined(node):
             found.setdefault(name, code)
     return found
 
 
 def _checked_names(source: str, checker: str) -> list[str]:
     """The arguments passed by name to ``checker(...)`` in a cell."""
-    tree = _parse(source)
+    tree = parse_cell(source)
     if tree is None:
         return re.findall(rf"\b{re.escape(checker)}\(\s*([A-Za-z_]\w*)", source)
     names = []
