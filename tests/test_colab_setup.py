@@ -1,16 +1,19 @@
-"""The setup cell the generator stamps into every notebook (integration test, offline, ~15 s).
+"""The Colab path: the setup cell, show_solution there, and finding a learner's notebooks (offline).
 
-On "Colab" it must install course_utils from the repository with pip and make
-the checkers importable; locally it must only import, and print nothing.
+On "Colab" the setup cell must make a shallow clone of the repository next to
+the notebook, import course_utils from it and make the checkers and
+``show_solution`` work; locally it must only import, and print nothing.
 
 Colab is simulated: a throwaway virtual environment in which course_utils is
 NOT importable (it sees the test environment's packages, torch included,
 through a plain path entry, so the editable install's import hook, itself a
 .pth file, is not processed there), a fake ``google.colab`` module, and the
 repository served by a local git repository made from the working tree (so
-uncommitted files count, and a clean CI clone works the same). The pip target
-comes from ``COURSE_UTILS_PIP_TARGET``; pip runs with no index (offline) and
-without build isolation (setuptools comes from the test environment).
+uncommitted files count, and a clean CI clone works the same). The address
+comes from ``COURSE_UTILS_REPOSITORY``; pip runs with no index (offline).
+
+``load_exercises`` on Colab is tested in-process with a fake ``google.colab``
+in ``sys.modules`` and a fake Drive folder.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from course_utils._schema import PIP_TARGET_ENV
-from course_utils.generate import load_config, main
+from course_utils import colab
+from course_utils.generate import REPOSITORY_ENV, load_config, main
+from course_utils.notebook import load_exercises
 
 pytestmark = pytest.mark.integration
 
@@ -47,6 +51,12 @@ exec(compile(cell, "setup cell", "exec"), {"__name__": "__main__"})
 import course_utils
 from course_utils.checks import CheckResult, Status
 import course_utils.checks as checks
+from course_utils.solutions import find_solution
+
+clone = os.path.abspath(os.path.basename(os.environ["COURSE_UTILS_REPOSITORY"]))
+assert course_utils.__file__.startswith(clone), (course_utils.__file__, clone)
+solution = find_solution("scaled_dot_product_attention")
+assert str(solution.notebook).startswith(clone) and "def scaled_dot_product_attention" in solution.source
 
 resolved = []
 for name, module in sorted(checks._TOPICS.items()):
@@ -54,8 +64,8 @@ for name, module in sorted(checks._TOPICS.items()):
         assert callable(getattr(checks, name)), name
         resolved.append(name)
 
-# Run again, as a learner would: already installed, so pip is not called (the target is broken).
-os.environ["COURSE_UTILS_PIP_TARGET"] = "/nonexistent/course_utils"
+# Run again, as a learner would: already cloned, so git is not called (the address is broken).
+os.environ["COURSE_UTILS_REPOSITORY"] = "/nonexistent/course"
 exec(compile(cell, "setup cell", "exec"), {"__name__": "__main__"})
 print(json.dumps({"file": course_utils.__file__, "checkers": resolved}))
 """
@@ -87,7 +97,7 @@ def snapshot_repository(destination: Path, branch: str) -> None:
     ).stdout.splitlines()
     for name in listed:
         source = REPO_ROOT / name
-        if source.is_file() and (name.startswith("course_utils/") or name in TOP_LEVEL):
+        if source.is_file() and (name.startswith(("course_utils/", "solutions/")) or name in TOP_LEVEL):
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, destination / name)
     if not (destination / "README.md").exists():
@@ -118,13 +128,13 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_on_colab_the_setup_cell_installs_the_package_and_the_checkers_import(tmp_path: Path) -> None:
+def test_on_colab_the_setup_cell_clones_the_course_and_the_checkers_import(tmp_path: Path) -> None:
     config = load_config(REPO_ROOT)
     cell = tmp_path / "setup_cell.py"
     cell.write_text(setup_cell(tmp_path))
-    assert config.pip_target in cell.read_text()
+    assert config.clone_url in cell.read_text()
 
-    repository = tmp_path / "repository"
+    repository = tmp_path / config.folder
     repository.mkdir()
     snapshot_repository(repository, config.branch)
     python = colab_like_python(tmp_path / "colab")
@@ -138,17 +148,15 @@ def test_on_colab_the_setup_cell_installs_the_package_and_the_checkers_import(tm
     isolated = tmp_path / "cwd"
     isolated.mkdir()
 
-    env = clean_env(
-        **{PIP_TARGET_ENV: f"git+{repository.as_uri()}@{config.branch}"},
-        PIP_NO_INDEX="1",  # offline: nothing may come from an index
-        PIP_NO_BUILD_ISOLATION="0",  # pip's spelling of "build without isolation"
-    )
+    env = clean_env(**{REPOSITORY_ENV: repository.as_uri()}, PIP_NO_INDEX="1")  # offline: nothing from an index
     done = subprocess.run(
         [str(python), str(runner), str(cell), str(fake)], cwd=isolated, env=env, capture_output=True, text=True, timeout=180
     )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert Path(report["file"]).resolve().is_relative_to((tmp_path / "colab").resolve()), report["file"]
+    assert Path(report["file"]).resolve().is_relative_to((isolated / config.folder).resolve()), report["file"]
+    assert (isolated / config.folder / ".git" / "shallow").exists(), "a shallow clone"
+    assert "The course is ready in" in done.stdout
     expected = sorted(
         name for name, module in _topics().items() if (repository / "course_utils" / "checks" / f"{module}.py").exists()
     )
@@ -163,8 +171,8 @@ def _topics() -> dict[str, str]:
 
 def test_locally_the_setup_cell_only_imports_and_prints_nothing(tmp_path: Path) -> None:
     cell = setup_cell(tmp_path)
-    # A broken pip target proves pip is never called outside Colab.
-    env = clean_env(**{PIP_TARGET_ENV: "/nonexistent/course_utils"})
+    # A broken address proves git is never called outside Colab.
+    env = clean_env(**{REPOSITORY_ENV: "/nonexistent/course"})
     script = f"exec(compile({cell!r}, 'setup cell', 'exec'), {{}})\nimport sys\nassert 'course_utils' in sys.modules"
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

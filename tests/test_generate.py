@@ -358,19 +358,19 @@ def test_branch_and_repository_can_be_overridden(course: Path) -> None:
     assert "github/fork/other/blob/dev/notebooks/" in badge
 
 
-def test_setup_cell_installs_only_what_colab_lacks(course: Path) -> None:
+def test_setup_cell_clones_the_course_on_colab_and_is_short(course: Path) -> None:
     put(course, "default_region")
     generate(course)
-    source = cell_source(load(course / "notebooks" / NAME)["cells"][1])
+    cell = load(course / "notebooks" / NAME)["cells"][1]
+    source = cell_source(cell)
     ast.parse(source)
+    assert source.startswith("# @title ") and 'display-mode: "form"' in source.splitlines()[0]
+    assert cell["metadata"]["cellView"] == "form" and cell["metadata"]["jupyter"] == {"source_hidden": True}
     assert 'if "google.colab" in sys.modules:' in source
-    assert '"--no-deps", _target' in source
-    assert f'os.environ.get("{_schema.PIP_TARGET_ENV}", "git+https://github.com/example/course@main")' in source
-    assert "find_spec" in source
-    assert '"sacrebleu": "sacrebleu>=2"' in source and '"datasets": "datasets"' in source
-    assert "torch" not in source.split("_requirements")[1], "torch is never (re)installed"
-    assert "jupyterlab" not in source
-    assert "\nimport course_utils\n" in source and source.rstrip().endswith("shows the reference code")
+    assert '"--depth", "1", "--branch", "main"' in source
+    assert 'os.environ.get("COURSE_UTILS_REPOSITORY", "https://github.com/example/course")' in source
+    assert "\ncourse_utils.colab.setup()\n" in source and source.rstrip().endswith("shows the reference code")
+    assert len(source.splitlines()) <= 20, "the logic lives in course_utils.colab"
 
 
 def test_stamping_keeps_every_other_byte_of_the_solution(course: Path) -> None:
@@ -403,7 +403,7 @@ def test_restamping_refreshes_in_place_and_keeps_executed_cells(course: Path) ->
     assert tags.count([TAG_COLAB_BADGE]) == 1 and tags.count([TAG_COLAB_SETUP]) == 1
     assert tags[:2] == [[TAG_COLAB_BADGE], [TAG_COLAB_SETUP]]
     assert "/blob/dev/solutions/" in cell_source(nb["cells"][0])
-    assert "@dev" in cell_source(nb["cells"][1]) and nb["cells"][1]["execution_count"] is None
+    assert '"--branch", "dev"' in cell_source(nb["cells"][1]) and nb["cells"][1]["execution_count"] is None
 
 
 # ---------------------------------------------------------------------------
