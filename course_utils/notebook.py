@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import linecache
 import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -84,6 +85,18 @@ def _code_cells(path: Path) -> list[str]:
     return [c.source for c in nb.cells if c.cell_type == "code"]
 
 
+def _register_source(path: Path, number: int, source: str) -> str:
+    """A filename for one code cell of ``path``, whose lines tracebacks can show.
+
+    Code compiled under the notebook's own path would make a traceback (and a
+    checker's "at ..." line) quote the notebook's JSON; this name maps to the
+    cell's source instead, through ``linecache``.
+    """
+    filename = f"<{path.name}, code cell {number}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    return filename
+
+
 def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the cells of ``notebook`` that define ``names``, and return those objects.
 
@@ -104,16 +117,17 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
     ns: dict[str, Any] = namespace if namespace is not None else {}
     ns.setdefault("__name__", "__course_exercises__")
     found: set[str] = set()
-    for source in _code_cells(path):
+    for number, source in enumerate(_code_cells(path), start=1):
         tree = parse_cell(source)
         if tree is None:
             continue
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         defining = [n for n in tree.body if _defines(n, wanted)]
+        filename = _register_source(path, number, source)
         if imports:
-            exec(compile(ast.Module(body=imports, type_ignores=[]), str(path), "exec", dont_inherit=True), ns)
+            exec(compile(ast.Module(body=imports, type_ignores=[]), filename, "exec", dont_inherit=True), ns)
         if defining:
-            exec(compile(ast.Module(body=defining, type_ignores=[]), str(path), "exec", dont_inherit=True), ns)
+            exec(compile(ast.Module(body=defining, type_ignores=[]), filename, "exec", dont_inherit=True), ns)
             for node in defining:
                 found |= _defines(node, wanted)
     missing = [n for n in names if n not in found]
