@@ -258,3 +258,221 @@ def test_batches_are_deterministic_and_leave_the_global_rng_alone():
 def test_batches_reject_mismatched_inputs():
     with pytest.raises(ValueError, match="sentences"):
         make_batches([[1]], [], 4, 0)
+
+
+# --------------------------------------------------------------------------
+# Real corpora: local files in every layout, and the hub's Multi30k.
+# The fixtures are written here (Multi30k-like captions made up for the tests).
+
+CAPTIONS = [
+    {"en": "A man in a blue shirt is standing on a ladder.", "de": "Ein Mann in einem blauen Hemd steht auf einer Leiter."},
+    {"en": "Two young girls are playing in the sand.", "de": "Zwei junge Mädchen spielen im Sand."},
+    {"en": "A dog runs through the grass.", "de": "Ein Hund läuft durch das Gras."},
+    {"en": "People are walking down a busy street.", "de": "Leute gehen eine belebte Straße entlang."},
+    {"en": "A woman with a red umbrella waits at the bus stop.", "de": "Eine Frau mit einem roten Regenschirm wartet an der Bushaltestelle."},
+    {"en": "The boy kicks a soccer ball.", "de": "Der Junge schießt einen Fußball."},
+]
+
+
+def _split_pairs(split: str) -> list[dict]:
+    """Different sentences per split, so a wrong split is noticed."""
+    offset = {"train": 0, "val": 2, "test_2016_flickr": 4}[split]
+    return [dict(CAPTIONS[(i + offset) % len(CAPTIONS)]) for i in range(3 + offset // 2)]
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+
+
+def _layout(folder: Path, layout: str) -> Path:
+    """A corpus folder with train/val/test_2016_flickr in one layout."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "val", "test_2016_flickr"):
+        pairs = _split_pairs(split)
+        if layout in ("parallel", "parallel-gz"):
+            data.files.write_parallel(pairs, folder, split, gz=layout == "parallel-gz")
+        elif layout == "hub-jsonl":  # bentrevett/multi30k: {"en": ..., "de": ...} per line
+            _write_jsonl(folder / f"{split}.jsonl", pairs)
+        elif layout == "course-jsonl-gz":  # the bundled corpus: {"translation": {...}} per line
+            _write_jsonl(folder / f"{split}.jsonl.gz", [{"translation": p} for p in pairs])
+    return folder
+
+
+LAYOUTS = ["parallel", "parallel-gz", "hub-jsonl", "course-jsonl-gz"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_local_files_load_in_the_course_schema(tmp_path, layout):
+    folder = _layout(tmp_path / layout, layout)
+    for split, stem in [("train", "train"), ("validation", "val"), ("valid", "val"), ("test", "test_2016_flickr"),
+                        ("test_2016_flickr", "test_2016_flickr")]:
+        loaded = load_corpus(folder, split)
+        assert loaded.column_names == ["translation"], (layout, split)
+        assert loaded["translation"] == _split_pairs(stem), (layout, split)
+    assert load_corpus(str(folder), "train")["translation"] == _split_pairs("train"), "a str path works too"
+
+
+def test_the_layout_of_the_multi30k_repository_files(tmp_path):
+    """data/task1/raw holds gzipped parallel files: train.en.gz, val.de.gz, test_2016_flickr.en.gz, ..."""
+    folder = _layout(tmp_path / "data" / "task1" / "raw", "parallel-gz")
+    assert sorted(p.name for p in folder.iterdir())[:2] == ["test_2016_flickr.de.gz", "test_2016_flickr.en.gz"]
+    test = load_corpus(folder, "test")
+    assert test[0]["translation"] == CAPTIONS[4] and len(test) == 5
+
+
+def test_local_files_that_do_not_line_up_are_clear_errors(tmp_path):
+    folder = tmp_path / "broken"
+    data.files.write_parallel(CAPTIONS, folder, "train")
+    (folder / "train.de").write_text("Nur eine Zeile.\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="not parallel"):
+        load_corpus(folder, "train")
+    (folder / "val.en").write_text("Only English.\n", encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match="other language"):
+        load_corpus(folder, "validation")
+    with pytest.raises(FileNotFoundError, match="No 'test' split .* holds: train.de, train.en, val.en"):
+        load_corpus(folder, "test")
+    _write_jsonl(folder / "odd.jsonl", [{"english": "a", "german": "b"}])
+    with pytest.raises(ValueError, match="expected 'en' and 'de'"):
+        load_corpus(folder, "odd")
+    with pytest.raises(ValueError, match="path of a folder"):
+        load_corpus(tmp_path / "nowhere", "train")
+
+
+def _online(monkeypatch):
+    import datasets
+
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(flag, raising=False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False, raising=False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False, raising=False)
+    return datasets
+
+
+def test_multi30k_comes_from_the_hub_copy_in_the_course_schema(monkeypatch, tmp_path):
+    """The hub's files (train.jsonl, fields en and de) are stood in for by a local copy read with the same loader."""
+    datasets = _online(monkeypatch)
+    folder = _layout(tmp_path / "hub", "hub-jsonl")
+    real_load = datasets.load_dataset
+    calls = []
+
+    def hub(name, *args, split=None, **kwargs):
+        calls.append((name, args, split))
+        files = {"train": "train.jsonl", "validation": "val.jsonl", "test": "test_2016_flickr.jsonl"}
+        return real_load("json", data_files={"data": str(folder / files[split])}, split="data")
+
+    monkeypatch.setattr(datasets, "load_dataset", hub)
+    for split, stem in [("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")]:
+        loaded = load_corpus("multi30k", split)
+        assert loaded.column_names == ["translation"] and loaded["translation"] == _split_pairs(stem)
+    assert calls == [("bentrevett/multi30k", (), "train"), ("bentrevett/multi30k", (), "validation"),
+                     ("bentrevett/multi30k", (), "test")]
+    with pytest.raises(ValueError, match="validation"):
+        load_corpus("multi30k", "test_2016_flickr")
+
+    def no_network(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'bentrevett/multi30k' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", no_network)
+    with pytest.raises(CorpusUnavailableError, match="(?s)multi30k .*network.*data/task1/raw"):
+        load_corpus("multi30k", "train")
+
+
+def test_multi30k_offline_raises_a_clear_error_in_a_fresh_process():
+    code = (
+        "from course_utils.data import load_corpus, CorpusUnavailableError\n"
+        "try:\n    load_corpus('multi30k', 'test')\n"
+        "except CorpusUnavailableError as exc:\n    print('UNAVAILABLE', exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "UNAVAILABLE" in out.stdout and "bentrevett/multi30k" in out.stdout and "load_corpus('bundled'" in out.stdout
+
+
+def test_unknown_rate_counts_tokens_missing_from_the_vocabulary():
+    vocab = build_vocab([["a", "man", "runs"]])
+    assert data.unknown_rate([["a", "man"], ["a", "zebra", "runs", "fast"]], vocab) == 2 / 6
+    assert data.unknown_rate([], vocab) == 0.0
+
+
+# --------------------------------------------------------------------------
+# Subword tokens (BPE with Hugging Face tokenizers).
+
+from course_utils.data.bpe import SubwordTokenizer, prepare_subwords, train_bpe, train_bpe_on_texts  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def bpe() -> SubwordTokenizer:
+    return train_bpe(load_corpus("bundled", "train"), vocab_size=1000)
+
+
+def test_bpe_keeps_the_course_specials_and_its_size(bpe):
+    vocab = bpe.tokenizer.get_vocab()
+    assert [vocab[t] for t in SPECIALS] == [0, 1, 2, 3]
+    assert bpe.vocab_size == 1000
+
+
+def test_bpe_round_trips_every_sentence_of_the_corpus_exactly(bpe, rows):
+    for split_rows in rows.values():
+        for row in split_rows[:300]:
+            for text in row["translation"].values():
+                ids = bpe.encode(text)
+                assert ids[0] == 1 and ids[-1] == 2 and 3 not in ids, text
+                assert bpe.decode(ids) == text, "cased, with its punctuation attached: ready for sacreBLEU"
+
+
+def test_bpe_round_trips_unseen_words_through_pieces(tmp_path):
+    bpe = train_bpe_on_texts([p[lang] for p in CAPTIONS for lang in ("en", "de")] * 5, vocab_size=120, min_frequency=1)
+    for text in ["A girl plays in the grass.", "Eine Frau läuft.", "Mädchen"]:
+        pieces = bpe.tokens(text)
+        assert bpe.decode(bpe.encode(text)) == text
+        assert "".join(pieces).replace("▁", " ").strip() == text
+    assert len(bpe.tokens("Bushaltestelle")) > 1, "a rare long word is split into pieces, not <unk>"
+
+
+def test_bpe_decode_skips_bos_and_pad_and_stops_at_eos(bpe):
+    ids = bpe.encode("Die Katze schläft.")
+    padded = ids + [0, 0]
+    assert bpe.decode(padded) == "Die Katze schläft."
+    assert bpe.decode(torch.tensor(ids[:2] + [2] + ids[2:])) == bpe.decode(ids[:2] + [2])
+    assert bpe.decode([1, 2]) == "" and bpe.decode([]) == ""
+    assert bpe.decode_batch(torch.tensor([padded, padded])) == ["Die Katze schläft."] * 2
+
+
+def test_bpe_shares_one_vocabulary_and_splits_a_name_the_same_on_both_sides(bpe):
+    pair = load_corpus("bundled", "test")[0]["translation"]
+    src_ids, tgt_ids = prepare_subwords(load_corpus("bundled", "test").select(range(5)), bpe)
+    assert src_ids[0] == bpe.encode(pair["en"]) and tgt_ids[0] == bpe.encode(pair["de"])
+    assert bpe.tokens("Anna") == bpe.tokens("Anna"), "one tokenizer for both languages"
+    assert bpe.encode_batch(["Anna geht.", "Anna walks."]) == [bpe.encode("Anna geht."), bpe.encode("Anna walks.")]
+
+
+def test_bpe_saves_and_loads(bpe, tmp_path):
+    bpe.save(tmp_path / "bpe.json")
+    again = SubwordTokenizer.load(tmp_path / "bpe.json")
+    text = "Mein Freund weiß es."
+    assert again.encode(text) == bpe.encode(text) and again.vocab_size == bpe.vocab_size
+
+
+def test_bpe_output_scores_100_cased_bleu_against_its_own_text(bpe):
+    import sacrebleu
+
+    refs = [p["de"] for p in load_corpus("bundled", "test")["translation"][:100]]
+    hyps = [bpe.decode(bpe.encode(r)) for r in refs]
+    assert hyps == refs and sacrebleu.corpus_bleu(hyps, [refs]).score == pytest.approx(100.0)
+    lowered = sacrebleu.corpus_bleu([h.lower() for h in hyps], [refs]).score
+    assert lowered < 100.0, "case is kept, so cased BLEU can tell"
+
+
+def test_bpe_leaves_the_global_rng_alone():
+    random.seed(3)
+    torch.manual_seed(3)
+    before = (random.getstate(), torch.get_rng_state())
+    first = train_bpe_on_texts([c["en"] for c in CAPTIONS], vocab_size=80, min_frequency=1)
+    second = train_bpe_on_texts([c["en"] for c in CAPTIONS], vocab_size=80, min_frequency=1)
+    assert random.getstate() == before[0] and torch.equal(torch.get_rng_state(), before[1])
+    assert first.tokenizer.get_vocab() == second.tokenizer.get_vocab(), "training is deterministic"

@@ -11,8 +11,10 @@
 
 The bundled corpus (``corpus/``) is made by this project (see its README.md):
 short English-German sentence pairs from a small bilingual grammar, in the
-opus100 schema. ``load_corpus("opus100")`` loads the real opus100 en-de data
-from the Hugging Face hub instead, when a network is available.
+opus100 schema. ``load_corpus("multi30k")`` and ``load_corpus("opus100")``
+load real data from the Hugging Face hub instead, when a network is
+available, and ``load_corpus("path/to/folder")`` reads local files (see
+``files.py``). Real text needs subword tokens: see ``bpe.py``.
 
 Lesson 00 asks learners to write ``build_vocab``, ``encode``, ``decode`` and
 ``pad_batch`` themselves; the versions here are the course's own, which later
@@ -21,15 +23,17 @@ lessons import so that they do not depend on a learner's notebook.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import re
 from collections import Counter
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 import torch
+
+from .files import load_local, to_course_schema
+from .files import quiet as _quiet
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 SPLITS = ("train", "validation", "test")
@@ -40,6 +44,9 @@ SPECIALS = (PAD, BOS, EOS, UNK)
 PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
 OPUS100 = "Helsinki-NLP/opus-100"
+MULTI30K = "bentrevett/multi30k"
+#: Hub sources: name -> (hub dataset, configuration).
+HUB = {"opus100": (OPUS100, "de-en"), "multi30k": (MULTI30K, None)}
 
 
 class CorpusUnavailableError(ConnectionError):
@@ -58,44 +65,55 @@ def corpus_path(split: str = "train") -> Path:
     return CORPUS_DIR / f"{name}.jsonl.gz"
 
 
-def load_corpus(source: str = "bundled", split: str = "train"):
+def load_corpus(source: str | os.PathLike = "bundled", split: str = "train"):
     """A ``datasets.Dataset`` with a ``translation`` column of ``{"en": str, "de": str}``.
 
-    ``source="bundled"`` reads the corpus shipped with the course (works
-    offline); ``source="opus100"`` downloads opus100 en-de from the Hugging
-    Face hub (about 1M training pairs) and raises :class:`CorpusUnavailableError`
-    when there is no network.
+    ``source`` is one of
+
+    * ``"bundled"``: the corpus shipped with the course (works offline);
+    * ``"multi30k"``: Multi30k (29,000 training pairs of image captions) from
+      the Hugging Face hub copy ``bentrevett/multi30k``;
+    * ``"opus100"``: opus100 en-de from the hub (about 1M training pairs);
+    * a folder of local files: parallel ``train.en``/``train.de`` (plain or
+      ``.gz``, the layout of the Multi30k repository's ``data/task1/raw``) or
+      ``train.jsonl`` in the hub's layout (see :mod:`course_utils.data.files`).
+
+    The hub sources raise :class:`CorpusUnavailableError` when there is no
+    network. ``split`` is "train", "validation" or "test" ("valid", "val" and
+    "dev" also work); a local folder also takes its own split names, such as
+    ``"test_2016_flickr"``.
     """
     import datasets
 
+    if isinstance(source, str) and source in HUB:
+        return _load_hub(datasets, source, _SPLIT_ALIASES.get(split, split))
     if source == "bundled":
         path = corpus_path(split)
         with _quiet(datasets):  # no progress bars: the same output on the first and every later load
             return datasets.load_dataset("json", data_files={"data": str(path)}, split="data")
-    if source == "opus100":
-        name = _SPLIT_ALIASES.get(split, split)
-        if _offline():
-            raise CorpusUnavailableError(_offline_message("the Hugging Face hub is switched to offline mode (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"))
-        try:
-            return datasets.load_dataset(OPUS100, "de-en", split=name)
-        except Exception as exc:  # no network, DNS failure, hub unreachable...
-            if _looks_like_network_error(exc):
-                raise CorpusUnavailableError(_offline_message(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")) from exc
-            raise
-    raise ValueError(f"Unknown corpus source {source!r}: use 'bundled' or 'opus100'.")
+    if Path(source).is_dir():
+        return load_local(source, split)
+    raise ValueError(
+        f"Unknown corpus source {source!r}: use 'bundled', 'multi30k', 'opus100', or the path of a folder of corpus files."
+    )
 
 
-@contextlib.contextmanager
-def _quiet(datasets) -> Iterator[None]:
-    """Hide the progress bars of ``datasets`` for one call, then restore the learner's setting."""
-    logging = datasets.utils.logging
-    was_enabled = logging.is_progress_bar_enabled()
-    logging.disable_progress_bar()
+def _load_hub(datasets, source: str, split: str):
+    """``source`` ("multi30k" or "opus100") from the Hugging Face hub, in the course's schema."""
+    if split not in SPLITS:
+        raise ValueError(f"Unknown split {split!r}: choose one of {', '.join(SPLITS)}.")
+    name, config = HUB[source]
+    if _offline():
+        reason = "the Hugging Face hub is switched to offline mode (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"
+        raise CorpusUnavailableError(_offline_message(source, reason))
     try:
-        yield
-    finally:
-        if was_enabled:
-            logging.enable_progress_bar()
+        loaded = datasets.load_dataset(name, config, split=split) if config else datasets.load_dataset(name, split=split)
+    except Exception as exc:  # no network, DNS failure, hub unreachable...
+        if _looks_like_network_error(exc):
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise CorpusUnavailableError(_offline_message(source, f"{type(exc).__name__}: {first}")) from exc
+        raise
+    return to_course_schema(loaded, name) if source == "multi30k" else loaded
 
 
 def _offline() -> bool:
@@ -127,11 +145,16 @@ def _looks_like_network_error(exc: BaseException) -> bool:
     return False
 
 
-def _offline_message(reason: str) -> str:
+def _offline_message(source: str, reason: str) -> str:
+    name, config = HUB[source]
+    local = (
+        " or, with the files of the public Multi30k repository (data/task1/raw), load_corpus('path/to/raw', split)"
+        if source == "multi30k" else ""
+    )
     return (
-        f"Cannot load opus100 ({OPUS100}, de-en): this needs a network connection to the Hugging Face hub, "
-        f"and it is not available here ({reason}).\n"
-        f"Use the corpus bundled with the course instead, which works offline: load_corpus('bundled', split)."
+        f"Cannot load {source} ({name}{', ' + config if config else ''}): this needs a network connection to the "
+        f"Hugging Face hub, and it is not available here ({reason}).\n"
+        f"Use the corpus bundled with the course instead, which works offline: load_corpus('bundled', split){local}."
     )
 
 
@@ -208,6 +231,15 @@ def decode(ids: Sequence[int] | torch.Tensor, vocab: Mapping[str, int]) -> list[
     return tokens
 
 
+def unknown_rate(token_lists: Iterable[Sequence[str]], vocab: Mapping[str, int]) -> float:
+    """The fraction of tokens that ``vocab`` does not hold (they would all become ``<unk>``)."""
+    total = unknown = 0
+    for tokens in token_lists:
+        total += len(tokens)
+        unknown += sum(token not in vocab for token in tokens)
+    return unknown / total if total else 0.0
+
+
 def invert(vocab: Mapping[str, int]) -> dict[int, str]:
     """Id -> token."""
     return {i: token for token, i in vocab.items()}
@@ -278,7 +310,7 @@ def make_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[in
 
 
 __all__ = [
-    "BOS", "BOS_ID", "CORPUS_DIR", "CorpusUnavailableError", "EOS", "EOS_ID", "OPUS100", "PAD", "PAD_ID",
+    "BOS", "BOS_ID", "CORPUS_DIR", "CorpusUnavailableError", "EOS", "EOS_ID", "HUB", "MULTI30K", "OPUS100", "PAD", "PAD_ID",
     "SPECIALS", "SPLITS", "UNK", "UNK_ID", "build_vocab", "corpus_path", "decode", "detokenize", "encode",
-    "invert", "load_corpus", "make_batches", "pad_batch", "prepare", "token_lists", "tokenize",
+    "invert", "load_corpus", "load_local", "make_batches", "pad_batch", "prepare", "token_lists", "tokenize", "unknown_rate",
 ]
