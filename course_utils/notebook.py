@@ -14,12 +14,14 @@ import ast
 import contextlib
 import linecache
 import os
+import sys
+import types
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import torch
 
-from ._schema import names_defined, parse_cell
+from ._schema import ERROR, FAILED, PASSED, names_defined, parse_cell
 
 
 def pick_device(verbose: bool = True) -> torch.device:
@@ -41,32 +43,227 @@ class _Skipped(Exception):
 
 @contextlib.contextmanager
 def requires(*exercises: str) -> Iterator[None]:
-    """Run a demonstration block; if an exercise it uses is unfinished, say so instead of failing.
+    """Run a demonstration block that uses learner code; turn its failures into one clear note.
 
         with requires("scaled_dot_product_attention"):
             output, weights = scaled_dot_product_attention(q, k, v)
             plot_attention(weights, tokens)
 
-    ``NotImplementedError`` (an untouched exercise) prints which exercise to
-    finish first; a ``NameError`` asks to run the cells above first. Any other exception is shown as one line, with a pointer to
-    the exercise's checker, which explains such problems in detail.
+    It remembers what each exercise's checker last said in this kernel:
+
+    * before the block runs, an exercise whose checker last FAILED (or gave an
+      ERROR) on the very object this cell will use gets a warning;
+    * ``NotImplementedError`` (an untouched exercise) says which exercise to finish;
+    * a ``NameError`` asks to run the cells above only when that would help (the
+      cell itself, not the learner's code, uses a name that is not defined yet);
+    * an ``AttributeError`` on a learner's object names what the course expected
+      of it (from :mod:`course_utils.contracts`), and, when its checker passed,
+      says the checker should have caught it;
+    * any other exception is shown as one line with the learner's source line.
     """
-    names = ", ".join(f"`{e}`" for e in exercises) or "the exercise above"
+    namespace = _caller_namespace()
+    results = {name: _last_result(name, namespace) for name in exercises}
+    for name, result in results.items():
+        if result is not None and result.status in (FAILED, ERROR):
+            print(_failing_warning(name, result))
     try:
         yield
-    except NotImplementedError:
-        print(f"This cell uses {names}. Finish that exercise first, then run this cell again.")
+    except NotImplementedError as exc:
+        culprits = _culprits(exc, exercises) or list(exercises)
+        print(f"This cell uses {_names(culprits)}. Finish that exercise first, then run this cell again.")
     except NameError as exc:
-        print(
-            f"This cell uses {names}, but {exc}. Run the cells above this one first "
+        print(_name_error_note(exc, exercises, results))
+    except AttributeError as exc:
+        print(_attribute_error_note(exc, exercises, results))
+    except Exception as exc:  # a learner's bug: one clear line, not a traceback
+        print(_error_note(exc, exercises, results))
+
+
+def _names(exercises: Sequence[str]) -> str:
+    return ", ".join(f"`{e}`" for e in exercises) or "the exercise above"
+
+
+def _caller_namespace() -> dict[str, Any]:
+    """The names visible in the cell that opened ``with requires(...)`` (its locals over its globals)."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename in (__file__, contextlib.__file__):
+        frame = frame.f_back
+    if frame is None:  # pragma: no cover - there is always a caller
+        return {}
+    return {**frame.f_globals, **frame.f_locals}
+
+
+def _last_result(exercise: str, namespace: dict[str, Any]) -> Any:
+    """What the exercise's checker last said about the object this cell will use (None: not checked)."""
+    from .checks._core import last_result
+
+    if exercise not in namespace:
+        return None
+    return last_result(exercise, namespace[exercise])
+
+
+def _first_line(text: object) -> str:
+    lines = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def _failing_warning(exercise: str, result: Any) -> str:
+    what = "FAILED" if result.status == FAILED else "ended in an ERROR"
+    headline = _first_line(result.messages[0]) if result.messages else ""
+    return (
+        f"Warning: your `{exercise}` {what} its checker the last time you ran it"
+        + (f': "{headline}"' if headline else "")
+        + "\nThis cell uses it, so expect an error or misleading results; fix it and run its checker "
+        "cell again first."
+    )
+
+
+# Reading a traceback: which frames are the cell, which are the learner's exercises.
+
+
+def _frames(exc: BaseException) -> list[types.FrameType]:
+    """The frames an exception passed through, from the cell that ran ``with requires`` down to where it was raised."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename not in (__file__, contextlib.__file__):
+            frames.append(tb.tb_frame)
+        tb = tb.tb_next
+    return frames
+
+
+def _exercise_of(frame: types.FrameType, known: set[str]) -> str | None:
+    """The exercise whose code a frame runs (a function, or a method of a class, with that name), if any."""
+    code = frame.f_code
+    qualname = getattr(code, "co_qualname", code.co_name)  # Python 3.11+; "Class.method", "f.<locals>.g"
+    for part in reversed(qualname.split(".")):
+        if part in known:
+            return part
+    self = frame.f_locals.get("self")
+    if self is not None:
+        for cls in type(self).__mro__:
+            if cls.__name__ in known and cls.__dict__.get(code.co_name) is not None:
+                return cls.__name__
+    return None
+
+
+def _known_exercises(exercises: Sequence[str]) -> set[str]:
+    from . import contracts
+
+    return set(exercises) | set(contracts.CONTRACTS)
+
+
+def _culprits(exc: BaseException, exercises: Sequence[str]) -> list[str]:
+    """The exercises whose code the exception passed through, outermost first."""
+    known = _known_exercises(exercises)
+    found = [_exercise_of(frame, known) for frame in _frames(exc)[1:]]
+    return list(dict.fromkeys(name for name in found if name))
+
+
+def _raised_in_exercise(exc: BaseException, exercises: Sequence[str]) -> types.FrameType | None:
+    """The innermost frame of a learner's exercise the exception passed through, if it did."""
+    known = _known_exercises(exercises)
+    inside = [frame for frame in _frames(exc)[1:] if _exercise_of(frame, known)]
+    return inside[-1] if inside else None
+
+
+def _where(frame: types.FrameType | None, exc: BaseException) -> str:
+    """`` (line N: <code>)`` for the line of ``frame`` that was running when ``exc`` went through it."""
+    if frame is None:
+        return ""
+    tb = exc.__traceback__
+    lineno = frame.f_lineno
+    while tb is not None:
+        if tb.tb_frame is frame:
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    code = linecache.getline(frame.f_code.co_filename, lineno).strip()
+    return f" (line {lineno}: `{code}`)" if code else f" (line {lineno})"
+
+
+def _next_step(exercises: Sequence[str], results: dict[str, Any]) -> str:
+    """What to do next, from what the exercises' checkers last said."""
+    said = [results.get(name) for name in exercises]
+    if any(r is not None and r.status in (FAILED, ERROR) for r in said):
+        return "Its checker reported a problem (see the warning above): fix that first."
+    if said and all(r is not None and r.status == PASSED for r in said):
+        return (
+            f"{_names(exercises)} passed its checker, so the checker should have caught this: "
+            f"please report it to the course's authors."
+        )
+    return "Run its checker cell to find out what to fix."
+
+
+def _name_error_note(exc: NameError, exercises: Sequence[str], results: dict[str, Any]) -> str:
+    missing = getattr(exc, "name", None) or _first_line(exc)
+    if missing in exercises:
+        return (
+            f"This cell uses `{missing}`, which is not defined yet. Run its exercise cell (Run > Run All Above "
+            f"Selected Cell runs everything above), then this cell again."
+        )
+    frame = _raised_in_exercise(exc, exercises)
+    if frame is None or missing in _known_exercises(exercises):
+        return (
+            f"This cell uses {_names(exercises)}, but {exc}. Run the cells above this one first "
             f"(Run > Run All Above Selected Cell), then this cell again."
         )
-    except Exception as exc:  # a learner's bug: one clear line, not a traceback
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        print(
-            f"This cell uses {names}, which raised {type(exc).__name__}: {first}\n"
-            f"Run its checker cell to find out what to fix."
-        )
+    culprit = _exercise_of(frame, _known_exercises(exercises))
+    return (
+        f"Your `{culprit}` uses `{missing}`, which is not defined{_where(frame, exc)}: a typo, or a name "
+        f"that only exists inside another function. Fix it in your exercise cell"
+        + (", then run its checker cell again." if results.get(culprit) is None else ". " + _next_step([culprit], results))
+    )
+
+
+def _expected_names(contract: Any) -> tuple[str, ...]:
+    return tuple(contract.attributes) + tuple(contract.methods) + tuple(contract.submodules)
+
+
+def _contract_for(obj: Any, attribute: str, exercises: Sequence[str]) -> Any:
+    """The contract that covers ``obj``: its class's exercise, else a used exercise that lists ``attribute``."""
+    from . import contracts
+
+    for cls in type(obj).__mro__:
+        found = contracts.CONTRACTS.get(cls.__name__)
+        if found is not None and found.kind == "class":
+            return found
+    for name in exercises:
+        found = contracts.CONTRACTS.get(name)
+        if found is not None and attribute in _expected_names(found):
+            return found
+    return None
+
+
+def _attribute_error_note(exc: AttributeError, exercises: Sequence[str], results: dict[str, Any]) -> str:
+    attribute, obj = getattr(exc, "name", None), getattr(exc, "obj", None)
+    frame = _raised_in_exercise(exc, exercises)
+    contract = _contract_for(obj, attribute, exercises) if attribute and frame is None else None
+    if contract is None or attribute not in _expected_names(contract):
+        return _error_note(exc, exercises, results)
+    expected = ", ".join(f"`{name}`" for name in _expected_names(contract))
+    owner = contract.exercise
+    note = (
+        f"This cell uses `{attribute}` of your `{owner}`"
+        + ("'s result" if contract.kind != "class" else "")
+        + f", which has no such attribute. The course relies on these names ({contract.lesson} asks for them in "
+        f"the exercise's text): {expected}. Give yours the same names."
+    )
+    result = results.get(owner) if owner in results else None
+    if result is not None and result.status == PASSED:
+        return note + f"\nYour `{owner}` passed its checker, so the checker should have caught this: please report it to the course's authors."
+    if result is not None:
+        return note + "\nIts checker reported a problem (see the warning above): fix that first."
+    return note + "\nRun its checker cell: it checks every name the course relies on."
+
+
+def _error_note(exc: BaseException, exercises: Sequence[str], results: dict[str, Any]) -> str:
+    culprits = _culprits(exc, exercises)
+    frame = _raised_in_exercise(exc, exercises)
+    used = [name for name in culprits if name in exercises] or list(exercises)
+    return (
+        f"This cell uses {_names(exercises)}, which raised {type(exc).__name__}: {_first_line(exc)}"
+        f"{_where(frame, exc)}.\n" + _next_step(used, results)
+    )
 
 
 # ---------------------------------------------------------------------------

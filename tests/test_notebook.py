@@ -93,3 +93,165 @@ def test_load_exercises_does_not_inherit_this_modules_future_imports(tmp_path):
     )
     (config,) = load_exercises(nb, ["TrainConfig"]).values()
     assert config().d_model == 128
+
+
+# ---------------------------------------------------------------------------
+# requires() knows what each exercise's checker last said in this kernel.
+# The results below come from the real engine (run_check), about made-up
+# exercises, so the tests do not depend on the course's own checkers.
+
+
+def _record(exercise, implementation, passed=True, crash=False):
+    """Run a real checker on ``implementation``: PASSED, FAILED or (crash) ERROR."""
+    from course_utils.checks._core import run_check
+
+    def body(check, impl):
+        if crash:
+            check.call(lambda: 1 / 0)
+        check.require(passed, "Your output is transposed.\nSwap the last two dimensions.")
+        check.ok("right values")
+
+    return run_check(exercise, body, implementation)
+
+
+@pytest.fixture
+def contract(monkeypatch):
+    """A contract for a made-up class exercise ``Heads`` and a made-up function ``make_schedule``."""
+    from course_utils import contracts
+
+    heads = contracts.Contract("Heads", "04_multi_head_attention", "class", "Heads()", attributes=("num_heads", "d_k"))
+    schedule = contracts.Contract("make_schedule", "06_training", "function", "make_schedule(opt)", methods=("get_last_lr", "state_dict"))
+    monkeypatch.setitem(contracts.CONTRACTS, "Heads", heads)
+    monkeypatch.setitem(contracts.CONTRACTS, "make_schedule", schedule)
+
+
+def test_requires_warns_before_running_when_the_exercise_last_failed(capsys):
+    def halve(x):
+        return x
+
+    assert _record("halve", halve, passed=False).status == "failed"
+    ran = []
+    with requires("halve"):
+        print("the block runs")
+        ran.append(halve(2))
+    out = capsys.readouterr().out
+    assert ran == [2], "a warning, not a refusal"
+    assert out.index("Warning") < out.index("the block runs"), "the warning comes before the cell's output"
+    assert "`halve` FAILED its checker" in out and "Your output is transposed." in out
+    assert "Swap" not in out, "only the first line of the checker's message"
+
+
+def test_requires_warns_when_the_checker_ended_in_an_error(capsys):
+    def third(x):
+        return x / 3
+
+    assert _record("third", third, crash=True).status == "error"
+    with requires("third"):
+        pass
+    assert "`third` ended in an ERROR its checker" in capsys.readouterr().out
+
+
+def test_requires_does_not_warn_about_another_object_or_a_passed_check(capsys):
+    def quarter(x):
+        return x / 4
+
+    def wrong_quarter(x):  # a lesson shows what a failure looks like
+        return x
+
+    _record("quarter", quarter, passed=True)
+    with requires("quarter"):
+        pass
+    _record("quarter", wrong_quarter, passed=False)
+    with requires("quarter"):
+        pass
+    assert capsys.readouterr().out == "", "the failing check was about another object than the one this cell uses"
+
+
+def test_attribute_error_after_a_green_checker_names_the_expected_attribute(capsys, contract):
+    class Heads:  # stores its head count under another name
+        def __init__(self):
+            self.h = 2
+
+    _record("Heads", Heads, passed=True)
+    with requires("Heads"):
+        Heads().num_heads
+    out = capsys.readouterr().out
+    assert "`num_heads` of your `Heads`" in out and "`num_heads`, `d_k`" in out
+    assert "04_multi_head_attention" in out
+    assert "passed its checker, so the checker should have caught this" in out
+    assert "Run the cells above" not in out and "Run its checker" not in out
+
+
+def test_attribute_error_on_what_a_function_exercise_returns(capsys, contract):
+    class MyScheduler:  # a hand-written scheduler without get_last_lr
+        def step(self):
+            pass
+
+    def make_schedule(optimizer):
+        return MyScheduler()
+
+    with requires("make_schedule"):
+        make_schedule(None).get_last_lr()
+    out = capsys.readouterr().out
+    assert "`get_last_lr` of your `make_schedule`'s result" in out and "`get_last_lr`, `state_dict`" in out
+    assert "Run its checker cell: it checks every name the course relies on." in out, "never checked: run it"
+
+
+def test_attribute_error_inside_the_learners_own_code_shows_their_line(capsys, contract):
+    class Heads:
+        def __init__(self):
+            self.num_heads = 2
+
+        def forward(self):
+            return self.d_model  # never set: the learner's own bug
+
+    with requires("Heads"):
+        Heads().forward()
+    out = capsys.readouterr().out
+    assert "raised AttributeError: 'Heads' object has no attribute 'd_model'" in out
+    assert "return self.d_model" in out, "the learner's source line"
+    assert "The course relies on these names" not in out
+
+
+def test_name_error_for_the_exercise_itself_asks_to_run_its_cell(capsys):
+    with requires("not_defined_anywhere"):
+        not_defined_anywhere(1)  # noqa: F821
+    out = capsys.readouterr().out
+    assert "`not_defined_anywhere`, which is not defined yet. Run its exercise cell" in out
+
+
+def test_name_error_inside_the_learners_code_does_not_ask_to_run_cells(capsys):
+    def scale(x):
+        return x / math_sqrt(4)  # noqa: F821 - a typo inside the exercise
+
+    with requires("scale"):
+        scale(8)
+    out = capsys.readouterr().out
+    assert "Your `scale` uses `math_sqrt`, which is not defined" in out and "x / math_sqrt(4)" in out
+    assert "Run the cells above" not in out and "Run All Above" not in out
+
+
+def test_a_bug_after_a_green_checker_says_the_checker_missed_it(capsys):
+    def tenth(x):
+        if x > 100:
+            raise IndexError("index 7 is out of bounds")
+        return x / 10
+
+    _record("tenth", tenth, passed=True)
+    with requires("tenth"):
+        tenth(1000)
+    out = capsys.readouterr().out
+    assert "raised IndexError: index 7 is out of bounds" in out and 'raise IndexError("index 7' in out
+    assert "passed its checker, so the checker should have caught this" in out
+
+
+def test_unfinished_exercise_is_named_even_among_several(capsys):
+    def done(x):
+        return x
+
+    def todo(x):
+        raise NotImplementedError()
+
+    with requires("done", "todo"):
+        todo(done(1))
+    assert "This cell uses `todo`. Finish that exercise first" in capsys.readouterr().out
