@@ -45,6 +45,10 @@ _TOPICS = {
     "check_noam_scheduler": "schedule",
     "check_label_smoothing_loss": "loss",
     "check_greedy_decode": "decoding",
+    # lesson 07: inference
+    "check_beam_search": "inference",
+    # lesson 08: real data
+    "check_learn_bpe": "subwords",
 }
 
 __all__ = ["CheckResult", "Status", *_TOPICS]

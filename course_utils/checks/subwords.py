@@ -1,0 +1,234 @@
+"""Checker for lesson 08: the byte-pair-encoding merge loop.
+
+The contract (from the lesson):
+
+``learn_bpe(word_counts, num_merges) -> list[tuple[str, str]]``
+
+* ``word_counts`` maps each word (a string) to how often it occurs; every
+  word starts as the sequence of its characters.
+* Each merge step counts every pair of adjacent symbols in every word,
+  weighted by the word's count (a word ``"aaa"`` holds the pair ``("a", "a")``
+  twice), on the words as the earlier merges left them.
+* It merges the most frequent pair; among pairs with the same count, the
+  smallest pair in Python's order of tuples (``min`` over ``(first, second)``).
+* Merging replaces each occurrence of the pair in every word, left to right,
+  by one symbol ``first + second`` (``"aaa"`` with ``("a", "a")`` becomes
+  ``"aa", "a"``).
+* It returns the merged pairs in order: ``num_merges`` of them, or fewer when
+  every word is a single symbol before that. ``word_counts`` is left as it was.
+
+The checker replays the learner's merges on several corpora and, at every
+step, recounts the pairs itself from the definition above: each merge must be
+a most frequent pair at its point, ties broken as the contract says. When a
+merge is wrong it names the first one, shows the counts, and, when it can,
+the likely cause: it compares the whole answer with what the usual mistakes
+produce (counting each word once, not recounting after a merge, another
+tie-break, merging only the first occurrence in a word).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from typing import Any, Callable, Sequence
+
+from ._core import Check, CheckResult, run_check
+
+Pair = tuple[str, str]
+
+
+def check_learn_bpe(learn_bpe: Callable) -> CheckResult:
+    """Check ``learn_bpe(word_counts, num_merges) -> list of (str, str)`` merges, ties to the smallest pair."""
+    return run_check("learn_bpe", _check_learn_bpe, learn_bpe)
+
+
+# --------------------------------------------------------------------------
+# The definition, and the usual mistakes, as one small simulator.
+
+
+def _pair_counts(words: dict[tuple[str, ...], int], weighted: bool = True) -> Counter:
+    counts: Counter = Counter()
+    for symbols, count in words.items():
+        for pair in zip(symbols, symbols[1:]):
+            counts[pair] += count if weighted else 1
+    return counts
+
+
+def _merge(symbols: tuple[str, ...], pair: Pair, everywhere: bool = True) -> tuple[str, ...]:
+    out: list[str] = []
+    i = 0
+    merged = False
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair and (everywhere or not merged):
+            out.append(pair[0] + pair[1])
+            i += 2
+            merged = True
+        else:
+            out.append(symbols[i])
+            i += 1
+    return tuple(out)
+
+
+def _merge_all(words: dict[tuple[str, ...], int], pair: Pair, everywhere: bool = True) -> dict[tuple[str, ...], int]:
+    out: dict[tuple[str, ...], int] = {}
+    for symbols, count in words.items():
+        key = _merge(symbols, pair, everywhere)
+        out[key] = out.get(key, 0) + count
+    return out
+
+
+def _best(counts: Counter, tie: str = "smallest") -> Pair:
+    top = max(counts.values())
+    tied = [p for p, c in counts.items() if c == top]
+    return {"smallest": min, "largest": max, "first": lambda ps: ps[0]}[tie](tied)
+
+
+def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, recount: bool = True,
+           tie: str = "smallest", everywhere: bool = True) -> list[Pair]:
+    """The contract (all defaults) or one of the usual mistakes."""
+    words = {tuple(w): c for w, c in word_counts.items()}
+    frozen = _pair_counts(words, weighted)
+    merges: list[Pair] = []
+    while len(merges) < num_merges:
+        counts = _pair_counts(words, weighted) if recount else Counter({p: c for p, c in frozen.items() if p not in merges})
+        counts = +counts
+        if not recount:  # stale counts: only pairs still present in the words can be merged
+            present = _pair_counts(words)
+            counts = Counter({p: c for p, c in counts.items() if p in present})
+        if not counts:
+            break
+        pair = _best(counts, tie)
+        merges.append(pair)
+        words = _merge_all(words, pair, everywhere)
+    return merges
+
+
+_MISTAKES = (
+    (dict(weighted=False),
+     "Your pair counts look like one per word, not weighted by how often the word occurs.\n"
+     "Add the word's count (`counts[pair] += freq`) for every pair it holds, not 1."),
+    (dict(recount=False),
+     "Your merges follow the pair counts of the very first step: count the pairs again after every merge, "
+     "on the words as the merges left them (merged symbols make new pairs, and remove old ones)."),
+    (dict(tie="largest"),
+     "Ties are broken the wrong way: among pairs with the same count, merge the SMALLEST one "
+     "(`min` over the tied pairs, comparing (first, second)), not the largest."),
+    (dict(tie="first"),
+     "Ties are broken by the order in which the pairs were first seen (`max(counts, key=counts.get)` or "
+     "`most_common(1)`); the contract asks for the smallest tied pair: "
+     "`min(pairs, key=lambda p: (-counts[p], p))`."),
+    (dict(everywhere=False),
+     "Your merge replaces only the first occurrence of the pair in each word; replace every occurrence, "
+     "left to right (\"aaa\" with ('a', 'a') becomes ['aa', 'a'])."),
+)
+
+
+# --------------------------------------------------------------------------
+# Inputs
+
+# Chosen so that the usual mistakes choose differently from the contract:
+# frequencies matter (a few frequent words against many rare ones), merged
+# symbols make new pairs, several steps end in ties, "aaaa" repeats a pair.
+_CORPORA: list[tuple[str, dict[str, int], int]] = [
+    ("a toy corpus", {"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10),
+    ("a corpus where one frequent word outweighs many rare ones",
+     {"▁hat": 20, "▁cat": 1, "▁bat": 1, "▁mat": 1, "▁rat": 1, "▁sat": 1, "▁vat": 1, "▁hot": 4}, 6),
+    ("a corpus full of ties", {"bd": 3, "ca": 3, "ab": 3, "dc": 3, "abcd": 1}, 6),
+    ("a corpus with repeated letters", {"aaaa": 3, "aab": 2, "baa": 2, "bbbb": 1}, 6),
+    ("a corpus with umlauts", {"▁müde": 4, "▁müder": 2, "▁mädchen": 3, "▁märchen": 2}, 8),
+]
+
+
+def _describe_words(words: dict[str, int]) -> str:
+    return "{" + ", ".join(f"{w!r}: {c}" for w, c in words.items()) + "}"
+
+
+def _as_pairs(check: Check, value: Any, where: str) -> list[Pair]:
+    if isinstance(value, (str, bytes, dict)) or not isinstance(value, Sequence):
+        check.fail(f"Your learn_bpe returned {type(value).__name__} for {where}: return a list of merged pairs, "
+                   f"such as [('e', 's'), ('es', 't')].")
+    pairs: list[Pair] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str) or not isinstance(item, Sequence) or len(item) != 2 or not all(isinstance(s, str) for s in item):
+            check.fail(f"Merge number {i + 1} of your learn_bpe ({item!r}, for {where}) is not a pair of two strings.\n"
+                       f"Each merge is the pair of symbols that was merged, such as ('e', 's'), not the merged symbol 'es'.")
+        pairs.append((item[0], item[1]))
+    return pairs
+
+
+def _replay(check: Check, merges: list[Pair], word_counts: dict[str, int], num_merges: int, where: str) -> None:
+    """Fail at the first merge that is not a most frequent pair (smallest on ties) at its point."""
+    if len(merges) > num_merges:
+        check.fail(f"Your learn_bpe returned {len(merges)} merges for {where}, but num_merges={num_merges}: "
+                   f"make exactly num_merges merges (fewer only when no pair is left)."
+                   + _likely_cause(merges, word_counts, num_merges))
+    words = {tuple(w): c for w, c in word_counts.items()}
+    for step, pair in enumerate(merges, start=1):
+        counts = _pair_counts(words)
+        if not counts:
+            check.fail(f"Your learn_bpe returned {len(merges)} merges for {where}, but after {step - 1} every word "
+                       f"is already a single symbol: there is nothing left to merge. Stop the loop when no pair is left.")
+        top = max(counts.values())
+        expected = min(p for p, c in counts.items() if c == top)
+        if pair != expected:
+            seen = counts.get(pair, 0)
+            tied = sorted(p for p, c in counts.items() if c == top)
+            detail = (
+                f"At merge {step} (for {where}), your learn_bpe merged {pair!r}, which occurs {seen} time(s) at that point"
+                + (" (it is not a pair of adjacent symbols in any word then: did the earlier merges join "
+                   "first + second into one symbol, in that order, everywhere?)" if seen == 0 else "")
+                + f"; the most frequent pair occurs {top} times"
+                + (f" (tied: {', '.join(map(repr, tied))}; the smallest, {expected!r}, wins)" if len(tied) > 1 else f": {expected!r}")
+                + f".\nYour merges so far: {merges[:step]!r}."
+            )
+            check.fail(detail + _likely_cause(merges, word_counts, num_merges))
+        words = _merge_all(words, pair)
+    if len(merges) < num_merges and _pair_counts(words):
+        check.fail(f"Your learn_bpe returned {len(merges)} merges for {where} with num_merges={num_merges}, "
+                   f"but pairs were left to merge: do exactly num_merges merges (fewer only when no pair is left)."
+                   + _likely_cause(merges, word_counts, num_merges))
+
+
+def _likely_cause(merges: list[Pair], word_counts: dict[str, int], num_merges: int) -> str:
+    for options, cause in _MISTAKES:
+        if merges == _learn(word_counts, num_merges, **options):
+            return "\nLikely cause: " + cause
+    if merges == _learn(word_counts, num_merges + 1):
+        return "\nLikely cause: one merge too many: your loop runs num_merges + 1 times."
+    if merges == _learn(word_counts, max(num_merges - 1, 0)):
+        return "\nLikely cause: one merge too few: your loop stops after num_merges - 1 merges."
+    return ""
+
+
+def _check_learn_bpe(check: Check, learn_bpe: Callable) -> None:
+    for where, word_counts, num_merges in _CORPORA:
+        given = copy.deepcopy(word_counts)
+        value = check.call(learn_bpe, given, num_merges, what=f"learn_bpe({_describe_words(word_counts)}, {num_merges})")
+        if given != word_counts or list(given) != list(word_counts):
+            check.fail(f"Your learn_bpe changed its input `word_counts` (for {where}). Work on a copy of the words "
+                       f"(e.g. a dict from each word's tuple of symbols to its count), and leave the argument as it was.")
+        merges = _as_pairs(check, value, where)
+        _replay(check, merges, word_counts, num_merges, where)
+    check.ok("every merge is the most frequent pair of adjacent symbols at its point, counted with the word frequencies")
+    check.ok("ties go to the smallest pair, and every occurrence of a merged pair is replaced")
+
+    # Stopping: more merges asked for than there are pairs, and none.
+    words = {"ab": 2, "b": 1, "abc": 1}
+    value = check.call(learn_bpe, dict(words), 50, what="learn_bpe({'ab': 2, 'b': 1, 'abc': 1}, 50)")
+    merges = _as_pairs(check, value, "a corpus that runs out of pairs")
+    _replay(check, merges, words, 50, "{'ab': 2, 'b': 1, 'abc': 1} with num_merges=50")
+    value = check.call(learn_bpe, dict(words), 0, what="learn_bpe({'ab': 2, 'b': 1, 'abc': 1}, 0)")
+    if list(_as_pairs(check, value, "num_merges=0")):
+        check.fail(f"With num_merges=0 your learn_bpe returned {value!r}: it should merge nothing and return [].")
+    check.ok("stops when no pair is left, and merges nothing when asked for 0 merges")
+
+    # The order of the dictionary must not matter (the tie-break is on the pairs, not on what was seen first).
+    where, word_counts, num_merges = _CORPORA[2]
+    reordered = dict(reversed(list(word_counts.items())))
+    value = check.call(learn_bpe, dict(reordered), num_merges, what=f"learn_bpe({_describe_words(reordered)}, {num_merges})")
+    _replay(check, _as_pairs(check, value, "the same words in another order"), reordered, num_merges,
+            f"{where}, in another order")
+    check.ok("does not depend on the order of the words, and leaves word_counts unchanged")
+
+
+__all__ = ["check_learn_bpe"]
