@@ -10,18 +10,62 @@ model's own argmax, replayed on the learner's output, is the oracle; the
 recorded calls name what went wrong. The batch must be encoded in one call and
 see prefixes of length 1, 2, 3, ...: the usual batched loop, a per-sentence
 loop and a batch that drops its finished sentences all qualify.
+
+The scripted model counts its calls and stops answering past a bound tied to
+``max_len`` (a loop without its stopping condition ends with a message, never
+hangs), records whether gradients were on (decoding must run under
+``torch.no_grad()``), and can live on a pretend GPU (``_devices``) to catch
+tensors created on the CPU whatever the input's device; where a real ``cuda``
+or ``mps`` device exists, the decoding runs there too.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
 from torch import nn
 
-from ._core import Check, CheckResult, describe, fmt_shape, fmt_values, run_check
+from . import _devices
+from ._core import Check, CheckResult, Raised, describe, fmt_shape, fmt_values, run_check
 
 _WIDTH = 3  # features of the scripted memory
+_SLACK = 3  # extra prefix tokens (and calls per sentence) the scripted model allows before it stops answering
+_NO_GRAD = (
+    "Decoding needs no gradients: decorate greedy_decode with `@torch.no_grad()` (or run its body inside "
+    "`with torch.no_grad():`). With gradients on, every step keeps the whole computation graph of the decoder "
+    "in memory, which on a GPU runs out of memory for long sentences or large batches."
+)
+
+
+def check_greedy_decode(greedy_decode: Callable) -> CheckResult:
+    """Check ``greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)`` on a scripted model."""
+    return run_check("greedy_decode", _check_greedy_decode, greedy_decode)
+
+
+def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
+    check.callable_(greedy_decode, "greedy_decode")
+    _check_single_sentence(check, greedy_decode, _CASES[0])
+    _check_batch_runs(check, greedy_decode, _CASES[1])
+    models = []
+    for i, case in enumerate(_CASES):
+        model, src, out = _decode(check, greedy_decode, case)
+        out = _output(check, out, case, src)
+        # what held is recorded on the last case only: it held on every case before it too
+        _diagnose(check, model, src, out, case, ok=check.ok if i == len(_CASES) - 1 else _unrecorded)
+        models.append(model)
+    check.ok("decodes a batch of sentences that end at different steps, with special ids other than 0, 1, 2")
+    _check_no_grad(check, models)
+    _check_device(check, greedy_decode, _CASES[1])
+
+
+# --------------------------------------------------------------------------
+# The scripted model.
+
+
+class _Runaway(BaseException):
+    """The scripted model's answer to a loop that does not stop (a BaseException: `except Exception` cannot hide it)."""
 
 
 def _next_token(prefix: list[int], src_row: tuple[int, ...], ordinary: list[int], eos_id: int) -> int:
@@ -41,69 +85,116 @@ def _next_token(prefix: list[int], src_row: tuple[int, ...], ordinary: list[int]
 class _ScriptedTransformer(nn.Module):
     """Stands in for a trained Transformer: deterministic, causal, and it records how it is called."""
 
-    def __init__(self, vocab_size: int, bos_id: int, eos_id: int, pad_id: int):
+    def __init__(self, case: dict, batch: int, pretend_device: bool = False):
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros(()))  # so that next(model.parameters()) works
-        self.vocab_size, self.eos_id, self.pad_id = vocab_size, eos_id, pad_id
-        self.ordinary = [t for t in range(vocab_size) if t not in (bos_id, eos_id, pad_id)]
+        self.vocab_size, self.eos_id, self.pad_id = case["vocab_size"], case["eos_id"], case["pad_id"]
+        self.max_len, self.batch, self.pretend_device = case["max_len"], batch, pretend_device
+        special = (case["bos_id"], case["eos_id"], case["pad_id"])
+        self.ordinary = [t for t in range(self.vocab_size) if t not in special]
         self.encode_calls = 0
         self.encoded: list[tuple[int, ...]] = []  # the sentences encoded, one entry per row
         self.decode_lengths: list[int] = []
         self.decoded: list[list[tuple[int, ...]]] = []  # the sentences in each decode call
+        self.with_grad = 0  # calls made while gradients were on
+        self.runaway = ""  # set once a loop has run past the bounds
+
+    def parameters(self, recurse: bool = True):
+        anchor = _devices.on_device(self.anchor) if self.pretend_device else self.anchor
+        yield anchor
 
     def sentence(self, row: list[int]) -> tuple[int, ...]:
         """A source row without its padding: what identifies the sentence."""
         return tuple(int(t) for t in row if t != self.pad_id)
 
+    def _guard(self, what: str, count: int, length: int = 0) -> None:
+        """Stop answering a loop that runs past max_len (plus a small slack)."""
+        most_calls = self.batch * (self.max_len + _SLACK)
+        if not self.runaway and (count > most_calls or length > self.max_len + _SLACK):
+            self.runaway = (
+                f"your loop called model.{what} {count} times with max_len={self.max_len}"
+                + (f" (the last prefix had {length} tokens)" if length > self.max_len else "")
+                + ": it does not stop at max_len"
+            )
+        if self.runaway:
+            raise _Runaway(self.runaway)
+
+    def _arrived(self, what: str, *tensors: torch.Tensor) -> None:
+        """Inputs must be on the model's device (raises as a GPU would)."""
+        self.with_grad += torch.is_grad_enabled()
+        if self.pretend_device and not all(_devices.is_on_device(t) for t in tensors):
+            raise _devices.DeviceMismatch(f"model.{what} received a CPU tensor while the model is on {_devices.PRETEND}")
+        if not self.pretend_device and any(t.device != self.anchor.device for t in tensors):
+            raise RuntimeError(f"Expected all tensors to be on the same device as the model ({self.anchor.device})")
+
+    def _leave(self, tensor: torch.Tensor) -> torch.Tensor:
+        return _devices.on_device(tensor) if self.pretend_device else tensor.to(self.anchor.device)
+
     def encode(self, src: torch.Tensor) -> torch.Tensor:
         self.encode_calls += 1
+        self._guard("encode", self.encode_calls)
         if not isinstance(src, torch.Tensor) or src.dim() != 2:
             raise ValueError(f"model.encode(src) expects the source batch (B, S), got {describe(src)}")
+        self._arrived("encode", src)
+        src = _devices.plain(src).cpu()
         self.encoded += [self.sentence(row) for row in src.detach().long().tolist()]
-        return src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH).float() + 0.0 * self.anchor
+        memory = src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH).float()  # (B, S, _WIDTH)
+        return self._leave(memory)
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-        if not isinstance(tgt, torch.Tensor) or tgt.dim() != 2:
-            raise ValueError(
-                f"model.decode(tgt, memory, src) expects tgt of shape (B, L), the tokens so far; got {describe(tgt)}"
-            )
-        if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"model.decode(tgt, memory, src) expects src, the source batch (B, S), as its third argument "
-                f"(and memory = model.encode(src) as its second); got {describe(src)} with tgt of shape "
-                f"{fmt_shape(tgt.shape)}"
-            )
-        if src.dtype == torch.bool:
-            raise ValueError(
-                "model.decode(tgt, memory, src) expects src, the source token ids (B, S), as its third argument, "
-                "not a mask: the model builds its masks itself"
-            )
+        _validate_decode_arguments(tgt, memory, src)
+        self._guard("decode", len(self.decode_lengths) + 1, int(tgt.shape[1]))
+        self._arrived("decode", tgt, memory, src)
+        tgt, memory, src = (_devices.plain(t).cpu() for t in (tgt, memory, src))
         wanted = src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH)
-        if (
-            not isinstance(memory, torch.Tensor)
-            or tuple(memory.shape) != tuple(wanted.shape)
-            or not torch.equal(memory.detach().double(), wanted)
-        ):
+        if tuple(memory.shape) != tuple(wanted.shape) or not torch.equal(memory.detach().double(), wanted):
             raise ValueError(
                 "model.decode(tgt, memory, src) expects memory = model.encode(src) as its second argument; "
                 f"got {describe(memory)}"
             )
         self.decode_lengths.append(int(tgt.shape[1]))
-        batch, length = tgt.shape
         tokens = tgt.detach().long().tolist()
         sources = [self.sentence(row) for row in src.detach().long().tolist()]
         self.decoded.append(sources)
-        logits = torch.zeros(batch, length, self.vocab_size)
+        return self._leave(self._logits(tokens, sources))
+
+    def _logits(self, tokens: list[list[int]], sources: list[tuple[int, ...]]) -> torch.Tensor:
+        batch, length = len(tokens), len(tokens[0])
+        logits = torch.zeros(batch, length, self.vocab_size)  # (B, L, V)
         ramp = torch.arange(self.vocab_size, dtype=torch.float32)
         for b in range(batch):
             for j in range(length):
                 choice = _next_token(tokens[b][: j + 1], sources[b], self.ordinary, self.eos_id)
                 logits[b, j] = ((ramp * 7 + 3 * j + b) % self.vocab_size) / self.vocab_size
                 logits[b, j, choice] += 4.0
-        return logits + 0.0 * self.anchor  # (B, L, V)
+        return logits
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         return self.decode(tgt, self.encode(src), src)
+
+
+def _validate_decode_arguments(tgt, memory, src) -> None:
+    """Name an argument given in the wrong place, as the real model would crash on it."""
+    if not isinstance(tgt, torch.Tensor) or tgt.dim() != 2:
+        raise ValueError(
+            f"model.decode(tgt, memory, src) expects tgt of shape (B, L), the tokens so far; got {describe(tgt)}"
+        )
+    if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.shape[0] != tgt.shape[0]:
+        raise ValueError(
+            f"model.decode(tgt, memory, src) expects src, the source batch (B, S), as its third argument "
+            f"(and memory = model.encode(src) as its second); got {describe(src)} with tgt of shape "
+            f"{fmt_shape(tgt.shape)}"
+        )
+    if src.dtype == torch.bool:
+        raise ValueError(
+            "model.decode(tgt, memory, src) expects src, the source token ids (B, S), as its third argument, "
+            "not a mask: the model builds its masks itself"
+        )
+    if not isinstance(memory, torch.Tensor) or tuple(memory.shape) != (*src.shape, _WIDTH):
+        raise ValueError(
+            "model.decode(tgt, memory, src) expects memory = model.encode(src) as its second argument; "
+            f"got {describe(memory)}"
+        )
 
 
 # Each case: vocab size, special ids, max_len, and per sentence the prefix length at which it emits EOS
@@ -153,66 +244,56 @@ def _row(values: list[int]) -> str:
 
 
 # --------------------------------------------------------------------------
+# Running the learner's loop.
 
 
-def check_greedy_decode(greedy_decode: Callable) -> CheckResult:
-    """Check ``greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)`` on a scripted model."""
-    return run_check("greedy_decode", _check_greedy_decode, greedy_decode)
+def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = False, pretend_device: bool = False):
+    """Run greedy_decode on a fresh scripted model: (model, src, output).
 
-
-class _Raised:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
-def _run(check: Check, greedy_decode: Callable, case: dict, catch: bool):
-    model = _ScriptedTransformer(case["vocab_size"], case["bos_id"], case["eos_id"], case["pad_id"])
+    With ``probe`` a crash comes back as a ``Raised`` (otherwise it ends the check as an error); a loop that runs
+    past the scripted model's bounds ends the check with a failure either way (``_Runaway`` is a BaseException,
+    so the learner's `except Exception` cannot hide it, and the wrapper turns it into that failure).
+    """
     src = _source(case)
+    model = _ScriptedTransformer(case, src.shape[0], pretend_device)
 
     def greedy_decode_(model, src, max_len, bos_id, eos_id, pad_id):
         try:
             return greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
-        except NotImplementedError:
-            raise
-        except Exception as exc:
-            if not catch:
-                raise
-            return _Raised(exc)
+        except _Runaway as exc:
+            check.fail(
+                f"greedy_decode does not stop: {exc} {_setup(case, src)}.\n"
+                f"A sentence that never emits eos_id must stop when ys has max_len columns (BOS included): loop "
+                f"`while ys.size(1) < max_len and not finished.all()`, or `for _ in range(max_len - 1)` with a "
+                f"`break` once every sentence has finished."
+            )
 
-    out = check.call(
-        greedy_decode_, model, src, case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"], what="greedy_decode"
-    )
+    run = check.attempt if probe else check.call
+    args = (case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"])
+    with _devices.elsewhere() if pretend_device else contextlib.nullcontext():
+        out = run(greedy_decode_, model, _devices.on_device(src) if pretend_device else src, *args, what="greedy_decode")
     return model, src, out
 
 
-def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
-    check.callable_(greedy_decode, "greedy_decode")
-
-    # 1. One sentence: it runs and returns a (1, T) LongTensor.
-    single = _CASES[0]
-    model, src, out = _run(check, greedy_decode, single, catch=False)
-    _output(check, out, single, src)
+def _check_single_sentence(check: Check, greedy_decode: Callable, case: dict) -> None:
+    """One sentence: it runs and returns a (1, T) LongTensor."""
+    _, src, out = _decode(check, greedy_decode, case)
+    _output(check, out, case, src)
     check.ok("returns a LongTensor (B, T)")
 
-    # 2. A batch of three: crashing here but not above means the loop handles one sentence only.
-    batch = _CASES[1]
-    _, src_b, out_b = _run(check, greedy_decode, batch, catch=True)
-    if isinstance(out_b, _Raised):
-        exc = out_b.exc
+
+def _check_batch_runs(check: Check, greedy_decode: Callable, case: dict) -> None:
+    """A batch of three: crashing here but not on one sentence means the loop handles one sentence only."""
+    _, src, out = _decode(check, greedy_decode, case, probe=True)
+    if isinstance(out, Raised) and not isinstance(out.exception, NotImplementedError):
+        exc = out.exception
         text = str(exc).strip().splitlines()
         check.fail(
-            f"greedy_decode works for one sentence but crashes on a batch of {src_b.shape[0]}: "
+            f"greedy_decode works for one sentence but crashes on a batch of {src.shape[0]}: "
             f"{type(exc).__name__}" + (f": {text[0]}" if text else "") + ".\n"
             "It should decode the whole batch at once: keep ys as a (B, T) tensor, take the argmax for every "
             "sentence (`.argmax(dim=-1)` gives shape (B,)), and avoid `.item()`, which works only for one sentence."
         )
-
-    # 3. Every case, one mechanism at a time.
-    for case in _CASES:
-        model, src, out = _run(check, greedy_decode, case, catch=False)
-        out = _output(check, out, case, src)
-        _diagnose(check, model, src, out, case)
-    check.ok("decodes a batch of sentences that end at different steps, with special ids other than 0, 1, 2")
 
 
 def _output(check: Check, out, case: dict, src: torch.Tensor) -> torch.Tensor:
@@ -233,17 +314,35 @@ def _output(check: Check, out, case: dict, src: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out: torch.Tensor, case: dict) -> None:
-    setup = _setup(case, src)
-    bos, eos, pad, max_len = case["bos_id"], case["eos_id"], case["pad_id"], case["max_len"]
+# --------------------------------------------------------------------------
+# What the recorded calls and the output say, one mechanism at a time.
+
+
+def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out: torch.Tensor, case: dict,
+              ok: Callable[[str], None]) -> None:
     expected = _expected(case, src, model)
     sentences = [model.sentence(row) for row in src.tolist()]
+    setup = _setup(case, src)
+    ok(_check_encoding(check, model, src, sentences, setup))
+    seen = _check_prefixes(check, model, sentences, setup)
+    ok("gives model.decode the whole prefix, one token longer at each step")
+    ok(_check_first_column(check, out, expected, case, setup))
+    ok(_check_tokens(check, model, out, expected, sentences, case, setup))
+    ok(_check_padding(check, out, expected, case, setup))
+    ok(_check_stopping(check, out, expected, seen, setup))
 
-    def shown(b: int = -1) -> str:
-        which = f"sentence {b}" if b >= 0 else "last sentence"
-        return f"  expected: {_row(expected[b].tolist())}\n  actual:   {_row(out[b].tolist())}  ({which})"
 
-    # The encoder runs once per sentence (normally one call for the whole batch).
+def _unrecorded(description: str) -> None:
+    """Stands in for check.ok on the cases before the last."""
+
+
+def _shown(expected: torch.Tensor, out: torch.Tensor, b: int = -1) -> str:
+    which = f"sentence {b}" if b >= 0 else "last sentence"
+    return f"  expected: {_row(expected[b].tolist())}\n  actual:   {_row(out[b].tolist())}  ({which})"
+
+
+def _check_encoding(check: Check, model: _ScriptedTransformer, src: torch.Tensor, sentences: list, setup: str) -> str:
+    """The encoder runs once for the whole batch."""
     if model.encode_calls == 0:
         check.fail(
             f"greedy_decode never called model.encode(src) {setup}. Encode the source once, before the loop, "
@@ -266,10 +365,12 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
             f"batch of {src.size(0)}) {setup}. The exercise asks for batched decoding: encode the whole batch once "
             f"with memory = model.encode(src), then extend every sentence by one token per step, all together."
         )
-    check.ok("encodes the whole batch once")
+    return "encodes the whole batch once"
 
-    # The decoder sees the whole prefix, one token longer at each step (followed sentence by sentence, so
-    # that decoding the sentences one at a time, or dropping finished ones from the batch, is fine too).
+
+def _check_prefixes(check: Check, model: _ScriptedTransformer, sentences: list, setup: str) -> list[list[int]]:
+    """The decoder sees the whole prefix, one token longer at each step (followed sentence by sentence, so
+    that decoding the sentences one at a time, or dropping finished ones from the batch, is fine too)."""
     lengths = model.decode_lengths
     if len(lengths) > 1 and all(length == 1 for length in lengths):
         check.fail(
@@ -286,17 +387,19 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
                     f"(padding left out) {setup}. Pass src itself (or rows of it) as the third argument."
                 )
             seen[sentences.index(sentence)].append(length)
-    for b, steps in enumerate(seen):
+    for steps in seen:
         if steps != list(range(1, len(steps) + 1)):
             shown_lengths = lengths if all(len(call) == len(sentences) for call in model.decoded) else steps
             check.fail(
                 f"The prefixes given to model.decode had lengths {shown_lengths} {setup}; they should be 1, 2, 3, "
                 f"...: start from ys = BOS alone (one column) and append exactly one token per step."
             )
-    check.ok("gives model.decode the whole prefix, one token longer at each step")
+    return seen
 
-    # Column 0, the length limit.
-    t = out.shape[1]
+
+def _check_first_column(check: Check, out: torch.Tensor, expected: torch.Tensor, case: dict, setup: str) -> str:
+    """Column 0 is BOS, and the output respects the length limit."""
+    bos, max_len, t = case["bos_id"], case["max_len"], out.shape[1]
     if t > max_len:
         check.fail(
             f"The output has {t} columns, more than max_len = {max_len} {setup}.\n"
@@ -309,12 +412,14 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
             cause += ": your output starts with the first generated token. Return ys with its BOS column"
         elif t and len(set(first)) == 1:
             cause += f" ({bos}), yours is {first[0]}: use the bos_id argument, not a fixed id"
-        check.fail(f"{cause} {setup}.\n{shown()}")
-    check.ok("column 0 is bos_id and T <= max_len")
+        check.fail(f"{cause} {setup}.\n{_shown(expected, out)}")
+    return "column 0 is bos_id and T <= max_len"
 
-    # Each token is the argmax at the last position of the prefix before it, until EOS.
-    tokens = out.tolist()
-    for b, row in enumerate(tokens):
+
+def _check_tokens(check, model, out, expected, sentences, case, setup) -> str:
+    """Each token is the argmax at the last position of the prefix before it, until EOS."""
+    eos, pad = case["eos_id"], case["pad_id"]
+    for b, row in enumerate(out.tolist()):
         for j in range(1, len(row)):
             prefix = row[:j]
             if eos in prefix:
@@ -322,8 +427,7 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
             want = _next_token(prefix, sentences[b], model.ordinary, eos)
             if row[j] == want:
                 continue
-            at_first = _next_token(prefix[:1], sentences[b], model.ordinary, eos)
-            if row[j] == at_first and j > 1:
+            if row[j] == _next_token(prefix[:1], sentences[b], model.ordinary, eos) and j > 1:
                 cause = (
                     "it is the argmax at the FIRST position of the decoder output. The prediction for the next "
                     "token is at the last position: `logits[:, -1, :]`, then `.argmax(dim=-1)`."
@@ -337,12 +441,15 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
                     cause += " (Your token is pad_id: only the sentences that already emitted EOS get padding.)"
             check.fail(
                 f"Sentence {b}, position {j}: after the prefix {_row(prefix)} the model's choice is {want}, but "
-                f"your output has {row[j]} {setup}:\n{cause}\n{shown(b)}"
+                f"your output has {row[j]} {setup}:\n{cause}\n{_shown(expected, out, b)}"
             )
-    check.ok("each token is the argmax at the last position of the prefix before it")
+    return "each token is the argmax at the last position of the prefix before it"
 
-    # After EOS: padding only.
-    for b, row in enumerate(tokens):
+
+def _check_padding(check: Check, out: torch.Tensor, expected: torch.Tensor, case: dict, setup: str) -> str:
+    """After EOS: padding only; without EOS: on to max_len."""
+    eos, pad, max_len, t = case["eos_id"], case["pad_id"], case["max_len"], out.shape[1]
+    for b, row in enumerate(out.tolist()):
         if eos in row:
             k = row.index(eos)
             after = row[k + 1 :]
@@ -354,36 +461,100 @@ def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out:
                     f"Sentence {b} emitted EOS at position {k}, so every later position should be pad_id = {pad}, "
                     f"but your output continues with {_row(after)} {setup}.{extra}\n"
                     f"Keep a boolean `finished` per sentence (set when it emits eos_id) and write pad_id where it "
-                    f"is set, then stop the loop once every sentence has finished.\n{shown(b)}"
+                    f"is set, then stop the loop once every sentence has finished.\n{_shown(expected, out, b)}"
                 )
         elif t < max_len:
             check.fail(
                 f"Sentence {b} has not emitted EOS, yet decoding stopped after {t} column{'s' if t != 1 else ''}, "
                 f"before max_len = {max_len} {setup}. Stop when EVERY sentence has finished (`finished.all()`), "
-                f"not the first one, and let the loop run until T == max_len otherwise.\n{shown(b)}"
+                f"not the first one, and let the loop run until T == max_len otherwise.\n{_shown(expected, out, b)}"
             )
-    check.ok("pads every position after EOS")
+    return "pads every position after EOS"
 
-    # Stop as soon as every sentence has finished.
-    if t > expected.shape[1]:
+
+def _check_stopping(check: Check, out: torch.Tensor, expected: torch.Tensor, seen: list, setup: str) -> str:
+    """Stop as soon as every sentence has finished."""
+    t, wanted = out.shape[1], expected.shape[1]
+    if t > wanted:
         check.fail(
-            f"Your output has {t} columns, but every sentence had emitted EOS after {expected.shape[1]} "
+            f"Your output has {t} columns, but every sentence had emitted EOS after {wanted} "
             f"{setup}: the extra columns hold only padding. Stop the loop as soon as every sentence has finished "
-            f"(for example `if finished.all(): break`).\n{shown()}"
+            f"(for example `if finished.all(): break`).\n{_shown(expected, out)}"
         )
-    if t < expected.shape[1]:
-        check.fail(f"Your output stops after {t} columns, but it should have {expected.shape[1]} {setup}.\n{shown()}")
+    if t < wanted:
+        check.fail(f"Your output stops after {t} columns, but it should have {wanted} {setup}.\n{_shown(expected, out)}")
     calls = max(len(steps) for steps in seen)
-    if calls > expected.shape[1] - 1:
+    if calls > wanted - 1:
         check.fail(
             f"model.decode was called {calls} times, but every sentence had finished after "
-            f"{expected.shape[1] - 1} steps {setup}. Stop the loop as soon as all sentences have emitted EOS: "
+            f"{wanted - 1} steps {setup}. Stop the loop as soon as all sentences have emitted EOS: "
             f"each extra step runs the whole decoder for nothing."
         )
     if not torch.equal(out, expected):
         check.fail(f"The output of greedy_decode is not the greedy decoding of the model {setup}.\n"
                    f"  expected: {fmt_values(expected, 40)}\n  actual:   {fmt_values(out, 40)}")
-    check.ok("stops as soon as every sentence has emitted EOS (or at max_len)")
+    return "stops as soon as every sentence has emitted EOS (or at max_len)"
+
+
+# --------------------------------------------------------------------------
+# Gradients and devices: what lesson 06 (and a GPU) need beyond the right tokens.
+
+
+def _check_no_grad(check: Check, models: list[_ScriptedTransformer]) -> None:
+    calls = sum(model.with_grad for model in models)
+    if calls:
+        check.fail(
+            f"greedy_decode ran the model with gradients on ({calls} calls of model.encode/model.decode).\n{_NO_GRAD}"
+        )
+    check.ok("runs the model without gradients (torch.no_grad)")
+
+
+def _check_device(check: Check, greedy_decode: Callable, case: dict) -> None:
+    """Decode on a pretend GPU (and on a real one, if there is one): every tensor must follow src's device."""
+    model, src, out = _decode(check, greedy_decode, case, probe=True, pretend_device=True)
+    where = f"(src and the model on {_devices.PRETEND}, pretended on this machine)"
+    if isinstance(out, Raised):
+        check.fail(_device_message(out, where))
+    if not _devices.is_on_device(out):
+        check.fail(
+            f"greedy_decode returns its output on the CPU when src and the model are on a GPU {where}.\n"
+            "Return ys on src's device (do not call `.cpu()` or `.tolist()` on it inside greedy_decode): the "
+            "caller decides where the tokens go."
+        )
+    real = _real_device()
+    if real is not None:
+        model, src, out = _on_real_device(check, greedy_decode, case, real)
+        if isinstance(out, Raised):
+            check.fail(_device_message(out, f"(src and the model on {real})"))
+        if not isinstance(out, torch.Tensor) or out.device != src.device:
+            check.fail(f"greedy_decode returns its output on {describe(out)} when src is on {real}.")
+    check.ok("creates its tensors on src's device, so it runs on a GPU too")
+
+
+def _device_message(out: Raised, where: str) -> str:
+    return (
+        f"greedy_decode mixes CPU tensors with tensors on the GPU {where}:\n{out.message}\n"
+        "On Colab's GPU this line fails with \"Expected all tensors to be on the same device\". Create every "
+        "tensor on src's device: `torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)`, "
+        "`torch.zeros(B, dtype=torch.bool, device=src.device)` (or `src.new_full(...)`, `src.new_zeros(...)`)."
+    )
+
+
+def _real_device() -> torch.device | None:
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return None
+
+
+def _on_real_device(check: Check, greedy_decode: Callable, case: dict, device: torch.device):
+    src = _source(case).to(device)
+    model = _ScriptedTransformer(case, src.shape[0]).to(device)
+    out = check.attempt(greedy_decode, model, src, case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"],
+                        what="greedy_decode")
+    return model, src, out
 
 
 __all__ = ["check_greedy_decode"]

@@ -1,0 +1,159 @@
+"""A pretend GPU, to catch tensors created on the CPU on a machine that has none.
+
+Code such as ``torch.full((B, 1), bos_id)`` (no ``device=``) runs on the CPU and
+crashes on Colab's GPU with "Expected all tensors to be on the same device".
+A checker that only ever runs on the CPU cannot see the difference, and the
+``meta`` device does not help where the learner's code reads values (a loop
+that stops when ``finished.all()``).
+
+So the checker hands the learner's code tensors that *say* they live on
+``cuda:0`` (an :class:`OnDevice` subclass of ``torch.Tensor`` whose ``.device``
+reports it) while their data stays in CPU memory, and runs that code inside
+:func:`elsewhere`, a ``TorchFunctionMode`` that:
+
+* turns every tensor asked for on that device (``device=src.device``,
+  ``.to(src.device)``, ``.cuda()``, ``src.new_full(...)``,
+  ``torch.zeros_like(src)``, results of operations on such tensors) into an
+  ``OnDevice`` tensor, and leaves the others plain: a plain tensor stands for
+  a CPU tensor;
+* raises :class:`DeviceMismatch`, as CUDA would, when an operation mixes the two
+  (a plain tensor with at least one dimension: PyTorch, too, lets 0-d CPU
+  tensors take part in GPU operations). Indexing, ``copy_``, ``to`` and
+  ``type_as`` may mix them, as on a real GPU.
+
+Values are computed by PyTorch on the CPU, exactly; only the device bookkeeping
+is pretended. The limits: code that asks ``torch.cuda.is_available()`` or
+hard-codes ``"cuda"`` sees the real machine, and tensors made by NumPy or by
+C++ extensions bypass the mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+#: the device the pretend tensors report
+PRETEND = torch.device("cuda", 0)
+
+_DEVICE_GET = torch.Tensor.device.__get__
+_IS_CUDA_GET = torch.Tensor.is_cuda.__get__
+# operations that accept tensors on different devices on a real GPU too
+_MAY_MIX = {torch.Tensor.to, torch.Tensor.type_as, torch.Tensor.copy_, torch.Tensor.__getitem__,
+            torch.Tensor.__setitem__}
+
+
+class DeviceMismatch(RuntimeError):
+    """An operation mixed a tensor on the pretend GPU with a CPU tensor."""
+
+    def __init__(self, operation: str):
+        super().__init__(
+            f"Expected all tensors to be on the same device, but found at least two devices, {PRETEND} and cpu! "
+            f"({operation})"
+        )
+        self.operation = operation
+
+
+def _tensors(value: Any) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _tensors(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _tensors(item)
+
+
+def _name(func: Any) -> str:
+    name = getattr(func, "__name__", str(func))
+    owner = "torch.Tensor." if getattr(func, "__qualname__", "").startswith(("Tensor.", "_TensorBase.")) else ""
+    return f"`{owner or 'torch.'}{name}`" if not name.startswith("__") else f"the operator {name}"
+
+
+class OnDevice(torch.Tensor):
+    """A CPU tensor that reports the pretend GPU as its device."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func == _DEVICE_GET:
+            return PRETEND
+        if func == _IS_CUDA_GET:
+            return True
+        if func not in _MAY_MIX:
+            if any(not isinstance(t, OnDevice) and t.dim() > 0 for t in (*_tensors(args), *_tensors(kwargs))):
+                raise DeviceMismatch(f"in {_name(func)}")
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def on_device(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s data, as a tensor on the pretend GPU."""
+    return tensor.as_subclass(OnDevice)
+
+
+def plain(tensor: torch.Tensor) -> torch.Tensor:
+    """The data of a pretend-GPU tensor as an ordinary CPU tensor (shares memory)."""
+    return tensor.as_subclass(torch.Tensor)
+
+
+def is_on_device(value: Any) -> bool:
+    return isinstance(value, OnDevice)
+
+
+def _pretend(device: Any) -> bool | None:
+    """True for the pretend GPU, False for the CPU, None when ``device`` names no device."""
+    if isinstance(device, OnDevice):
+        return True
+    if isinstance(device, torch.Tensor):
+        return False
+    try:
+        device = torch.device(device)
+    except (TypeError, RuntimeError, ValueError):
+        return None
+    return device.type != "cpu"
+
+
+class _Elsewhere(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.to:
+            return _to(func, args, kwargs)
+        if func is torch.Tensor.cuda:
+            return on_device(plain(args[0]))
+        if func is torch.Tensor.cpu:
+            return plain(args[0])
+        if "device" in kwargs and _pretend(kwargs["device"]) is not None:
+            away = _pretend(kwargs.pop("device"))
+            out = func(*args, **kwargs)
+            return on_device(plain(out)) if away else plain(out) if isinstance(out, torch.Tensor) else out
+        return func(*args, **kwargs)
+
+
+def _to(func, args: tuple, kwargs: dict) -> torch.Tensor:
+    """``tensor.to(...)``: the device part is pretended, the rest (dtype, copy) is real."""
+    self, rest = args[0], []
+    target = _pretend(kwargs.pop("device")) if "device" in kwargs else None
+    for arg in args[1:]:
+        where = None if isinstance(arg, torch.dtype) else _pretend(arg)
+        if where is None:
+            rest.append(arg)
+        else:
+            target = where
+            if isinstance(arg, torch.Tensor):
+                rest.append(arg.dtype)
+    out = func(plain(self), *rest, **kwargs)
+    away = is_on_device(self) if target is None else target
+    return on_device(out) if away else out
+
+
+@contextlib.contextmanager
+def elsewhere() -> Iterator[None]:
+    """Run a block in which :class:`OnDevice` tensors behave like tensors on a GPU."""
+    with _Elsewhere():
+        yield
+
+
+__all__ = ["PRETEND", "DeviceMismatch", "OnDevice", "elsewhere", "is_on_device", "on_device", "plain"]
