@@ -1,0 +1,741 @@
+"""Checkers for lesson 07: inference (beam search).
+
+``beam_search`` is run on scripted stand-ins for a trained Transformer: modules
+with ``encode(src)`` and ``decode(tgt, memory, src)`` whose next-token
+distribution depends on the whole prefix and on the sentence (read from
+``memory``, as a real model reads it), that record every prefix they decode,
+whether gradients were on, and that refuse to be called far past ``max_len``.
+The oracles are the contract itself, replayed one hypothesis at a time in
+plain Python on the model's own log-probabilities, and exhaustive search on a
+tiny vocabulary (a beam as wide as every hypothesis finds the best sequence).
+When the output differs, the known wrong variants are replayed the same way to
+name the cause.
+
+The contract (lesson 07): ``beam_search(model, src, beam_size, max_len, bos_id,
+eos_id, pad_id, length_penalty=0.6) -> (B, T)`` LongTensor.
+
+* hypotheses are scored by the sum of the log-probabilities of their tokens
+  after BOS (EOS included);
+* at every step each open hypothesis is extended by every token; among these
+  candidates, those ending in EOS that rank within the ``beam_size`` best
+  become finished (and are never extended), and the ``beam_size`` best that
+  do not end in EOS are the next open hypotheses;
+* a finished hypothesis of ``n`` tokens after BOS scores
+  ``sum / ((5 + n) / 6) ** length_penalty`` (GNMT); a sentence stops as soon
+  as its best finished score is at least the best score any open hypothesis
+  could still reach, ``open_sum / ((5 + max_len - 1) / 6) ** length_penalty``;
+  at ``max_len`` the open hypotheses compete as they are;
+* the best hypothesis per sentence is returned, BOS first, padded after EOS
+  to the longest returned one.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+
+from ._core import Check, CheckResult, describe, fmt_shape, run_check
+
+_WIDTH = 3  # features of the scripted memory
+_SLACK = 2  # decode calls allowed past the contract's bound before the scripted model refuses
+
+
+def _mix(*numbers: int) -> float:
+    """A deterministic pseudo-random number in [0, 1) from integers."""
+    h = 1_000_003
+    for n in numbers:
+        h = (h * 7919 + int(n) + 17) % 2_147_483_647
+        h = (h * 48271) % 2_147_483_647
+    return h / 2_147_483_647
+
+
+class _Language:
+    """The next-token log-probabilities of the scripted model, one sentence at a time.
+
+    A sentence is identified by its first two source tokens: ``kind`` and ``salt``. Kind 0 is a
+    generic distribution (EOS more likely as the prefix grows); kind 1 is the "greedy trap": the
+    most likely first token leads to a flat continuation, the second one to an almost certain EOS.
+    """
+
+    def __init__(self, vocab_size: int, bos_id: int, eos_id: int, pad_id: int):
+        self.vocab_size, self.bos_id, self.eos_id, self.pad_id = vocab_size, bos_id, eos_id, pad_id
+        self.ordinary = [t for t in range(vocab_size) if t not in (bos_id, eos_id, pad_id)]
+        self._cache: dict[tuple, torch.Tensor] = {}
+
+    def logits(self, sentence: tuple[int, ...], prefix: tuple[int, ...]) -> torch.Tensor:
+        """(V,) float32 logits of the next token after ``prefix`` (BOS first)."""
+        key = (sentence, prefix)
+        if key not in self._cache:
+            self._cache[key] = self._compute(sentence, prefix)
+        return self._cache[key]
+
+    def log_probs(self, sentence: tuple[int, ...], prefix: tuple[int, ...]) -> list[float]:
+        return torch.log_softmax(self.logits(sentence, prefix).double(), dim=-1).tolist()
+
+    def _compute(self, sentence: tuple[int, ...], prefix: tuple[int, ...]) -> torch.Tensor:
+        kind, salt, target = sentence[0], sentence[1], sentence[2]
+        n = len(prefix) - 1  # tokens generated so far
+        logits = torch.full((self.vocab_size,), -30.0, dtype=torch.float64, device="cpu")  # BOS and padding: never
+        for w in self.ordinary + [self.eos_id]:
+            logits[w] = 3.0 * _mix(salt, w, *prefix)
+        logits[self.eos_id] += 1.6 * (n + 1 - target)  # sentences tend to end near `target` tokens
+        if kind == 1 and n <= 1:
+            a, b = self.ordinary[0], self.ordinary[1]
+            probs = torch.full((self.vocab_size,), 1e-13, dtype=torch.float64, device="cpu")
+            if n == 0:
+                table = {a: 0.5, b: 0.4}
+            elif prefix[1] == b:
+                table = {self.eos_id: 0.9}
+            else:
+                table = {}
+            rest = [w for w in self.ordinary + [self.eos_id] if w not in table]
+            left = 1.0 - sum(table.values())
+            for i, w in enumerate(rest):  # the rest, spread out and never tied
+                table[w] = left * (len(rest) + 1 - i) / sum(range(2, len(rest) + 2))
+            for w, p in table.items():
+                probs[w] = p
+            logits = probs.log()
+        return logits.float()
+
+
+class _ScriptedModel(nn.Module):
+    """Stands in for a trained Transformer and records how it is called."""
+
+    def __init__(self, language: _Language, batch: int, max_len: int):
+        super().__init__()
+        self.anchor = nn.Parameter(torch.zeros((), device="cpu"))  # so that next(model.parameters()) works
+        self.language = language
+        self.pad_id = language.pad_id
+        self.max_calls = batch * (max_len - 1) + _SLACK  # enough for a per-sentence loop
+        self.max_len = max_len
+        self.encode_calls = 0
+        self.encoded: list[tuple[int, ...]] = []
+        self.decode_calls = 0
+        self.grad_calls = 0
+        self.rows: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []  # per call: (sentence, prefix) per row
+        self.misaligned = 0  # rows whose memory and src belong to different sentences
+
+    def sentence(self, row: list[int]) -> tuple[int, ...]:
+        return tuple(int(t) for t in row if t != self.pad_id)
+
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        self.encode_calls += 1
+        if torch.is_grad_enabled():
+            self.grad_calls += 1
+        if not isinstance(src, torch.Tensor) or src.dim() != 2:
+            raise ValueError(f"model.encode(src) expects the source batch (B, S), got {describe(src)}")
+        self.encoded += [self.sentence(row) for row in src.detach().long().tolist()]
+        return src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH).float() + 0.0 * self.anchor  # (B, S, 3)
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        self.decode_calls += 1
+        if self.decode_calls > self.max_calls:
+            raise RuntimeError(
+                f"your loop called model.decode {self.decode_calls} times with max_len={self.max_len}: it does "
+                f"not stop at max_len (the output, BOS included, has at most max_len columns, so at most "
+                f"max_len - 1 decoding steps per sentence)"
+            )
+        if torch.is_grad_enabled():
+            self.grad_calls += 1
+        if not isinstance(tgt, torch.Tensor) or tgt.dim() != 2:
+            raise ValueError(
+                f"model.decode(tgt, memory, src) expects tgt of shape (B, L), the tokens so far; got {describe(tgt)}"
+            )
+        if tgt.shape[1] > self.max_len + _SLACK:
+            raise RuntimeError(
+                f"model.decode received a prefix of {tgt.shape[1]} tokens with max_len={self.max_len}: your loop "
+                f"does not stop at max_len"
+            )
+        if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"model.decode(tgt, memory, src) expects memory of shape (rows, S, d_model) with one row per row "
+                f"of tgt ({tgt.shape[0]}); got {describe(memory)}. Repeat memory once per beam: "
+                f"memory.repeat_interleave(beam_size, dim=0)"
+            )
+        if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"model.decode(tgt, memory, src) expects src with one row per row of tgt ({tgt.shape[0]}), for "
+                f"its padding mask; got {describe(src)}. Repeat src like memory: "
+                f"src.repeat_interleave(beam_size, dim=0)"
+            )
+        tokens = tgt.detach().long().tolist()
+        # A real model reads the sentence from memory (src only gives the padding mask).
+        from_memory = [self.sentence(row) for row in memory.detach()[..., 0].round().long().tolist()]
+        from_src = [self.sentence(row) for row in src.detach().long().tolist()]
+        self.misaligned += sum(a != b for a, b in zip(from_memory, from_src))
+        self.rows.append([(s, tuple(row)) for s, row in zip(from_memory, tokens)])
+        batch, length = tgt.shape
+        logits = torch.zeros(batch, length, self.language.vocab_size, device="cpu")
+        ramp = torch.arange(self.language.vocab_size, dtype=torch.float32, device="cpu")
+        for b in range(batch):
+            logits[b, :-1] = ((ramp * 5 + 2) % self.language.vocab_size) * 2.0  # earlier positions: elsewhere
+            logits[b, -1] = self.language.logits(from_memory[b], tuple(tokens[b]))
+        return logits + 0.0 * self.anchor  # (B, L, V)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        return self.decode(tgt, self.encode(src), src)
+
+
+# --------------------------------------------------------------------------
+# The oracle: the contract replayed one hypothesis at a time (and its known wrong variants).
+
+
+def _penalty(n: int, alpha: float, variant: str = "") -> float:
+    if variant == "penalty_missing":
+        return 1.0
+    if variant == "penalty_len_power":
+        return float(max(n, 1)) ** alpha
+    if variant == "penalty_counts_bos":
+        n = n + 1
+    return ((5.0 + n) / 6.0) ** alpha
+
+
+class _Search:
+    """The result of one replayed search for one sentence."""
+
+    def __init__(self, best: tuple[int, ...], finished: list[tuple[float, tuple[int, ...]]],
+                 opened: list[set[tuple[int, ...]]], steps: int):
+        self.best = best
+        self.finished = finished  # (normalised score, tokens), every finished hypothesis
+        self.opened = opened  # opened[t]: the open hypotheses decoded at step t + 1
+        self.steps = steps  # decoding steps before the search stopped
+
+
+def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_len: int, alpha: float,
+            variant: str = "") -> _Search:
+    bos, eos = language.bos_id, language.eos_id
+    V = language.vocab_size
+    if variant == "duplicates":
+        beams = [((bos,), 0.0)] * beam_size
+    else:
+        beams = [((bos,), 0.0)]
+    finished: list[tuple[float, tuple[int, ...]]] = []
+    opened: list[set[tuple[int, ...]]] = []
+    steps = 0
+    for t in range(1, max_len):
+        steps = t
+        opened.append({prefix for prefix, _ in beams})
+        candidates = []
+        for prefix, score in beams:
+            log_probs = language.log_probs(sentence, prefix)
+            if variant == "probabilities":
+                log_probs = [math.exp(x) for x in log_probs]
+            for w in range(V):
+                if variant == "penalty_every_step":
+                    candidates.append(((score + log_probs[w]) / _penalty(t, alpha), prefix + (w,)))
+                else:
+                    candidates.append((score + log_probs[w], prefix + (w,)))
+        candidates.sort(key=lambda c: -c[0])
+        beams = []
+        for rank, (score, seq) in enumerate(candidates):
+            if seq[-1] == eos and variant != "extends_finished":
+                if variant == "finished_dropped":
+                    continue
+                if rank < beam_size or variant == "eos_from_2k" and rank < 2 * beam_size:
+                    done = score if variant == "penalty_every_step" else score / _penalty(t, alpha, variant)
+                    finished.append((done, seq))
+            elif len(beams) < beam_size:
+                beams.append((seq, score))
+        if variant == "extends_finished":
+            continue
+        if finished and variant not in ("no_early_stop", "finished_dropped"):
+            best = max(f[0] for f in finished)
+            reach = max(s for _, s in beams) / _penalty(max_len - 1, alpha, variant)
+            if variant == "penalty_every_step":
+                reach = max(s for _, s in beams)
+            if best >= reach:
+                break
+    else:
+        for seq, score in beams:
+            n = len(seq) - 1
+            finished.append((score if variant == "penalty_every_step" else score / _penalty(n, alpha, variant), seq))
+    ranked = sorted(finished, key=lambda f: -f[0])
+    if variant == "worst_first":
+        return _Search(ranked[-1][1], ranked, opened, steps)
+    return _Search(ranked[0][1], ranked, opened, steps)
+
+
+def _greedy(language: _Language, sentence: tuple[int, ...], max_len: int) -> tuple[int, ...]:
+    seq = (language.bos_id,)
+    while len(seq) < max_len and seq[-1] != language.eos_id:
+        log_probs = language.log_probs(sentence, seq)
+        seq = seq + (max(range(language.vocab_size), key=lambda w: log_probs[w]),)
+    return seq
+
+
+def _exhaustive(language: _Language, sentence: tuple[int, ...], max_len: int, alpha: float) -> tuple[float, tuple]:
+    """The best sequence of all (EOS-ended, or cut at max_len), by normalised score."""
+    best = (-math.inf, ())
+    stack = [((language.bos_id,), 0.0)]
+    while stack:
+        seq, score = stack.pop()
+        if seq[-1] == language.eos_id or len(seq) == max_len:
+            value = score / _penalty(len(seq) - 1, alpha)
+            best = max(best, (value, seq))
+            continue
+        log_probs = language.log_probs(sentence, seq)
+        for w in language.ordinary + [language.eos_id]:  # BOS and padding (log-prob -30) can never win
+            stack.append((seq + (w,), score + log_probs[w]))
+    return best
+
+
+# --------------------------------------------------------------------------
+# The cases.
+
+_CASES = [
+    # one sentence, the greedy trap: beam 2 must find what greedy misses
+    {"vocab_size": 6, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 7, "beam_size": 2, "alpha": 0.6,
+     "sentences": [(1, 5, 3)]},
+    # a batch with other special ids and lengths of padding, generic sentences
+    {"vocab_size": 8, "bos_id": 6, "eos_id": 3, "pad_id": 7, "max_len": 9, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(0, 11, 3), (0, 4, 5), (1, 8, 3), (0, 23, 7)]},
+    {"vocab_size": 7, "bos_id": 4, "eos_id": 0, "pad_id": 5, "max_len": 8, "beam_size": 4, "alpha": 1.0,
+     "sentences": [(0, 2, 4), (0, 17, 2), (0, 9, 6)]},
+    {"vocab_size": 9, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 10, "beam_size": 2, "alpha": 0.6,
+     "sentences": [(0, 31, 5), (0, 6, 3), (0, 12, 8)]},
+    # finished hypotheses of different lengths in close competition: the length penalty's exact form matters
+    {"vocab_size": 7, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 10, "beam_size": 2, "alpha": 1.0,
+     "sentences": [(0, 2, 7), (0, 10, 3)]},
+    {"vocab_size": 8, "bos_id": 6, "eos_id": 3, "pad_id": 7, "max_len": 10, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(0, 29, 3), (0, 7, 5)]},
+]
+
+
+def _source(case: dict) -> torch.Tensor:
+    rows = []
+    for b, sentence in enumerate(case["sentences"]):
+        row = list(sentence) + [b + 1, 2 * b + 3]  # (S,) with S = 5
+        if b % 2:  # every other sentence ends in padding, as in a real batch
+            row[-1] = case["pad_id"]
+        rows.append(row)
+    return torch.tensor(rows)  # (B, S)
+
+
+def _setup(case: dict, src: torch.Tensor) -> str:
+    return (
+        f"(B={src.shape[0]}, beam_size={case['beam_size']}, max_len={case['max_len']}, "
+        f"length_penalty={case['alpha']}, bos_id={case['bos_id']}, eos_id={case['eos_id']}, pad_id={case['pad_id']})"
+    )
+
+
+def _row(values) -> str:
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
+_VARIANTS = {
+    "probabilities": "it scores hypotheses by adding probabilities. Add LOG-probabilities: "
+    "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens",
+    "penalty_missing": "it ranks finished hypotheses of different lengths by their raw scores: the length "
+    "penalty is missing. Divide a finished hypothesis's score by ((5 + n) / 6) ** length_penalty, n its number "
+    "of tokens after BOS (EOS included)",
+    "penalty_every_step": "it divides the scores by the length penalty at every step, so the penalty compounds. "
+    "Keep the raw sums of log-probabilities in the beam, and divide only when a hypothesis finishes (and for the "
+    "stopping test)",
+    "penalty_len_power": "it uses n ** length_penalty as the length penalty. The GNMT penalty is "
+    "((5 + n) / 6) ** length_penalty",
+    "penalty_counts_bos": "its length penalty counts BOS in the length. n is the number of tokens after BOS, "
+    "EOS included: ((5 + n) / 6) ** length_penalty",
+    "finished_dropped": "it drops the hypotheses that end in EOS instead of keeping them: put a candidate that "
+    "ends in EOS (and ranks within the beam_size best) on a list of finished hypotheses, and choose the answer "
+    "among them",
+    "duplicates": "its beam starts with beam_size copies of BOS, all with score 0, so the first step picks the "
+    "same token beam_size times (duplicate beams). Start with one live hypothesis: scores [0, -inf, -inf, ...]",
+    "eos_from_2k": "it keeps as finished a candidate ending in EOS that ranks outside the beam_size best "
+    "candidates. Only EOS candidates among the beam_size best become finished",
+    "worst_first": "it returns the worst finished hypothesis instead of the best: sort by score in descending "
+    "order (or take the max)",
+}
+
+
+# --------------------------------------------------------------------------
+
+
+def check_beam_search(beam_search: Callable) -> CheckResult:
+    """Check ``beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)``."""
+    return run_check("beam_search", _check_beam_search, beam_search)
+
+
+class _Raised:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _run(check: Check, beam_search: Callable, case: dict, beam_size: int | None = None, alpha: float | None = None,
+         max_len: int | None = None, catch: bool = False, meta: bool = False):
+    language = _Language(case["vocab_size"], case["bos_id"], case["eos_id"], case["pad_id"])
+    src = _source(case)
+    max_len = case["max_len"] if max_len is None else max_len
+    model = _ScriptedModel(language, src.shape[0], max_len)
+    k = case["beam_size"] if beam_size is None else beam_size
+    a = case["alpha"] if alpha is None else alpha
+
+    def beam_search_(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty):
+        try:
+            if meta:
+                with torch.device("meta"):
+                    return beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id,
+                                       length_penalty=length_penalty)
+            return beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=length_penalty)
+        except NotImplementedError as exc:
+            if not meta:
+                raise
+            return _Raised(exc)  # meta tensors cannot be read (.item(), .tolist()): a tensor on the wrong device
+        except Exception as exc:
+            if not catch:
+                raise
+            return _Raised(exc)
+
+    out = check.call(beam_search_, model, src, k, max_len, case["bos_id"], case["eos_id"], case["pad_id"], a,
+                     what="beam_search")
+    return model, src, out, k, a, max_len
+
+
+def _check_beam_search(check: Check, beam_search: Callable) -> None:
+    check.callable_(beam_search, "beam_search")
+
+    # 1. One sentence: it runs and returns a (1, T) LongTensor.
+    case = _CASES[0]
+    model, src, out, k, alpha, max_len = _run(check, beam_search, case)
+    _output(check, out, case, src, max_len)
+    check.ok("returns a LongTensor (B, T)")
+
+    # 2. A batch: crashing here but not above means one sentence only.
+    batch = _CASES[1]
+    _, src_b, out_b, *_ = _run(check, beam_search, batch, catch=True)
+    if isinstance(out_b, _Raised):
+        exc = out_b.exc
+        text = str(exc).strip().splitlines()
+        check.fail(
+            f"beam_search works for one sentence but crashes on a batch of {src_b.shape[0]}: "
+            f"{type(exc).__name__}" + (f": {text[0]}" if text else "") + ".\n"
+            "It should search for every sentence of the batch at once: B * beam_size rows through the decoder, "
+            "memory and src repeated with `repeat_interleave(beam_size, dim=0)`, scores of shape (B, beam_size)."
+        )
+
+    # 3. Every case against the contract, one mechanism at a time.
+    runs = []
+    for case in _CASES:
+        model, src, out, k, alpha, max_len = _run(check, beam_search, case)
+        out = _output(check, out, case, src, max_len)
+        _mechanics(check, model, src, out, case, k, alpha, max_len)
+        _compare(check, model, src, out, case, k, alpha, max_len)
+        runs.append((model, src, out, case, k, alpha, max_len))
+    for run in runs:
+        _stopping(check, *run)
+    check.ok("finds the contract's best hypothesis for every sentence of a batch, with other special ids")
+
+    # 4. Beam 1 with no length penalty is greedy decoding.
+    for case in _CASES[1:3]:
+        model, src, out, k, alpha, max_len = _run(check, beam_search, case, beam_size=1, alpha=0.0)
+        out = _output(check, out, case, src, max_len)
+        _mechanics(check, model, src, out, case, 1, 0.0, max_len)
+        sentences = [model.sentence(row) for row in src.tolist()]
+        greedy = [_greedy(model.language, s, max_len) for s in sentences]
+        got = [_strip(row, case) for row in out.tolist()]
+        if got != greedy:
+            b = next(i for i, (g, m) in enumerate(zip(greedy, got)) if g != m)
+            named = _causes(model, sentences, got, b, 1, max_len, 0.0)
+            named = [n for n in named if not n.startswith("it returns what greedy")]
+            check.fail(
+                f"With beam_size=1 and length_penalty=0, beam search is greedy decoding, but sentence {b} differs "
+                f"{_setup(dict(case, beam_size=1, alpha=0.0), src)}:\n"
+                f"  greedy: {_row(greedy[b])}\n  yours:  {_row(got[b])}\n"
+                + (f"Likely cause: {named[0]}." if named else
+                   "With one beam, each step keeps the single best continuation; check how you add the "
+                   "log-probabilities (logits[:, -1].log_softmax(-1)) to the scores and pick the top candidates.")
+            )
+    check.ok("with beam_size=1 and no length penalty it equals greedy decoding")
+
+    # 5. A beam as wide as every hypothesis is exhaustive search.
+    wide = {"vocab_size": 5, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 5, "alpha": 0.6,
+            "sentences": [(0, 3, 3), (0, 14, 2)]}
+    wide["beam_size"] = 5 ** 3
+    model, src, out, k, alpha, max_len = _run(check, beam_search, wide)
+    out = _output(check, out, wide, src, max_len)
+    for b, sentence in enumerate(model.sentence(row) for row in src.tolist()):
+        value, best = _exhaustive(model.language, sentence, max_len, alpha)
+        got = _strip(out[b].tolist(), wide)
+        if got != best:
+            check.fail(
+                f"With beam_size={k}, wider than the number of hypotheses, beam search must find the best "
+                f"sequence of all (exhaustive search), but for sentence {b} it does not "
+                f"{_setup(wide, src)}:\n  best:  {_row(best)} (score {value:.4f})\n  yours: {_row(got)}\n"
+                f"Check that every candidate ending in EOS among the beam_size best is kept as finished, and "
+                f"that the search stops only when no open hypothesis can still beat the best finished one."
+            )
+    check.ok("with a beam wider than all hypotheses it finds the best sequence (exhaustive search)")
+
+    # 6. The device: tensors it creates follow src.device (caught with the meta device on a CPU).
+    _device(check, beam_search)
+
+
+def _strip(row: list[int], case: dict) -> tuple[int, ...]:
+    eos, pad = case["eos_id"], case["pad_id"]
+    if eos in row:
+        return tuple(row[: row.index(eos) + 1])
+    while row and row[-1] == pad:
+        row = row[:-1]
+    return tuple(row)
+
+
+def _output(check: Check, out, case: dict, src: torch.Tensor, max_len: int) -> torch.Tensor:
+    n = src.shape[0]
+    out = check.tensor(out, "the output of beam_search", finite=False)
+    if out.dtype != torch.long:
+        check.fail(
+            f"The output of beam_search has dtype {out.dtype}, but token ids should be torch.long (int64).\n"
+            f"Build the output with `dtype=torch.long` (topk's indices are already long)."
+        )
+    if out.dim() != 2 or out.shape[0] != n:
+        check.fail(
+            f"The output of beam_search should have shape (B, T) with B = {n}, one row (the best hypothesis) per "
+            f"source sentence, but it has shape {fmt_shape(out.shape)} {_setup(case, src)}."
+            + (f"\nReturn only the best of the beam_size hypotheses of each sentence, not all of them."
+               if out.dim() == 2 and out.shape[0] == n * case["beam_size"] else "")
+        )
+    if out.shape[1] > max_len:
+        check.fail(f"The output has {out.shape[1]} columns, more than max_len = {max_len} {_setup(case, src)}: "
+                   f"max_len counts BOS.")
+    return out
+
+
+def _mechanics(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+               alpha: float, max_len: int) -> None:
+    setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
+    sentences = [model.sentence(row) for row in src.tolist()]
+    bos, eos, pad = case["bos_id"], case["eos_id"], case["pad_id"]
+
+    if model.encode_calls == 0:
+        check.fail(f"beam_search never called model.encode(src) {setup}. Encode the source once, before the loop.")
+    if sorted(model.encoded) != sorted(sentences):
+        if len(model.encoded) == len(sentences) * k and sorted(set(model.encoded)) == sorted(set(sentences)):
+            check.fail(
+                f"beam_search encodes every sentence {k} times, once per beam {setup}. Run the encoder once on src, "
+                f"then repeat its output: memory.repeat_interleave(beam_size, dim=0)."
+            )
+        check.fail(
+            f"beam_search called model.encode {model.encode_calls} times, encoding {len(model.encoded)} sentences "
+            f"for a batch of {len(sentences)} {setup}. The encoder should run once per sentence: compute memory = "
+            f"model.encode(src) before the loop and reuse it (model(src, ys) in the loop runs the encoder again)."
+        )
+    check.ok("runs the encoder once per sentence")
+
+    if model.grad_calls:
+        check.fail(
+            f"beam_search ran the model with gradients enabled {setup}. Decoding needs no gradients: decorate "
+            f"beam_search with @torch.no_grad(), or run its body inside `with torch.no_grad():`."
+        )
+    check.ok("runs under torch.no_grad()")
+
+    if model.misaligned:
+        check.fail(
+            f"In {model.misaligned} rows given to model.decode, memory and src belong to different sentences "
+            f"{setup}. Repeat both in the same way, each sentence's beams next to each other: "
+            f"memory.repeat_interleave(beam_size, dim=0) and src.repeat_interleave(beam_size, dim=0) "
+            f"(`.repeat(beam_size, 1, 1)` puts the copies in another order)."
+        )
+
+    # Every decoded prefix grows by one token from a prefix decoded for the same sentence.
+    seen: dict[tuple, set[tuple]] = {s: set() for s in sentences}
+    for call in model.rows:
+        for sentence, prefix in call:
+            if sentence not in seen:
+                check.fail(f"model.decode received a memory row that is not the encoding of any sentence of the "
+                           f"batch {setup}. Pass memory = model.encode(src), repeated per beam.")
+            if prefix[:1] != (bos,):
+                check.fail(f"model.decode received the prefix {_row(prefix)}, which does not start with "
+                           f"bos_id = {bos} {setup}. Every hypothesis starts with BOS.")
+            if len(prefix) > 1 and prefix[:-1] not in seen[sentence]:
+                owner = [b for b, s in enumerate(sentences) if s != sentence and prefix[:-1] in seen[s]]
+                if owner:
+                    check.fail(
+                        f"model.decode received, for sentence {sentences.index(sentence)}, the prefix "
+                        f"{_row(prefix)}, which extends a hypothesis of sentence {owner[0]} {setup}: the beams "
+                        f"of different sentences are mixed. Keep the scores as (B, beam_size), pick the top "
+                        f"candidates per sentence (topk over dim=-1 of a (B, beam_size * V) tensor) and turn "
+                        f"the beam index into a row with b * beam_size + beam."
+                    )
+                check.fail(
+                    f"model.decode received the prefix {_row(prefix)} for sentence {sentences.index(sentence)}, "
+                    f"but its first {len(prefix) - 1} tokens were never decoded before {setup}. Each step should "
+                    f"extend the hypotheses of the previous step by one token, and feed the whole prefix."
+                )
+            if len(prefix) > 1 and prefix[-1] == eos:
+                check.fail(
+                    f"model.decode received the prefix {_row(prefix)}, which ends in EOS {setup}: a finished "
+                    f"hypothesis was kept in the beam, and its next token would continue after EOS. Move the "
+                    f"candidates that end in EOS to a list of finished hypotheses, and keep only the others in "
+                    f"the beam."
+                )
+            seen[sentence].add(prefix)
+
+    # Duplicate beams: beam_size identical rows of one sentence after the first step.
+    language = model.language
+    if k > 1 and len(language.ordinary) >= k:
+        for call in model.rows:
+            lengths = {len(p) for _, p in call}
+            if lengths != {2}:
+                continue
+            for sentence in sentences:
+                prefixes = [p for s, p in call if s == sentence]
+                if len(prefixes) == k and len(set(prefixes)) == 1:
+                    check.fail(
+                        f"After the first step, the {k} beams of sentence {sentences.index(sentence)} are all "
+                        f"{_row(prefixes[0])} {setup}: duplicate beams. Every beam starts as BOS with score 0, so "
+                        f"the top candidates are the same token {k} times. Start with one live hypothesis: "
+                        f"scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the first step)."
+                    )
+
+    # The output's layout: BOS first, padding only after EOS.
+    rows = out.tolist()
+    if not all(row and row[0] == bos for row in rows):
+        check.fail(f"Column 0 of the output should be bos_id = {bos} for every sentence {setup}; yours is "
+                   f"{_row([row[0] for row in rows])}. Return the hypotheses with their BOS.")
+    for b, row in enumerate(rows):
+        if eos in row:
+            after = row[row.index(eos) + 1:]
+            if any(x != pad for x in after):
+                check.fail(
+                    f"Sentence {b} has EOS at position {row.index(eos)}, then {_row(after)} {setup}: after EOS the "
+                    f"output holds pad_id = {pad} only. Either a finished hypothesis was extended past EOS, or the "
+                    f"padding uses another id than pad_id.\n  yours: {_row(row)}"
+                )
+    lengths = [len(_strip(row, case)) for row in rows]
+    if out.shape[1] != max(lengths):
+        check.fail(
+            f"The output has {out.shape[1]} columns, but its longest hypothesis has {max(lengths)} tokens "
+            f"{setup}. Pad the hypotheses to the longest one, as greedy_decode does, no further."
+        )
+    check.ok("returns the best hypotheses BOS first, padded after EOS to the longest one")
+
+
+def _history(model: _ScriptedModel, sentence: tuple[int, ...]) -> list[set[tuple[int, ...]]]:
+    """The prefixes the learner's search decoded for one sentence, by step."""
+    steps: dict[int, set[tuple[int, ...]]] = {}
+    for call in model.rows:
+        for s, prefix in call:
+            if s == sentence:
+                steps.setdefault(len(prefix), set()).add(prefix)
+    return [steps.get(n, set()) for n in range(1, max(steps, default=0) + 1)]
+
+
+def _follows(replay: _Search, history: list[set[tuple[int, ...]]]) -> bool:
+    """Whether the learner's search opened the same hypotheses as ``replay`` while both ran."""
+    return all(replay.opened[t] == history[t] for t in range(min(len(history), replay.steps)))
+
+
+def _causes(model: _ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
+            max_len: int, alpha: float) -> list[str]:
+    """The known wrong variants that return ``got[b]`` for sentence b, most consistent with the whole batch first.
+
+    A variant is consistent with a sentence when it returns the learner's answer for it and opens the same
+    hypotheses as the learner's search did, step by step.
+    """
+    language = model.language
+    histories = [_history(model, s) for s in sentences]
+    ranked: list[tuple[int, int, str]] = []
+    greedy = [_greedy(language, s, max_len) for s in sentences]
+    if got[b] == greedy[b] and got[b] != _search(language, sentences[b], k, max_len, alpha).best:
+        score = sum(g == m for g, m in zip(greedy, got)) + 1
+        ranked.append((-score, -1, (
+            "it returns what greedy decoding finds; a beam of several hypotheses must find the better sequence "
+            "that starts with a less likely token. Keep the beam_size best candidates of all beam_size * V "
+            "extensions, not the best extension of each beam")))
+    for order, (variant, why) in enumerate(_VARIANTS.items()):
+        replays = [_search(language, s, k, max_len, alpha, variant) for s in sentences]
+        if replays[b].best != got[b]:
+            continue
+        score = sum(r.best == m and _follows(r, h) for r, m, h in zip(replays, got, histories))
+        score += max(r.steps for r in replays) == max(len(h) for h in histories)  # the batch stopped with it
+        ranked.append((-score, order, why))
+    return [why for _, _, why in sorted(ranked)]
+
+
+def _compare(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+             alpha: float, max_len: int) -> None:
+    setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
+    sentences = [model.sentence(row) for row in src.tolist()]
+    language = model.language
+    searches = [_search(language, s, k, max_len, alpha) for s in sentences]
+    got = [_strip(row, case) for row in out.tolist()]
+    for b, (search, mine) in enumerate(zip(searches, got)):
+        if mine == search.best:
+            continue
+        score = dict((seq, value) for value, seq in search.finished)
+        others = [i for i, s in enumerate(searches) if s.best == mine and i != b]
+        if others:
+            check.fail(
+                f"Row {b} of your output is the best hypothesis of sentence {others[0]} {setup}: the rows are in "
+                f"the wrong order. Return the hypotheses in the order of the source sentences."
+            )
+        named = _causes(model, sentences, got, b, k, max_len, alpha)
+        expected_text = f"  expected: {_row(search.best)} (score {score[search.best]:.4f})"
+        yours_text = f"  yours:    {_row(mine)}" + (f" (score {score[mine]:.4f})" if mine in score else "")
+        if named:
+            cause = "Likely cause: " + named[0] + "."
+        elif mine in score:
+            cause = ("Your answer is one of the finished hypotheses, but not the best by the length-normalised "
+                     "score: compare sum / ((5 + n) / 6) ** length_penalty, n = tokens after BOS.")
+        else:
+            cause = ("Check each step: scores are sums of log-probabilities; the beam_size best candidates ending in "
+                     "EOS become finished; the beam_size best others stay open; stop when no open hypothesis can "
+                     "still beat the best finished one.")
+        check.fail(f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n"
+                   f"{expected_text}\n{yours_text}\n{cause}")
+
+
+
+def _stopping(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+              alpha: float, max_len: int) -> None:
+    """Early stopping: no more steps than the slowest sentence of the batch needs."""
+    setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
+    sentences = [model.sentence(row) for row in src.tolist()]
+    language = model.language
+    searches = [_search(language, s, k, max_len, alpha) for s in sentences]
+    got = [_strip(row, case) for row in out.tolist()]
+    steps = max((len(p) for call in model.rows for _, p in call), default=0)
+    needed = max(s.steps for s in searches)
+    if steps != needed:
+        named = []
+        for variant, why in _VARIANTS.items():
+            replays = [_search(language, s, k, max_len, alpha, variant) for s in sentences]
+            if (all(r.best == m and _follows(r, _history(model, s)) for r, m, s in zip(replays, got, sentences))
+                    and max(r.steps for r in replays) == steps):
+                named.append(why)
+        if named:
+            check.fail(f"Your search stops after {steps} decoding steps instead of {needed} {setup}.\n"
+                       f"Likely cause: {named[0]}.")
+    if steps > needed:
+        check.fail(
+            f"Your search ran {steps} decoding steps, but every sentence's best finished hypothesis was certain "
+            f"after {needed} {setup}: no open hypothesis could still beat it. Stop a sentence once its best "
+            f"finished score is at least the best open score divided by the penalty of the longest possible "
+            f"hypothesis, ((5 + max_len - 1) / 6) ** length_penalty, and stop the loop when every sentence has "
+            f"stopped."
+        )
+    check.ok("stops as soon as no open hypothesis can still win")
+
+
+def _device(check: Check, beam_search: Callable) -> None:
+    case = _CASES[1]
+    model, src, out, *_ = _run(check, beam_search, case, meta=True, catch=True)
+    if isinstance(out, _Raised) or not isinstance(out, torch.Tensor) or out.device != src.device:
+        if isinstance(out, _Raised):
+            text = str(out.exc).strip().splitlines()
+            found = f"it raised {type(out.exc).__name__}" + (f": {text[0]}" if text else "")
+        else:
+            found = f"it returned {describe(out)} on the device {getattr(out, 'device', None)}"
+        check.fail(
+            "beam_search creates some tensors on the default device instead of src.device: on a GPU it would mix "
+            "devices and crash, or return its output on the wrong device. (Found by running it with the default "
+            f"device set to `meta`, where {found}.)\n"
+            "Give every new tensor the device of the input: `torch.full(..., device=src.device)`, "
+            "`torch.arange(..., device=src.device)`, or `src.new_full(...)`."
+        )
+    check.ok("creates its tensors on src.device")
+
+
+__all__ = ["check_beam_search"]
