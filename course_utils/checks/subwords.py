@@ -201,6 +201,7 @@ def _likely_cause(merges: list[Pair], word_counts: dict[str, int], num_merges: i
 
 
 def _check_learn_bpe(check: Check, learn_bpe: Callable) -> None:
+    check.callable_(learn_bpe, "learn_bpe")
     for where, word_counts, num_merges in _CORPORA:
         given = copy.deepcopy(word_counts)
         value = check.call(learn_bpe, given, num_merges, what=f"learn_bpe({_describe_words(word_counts)}, {num_merges})")
