@@ -1,18 +1,24 @@
 """How far you are: run your notebooks and collect what their checkers say.
 
-    python -m course_utils.progress [notebooks/] [--timeout SECONDS]
+    python -m course_utils.progress [notebooks/] [--fast] [--timeout SECONDS]
 
     from course_utils.progress import show      # inside a notebook
-    show()                                      # a coloured table (chart=True adds a bar chart)
+    show(fast=True)                             # a coloured table (chart=True adds a bar chart)
 
 Each notebook runs headless (nbclient) on a copy in a temporary folder, with
 the other notebooks next to it (later lessons load your code from earlier
-ones) and ``COURSE_FAST=1`` set. Your files are never written to. Errors do
-not stop a notebook; a cell that runs too long is interrupted. Every checker
-result publishes itself as JSON under ``RESULT_MIME_TYPE``; the exercises are
-found in the source (cells calling ``check_<name>(``), so an exercise whose
-cell never ran (the kernel died before it) is reported as "not reached".
-Runs offline; the exit status is 0 whatever the results.
+ones). Your files are never written to. Errors do not stop a notebook; a cell
+that runs too long is interrupted. ``--fast`` sets ``COURSE_FAST=1`` in the
+kernels, so that lesson 06 trains a tiny model for a few steps instead of its
+full run; the checkers' results do not depend on it. Without it, the kernels
+get your environment as it is.
+
+Every checker result publishes itself as JSON under ``RESULT_MIME_TYPE``; the
+exercises are found in the source (cells calling ``check_<name>(exercise)``),
+so an exercise whose cell never ran (the kernel died before it) is reported as
+"not reached". Each exercise is named as you define it (the checker's
+argument, e.g. ``make_causal_mask``), and each failure shows the checker's
+first message in full. Runs offline; the exit status is 0 whatever the results.
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ class Row:
     notebook: str
     exercise: str
     status: str
-    message: str = ""  # the first line of what went wrong
+    message: str = ""  # what went wrong: the checker's first message, in full
 
 
 @dataclasses.dataclass
@@ -82,15 +88,18 @@ class Progress:
         return line + (f" ({', '.join(rest)})" if rest else "")
 
     def __str__(self) -> str:
-        header = ("notebook", "exercise", "status", "")
-        table = [header] + [(r.notebook, r.exercise, r.status, _shorten(r.message, 90)) for r in self.rows]
-        widths = [max(len(row[i]) for row in table) for i in range(3)]
-        lines = [
-            "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + ("  " + row[3] if row[3] else "")
-            for row in table
-        ]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return "\n".join(line.rstrip() for line in lines) + "\n\n" + self.summary()
+        """A table, each failure's message indented beneath its row."""
+        header = ("notebook", "exercise", "status")
+        widths = [max(len(row[i]) for row in [header] + [(r.notebook, r.exercise, r.status) for r in self.rows]) for i in range(3)]
+
+        def line(cells: Sequence[str]) -> str:
+            return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+
+        lines = [line(header), line(["-" * w for w in widths])]
+        for r in self.rows:
+            lines.append(line((r.notebook, r.exercise, r.status)))
+            lines += [f"    {text}".rstrip() for text in r.message.splitlines()]
+        return "\n".join(lines) + "\n\n" + self.summary()
 
     def _repr_html_(self) -> str:
         esc = html.escape
@@ -100,7 +109,7 @@ class Progress:
             body.append(
                 f'<tr style="background:{background};color:{text}">'
                 f"<td>{esc(r.notebook)}</td><td><code>{esc(r.exercise)}</code></td>"
-                f"<td><b>{esc(r.status)}</b></td><td>{esc(r.message)}</td></tr>"
+                f'<td><b>{esc(r.status)}</b></td><td style="white-space:pre-wrap">{esc(r.message)}</td></tr>'
             )
         return (
             '<table style="border-collapse:collapse;font-family:sans-serif">'
@@ -129,10 +138,6 @@ class Progress:
         return ax
 
 
-def _shorten(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
-
-
 def _first_line(text: str) -> str:
     for line in str(text).splitlines():
         if line.strip():
@@ -149,14 +154,17 @@ def _defined_here(tree: ast.Module) -> set[str]:
 
 
 def checker_calls(source: str) -> list[str]:
-    """The exercises a cell checks, in order: ``check_noam_lr(noam_lr)`` -> ``["noam_lr"]``.
+    """The exercises a cell checks, in order, named as the learner defines them.
 
-    A call on something the same cell defines (a deliberately wrong version,
-    shown to demonstrate a failure) is a demonstration, not an exercise.
+    ``check_noam_lr(noam_lr)`` -> ``["noam_lr"]``; ``check_causal_mask(make_causal_mask)``
+    -> ``["make_causal_mask"]`` (the checker's argument; the checker's own name
+    when the argument is not a plain name). A call on something the same cell
+    defines (a deliberately wrong version, shown to demonstrate a failure) is a
+    demonstration, not an exercise.
     """
     tree = parse_cell(source)
     if tree is None:
-        return re.findall(r"(?<!def )\bcheck_(\w+)\s*\(", source)
+        return [arg or name for name, arg in re.findall(r"(?<!def )\bcheck_(\w+)\s*\(\s*(?:(\w+)\s*\))?", source)]
     local = _defined_here(tree)
     calls = []
     for node in ast.walk(tree):
@@ -165,9 +173,10 @@ def checker_calls(source: str) -> list[str]:
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
             if not name.startswith("check_") or len(name) == len("check_"):
                 continue
-            if node.args and isinstance(node.args[0], ast.Name) and node.args[0].id in local:
+            argument = node.args[0].id if node.args and isinstance(node.args[0], ast.Name) else None
+            if argument in local:
                 continue
-            calls.append((node.lineno, node.col_offset, name[len("check_"):]))
+            calls.append((node.lineno, node.col_offset, argument or name[len("check_"):]))
     return [name for _, _, name in sorted(calls)]
 
 
@@ -209,14 +218,16 @@ def grade(name: str, executed: dict, exercises_found: Iterable[tuple[int, list[s
         results = _results(cell)
         error = _error(cell)
         for i, exercise in enumerate(names):
+            result = results[i] if i < len(results) else None
+            if result is not None and isinstance(result.get("exercise"), str) and result["exercise"]:
+                exercise = result["exercise"]  # the name the checker gives the exercise
             if exercise in reported:
                 continue
             reported.add(exercise)
-            if i < len(results):
-                result = results[i]
+            if result is not None:
                 status = result.get("status", ERROR)
                 messages = result.get("messages") or [""]
-                note = _first_line(messages[0]) if status in (FAILED, ERROR) else ""
+                note = str(messages[0]).strip() if status in (FAILED, ERROR) else ""
                 rows.append(Row(name, exercise, status, note))
             elif cell.get("execution_count") is None and not cell.get("outputs"):
                 rows.append(Row(name, exercise, NOT_REACHED, "the notebook stopped before this cell ran"))
@@ -241,7 +252,16 @@ def _clear(nb: dict) -> dict:
     return nb
 
 
-def execute(path: Path, timeout: int = DEFAULT_TIMEOUT, kernel_name: str | None = None) -> tuple[dict, str | None]:
+def kernel_environment(fast: bool = False) -> dict[str, str]:
+    """The environment the notebooks run in: yours, marked as a progress run, with ``COURSE_FAST=1`` when ``fast``."""
+    env = dict(os.environ)
+    if fast:
+        env["COURSE_FAST"] = "1"
+    env[PROGRESS_ENV] = "1"
+    return env
+
+
+def execute(path: Path, timeout: int = DEFAULT_TIMEOUT, kernel_name: str | None = None, fast: bool = False) -> tuple[dict, str | None]:
     """Run the notebook at ``path`` (already a copy) in its folder; return it executed and why it stopped early, if it did."""
     import nbformat
     from nbclient import NotebookClient
@@ -257,19 +277,22 @@ def execute(path: Path, timeout: int = DEFAULT_TIMEOUT, kernel_name: str | None 
         record_timing=False,
         resources={"metadata": {"path": str(path.parent)}},
     )
-    env = dict(os.environ)
-    env["COURSE_FAST"] = "1"
-    env[PROGRESS_ENV] = "1"
     stopped = None
     try:
-        client.execute(env=env, stderr=subprocess.DEVNULL)  # the kernel's own log lines are noise here
+        client.execute(env=kernel_environment(fast), stderr=subprocess.DEVNULL)  # the kernel's own log lines are noise here
     except Exception as exc:  # the kernel died or could not start: the rest is "not reached"
         stopped = f"{type(exc).__name__}: {_first_line(str(exc))}"
     return json.loads(nbformat.writes(client.nb)), stopped
 
 
-def report(notebooks_dir: str | Path = ".", timeout: int = DEFAULT_TIMEOUT, kernel_name: str | None = None, verbose: bool = False) -> Progress:
-    """Run every ``NN_*.ipynb`` of the folder on a copy and collect the checkers' results."""
+def report(
+    notebooks_dir: str | Path = ".",
+    timeout: int = DEFAULT_TIMEOUT,
+    kernel_name: str | None = None,
+    verbose: bool = False,
+    fast: bool = False,
+) -> Progress:
+    """Run every ``NN_*.ipynb`` of the folder on a copy and collect the checkers' results (``fast``: with ``COURSE_FAST=1``)."""
     folder = Path(notebooks_dir)
     names = sorted(p.name for p in folder.iterdir() if p.is_file() and NOTEBOOK_NAME.match(p.name))
     rows: list[Row] = []
@@ -288,7 +311,7 @@ def report(notebooks_dir: str | Path = ".", timeout: int = DEFAULT_TIMEOUT, kern
                 continue
             if verbose:
                 print(f"running {name} ...", file=sys.stderr, flush=True)
-            executed, stopped = execute(copy_dir / name, timeout=timeout, kernel_name=kernel_name)
+            executed, stopped = execute(copy_dir / name, timeout=timeout, kernel_name=kernel_name, fast=fast)
             notebook_rows = grade(stem, executed, found)
             if stopped:
                 for row in notebook_rows:
@@ -298,12 +321,15 @@ def report(notebooks_dir: str | Path = ".", timeout: int = DEFAULT_TIMEOUT, kern
     return Progress(rows)
 
 
-def show(notebooks_dir: str | Path | None = None, timeout: int = DEFAULT_TIMEOUT, chart: bool = False) -> Progress | None:
-    """Inside a notebook: run the course notebooks and display a coloured table (and a chart with ``chart=True``)."""
+def show(notebooks_dir: str | Path | None = None, timeout: int = DEFAULT_TIMEOUT, chart: bool = False, fast: bool = False) -> Progress | None:
+    """Inside a notebook: run the course notebooks and display a coloured table (and a chart with ``chart=True``).
+
+    ``fast=True`` runs them with ``COURSE_FAST=1``, as ``--fast`` does.
+    """
     if os.environ.get(PROGRESS_ENV):
         print("(The progress report does not run inside a progress run.)")
         return None
-    progress = report(notebooks_dir if notebooks_dir is not None else Path.cwd(), timeout=timeout)
+    progress = report(notebooks_dir if notebooks_dir is not None else Path.cwd(), timeout=timeout, fast=fast)
     try:
         from IPython.display import display
 
@@ -321,11 +347,21 @@ def show(notebooks_dir: str | Path | None = None, timeout: int = DEFAULT_TIMEOUT
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_utils.progress",
-        description="Run your notebooks (on copies) and report which exercises pass.",
+        description=(
+            "Run your notebooks (on copies: your files are never changed) and report, for every exercise, "
+            "whether its checker passed, with each failure's first message."
+        ),
+        epilog=(
+            "Fast mode: --fast sets the environment variable COURSE_FAST=1 in the notebooks' kernels, which "
+            "makes lesson 06 train a tiny model for a few steps (minutes for the whole report instead of a full "
+            "training run). The checkers' results are the same either way. Setting COURSE_FAST=1 yourself has "
+            "the same effect."
+        ),
     )
     parser.add_argument("notebooks", nargs="?", type=Path, default=None, help="folder of your notebooks (default: ./notebooks, else .)")
     parser.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT, help=f"seconds a cell may run (default {DEFAULT_TIMEOUT})")
     parser.add_argument("--kernel", default=None, help="Jupyter kernel to use (default: the notebook's own)")
+    parser.add_argument("--fast", action="store_true", help="run the notebooks with COURSE_FAST=1: a tiny, quick training run in lesson 06")
     args = parser.parse_args(argv)
     folder = args.notebooks
     if folder is None:
@@ -333,7 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not folder.is_dir():
         print(f"error: no folder {folder}", file=sys.stderr)
         return 2
-    progress = report(folder, timeout=args.timeout, kernel_name=args.kernel, verbose=True)
+    progress = report(folder, timeout=args.timeout, kernel_name=args.kernel, verbose=True, fast=args.fast)
     if not progress.rows:
         print(f"No exercises found in {folder} (looked for NN_*.ipynb notebooks with checker cells).")
         return 0

@@ -5,7 +5,10 @@ with a passed, a failed and a not-attempted exercise (plus a demonstration
 check that must not count), one that loads code from the first, errors midway
 and then kills its kernel. Their checkers are a tiny module written next to
 them that returns real CheckResults from the real engine (``run_check``), so
-the test does not depend on the state of the course's own checkers.
+the test does not depend on the state of the course's own checkers. The
+checkers' names differ from the exercises' (``check_doubling(double)``), as
+``check_causal_mask(make_causal_mask)`` does in the course: the report names
+the exercise.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from course_utils.progress import (
     checker_calls,
     exercises,
     grade,
+    kernel_environment,
     main,
     show,
 )
@@ -48,15 +52,15 @@ def _times(factor):
     return body
 
 
-def check_double(fn):
+def check_doubling(fn):
     return run_check("double", _times(2), fn)
 
 
-def check_triple(fn):
+def check_tripling(fn):
     return run_check("triple", _times(3), fn)
 
 
-def check_halve(fn):
+def check_halving(fn):
     return run_check("halve", _times(0.5), fn)
 '''
 
@@ -76,20 +80,20 @@ STALE = new_output(
 
 
 def first_notebook() -> nbformat.NotebookNode:
-    stale = new_code_cell("check_halve(halve)")
+    stale = new_code_cell("check_halving(halve)")
     stale.outputs = [STALE]  # left over from an earlier session: must not be believed
     stale.execution_count = 9
     return notebook(
         new_markdown_cell("# First lesson"),
-        new_code_cell("import os\nfrom fake_checks import check_double, check_halve, check_triple"),
+        new_code_cell("import os\nfrom fake_checks import check_doubling, check_halving, check_tripling"),
         # passes only when the report sets COURSE_FAST=1 in the kernel's environment
         new_code_cell('def double(x):\n    return 2 * x if os.environ.get("COURSE_FAST") == "1" else x'),
-        new_code_cell("check_double(double)"),
+        new_code_cell("check_doubling(double)"),
         new_code_cell("def triple(x):\n    return x + x"),
-        new_code_cell("check_triple(triple)"),
+        new_code_cell("check_tripling(triple)"),
         new_code_cell("def halve(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"),
         stale,
-        new_code_cell("def double_wrong(x):\n    return x\n\n\ncheck_double(double_wrong)"),  # a demonstration
+        new_code_cell("def double_wrong(x):\n    return x\n\n\ncheck_doubling(double_wrong)"),  # a demonstration
         new_code_cell('open("written_by_the_run.txt", "w").write("x")'),
     )
 
@@ -97,14 +101,14 @@ def first_notebook() -> nbformat.NotebookNode:
 def second_notebook() -> nbformat.NotebookNode:
     return notebook(
         new_code_cell(
-            "from course_utils.notebook import load_exercises\nfrom fake_checks import check_double, check_halve, check_triple\n"
+            "from course_utils.notebook import load_exercises\nfrom fake_checks import check_doubling, check_halving, check_tripling\n"
             'double = load_exercises("01_first.ipynb", ["double"])["double"]'
         ),
-        new_code_cell("check_double(double)"),
+        new_code_cell("check_doubling(double)"),
         new_code_cell("1 / 0"),
-        new_code_cell("check_triple(triple_missing)"),
+        new_code_cell("check_tripling(triple)"),  # not loaded into this notebook
         new_code_cell("import os\nos._exit(1)"),
-        new_code_cell("check_halve(halve)"),
+        new_code_cell("check_halving(halve)"),
     )
 
 
@@ -129,7 +133,7 @@ def run(learner: Path):
     before = snapshot(learner)
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        code = main([str(learner), "--timeout", "60"])
+        code = main([str(learner), "--timeout", "60", "--fast"])
     return code, buffer.getvalue(), before
 
 
@@ -137,15 +141,22 @@ def run(learner: Path):
 def test_report_reads_each_outcome(run) -> None:
     code, out, _ = run
     assert code == 0
-    rows = [line.split() for line in out.splitlines()]
-    table = {(r[0], r[1]): " ".join(r[2:]) for r in rows if r and r[0].startswith("0")}
-    assert table[("01_first", "double")] == PASSED
-    assert table[("01_first", "triple")].startswith(f"{FAILED} fn(3.0) should be 9.0, got 6.0.")
-    assert "Multiply" not in out, "only the first line of a failure is shown"
-    assert table[("01_first", "halve")] == NOT_ATTEMPTED, "the stale output is not believed"
-    assert table[("02_second", "double")] == PASSED, "later notebooks load earlier ones from the copy"
-    assert table[("02_second", "triple")] == f"{ERROR} NameError: name 'triple_missing' is not defined"
-    assert table[("02_second", "halve")].startswith(f"{NOT_REACHED} the notebook stopped before this cell ran (DeadKernelError")
+    table: dict[tuple[str, str], list[str]] = {}  # (notebook, exercise) -> [status, message lines...]
+    for line in out.splitlines():
+        if line.startswith("0"):
+            notebook_, exercise, status = line.split(None, 2)
+            row = table[(notebook_, exercise)] = [status]
+        elif line.startswith("    "):
+            row.append(line.strip())
+    assert table[("01_first", "double")] == [PASSED], "the exercise's name, not the checker's (doubling)"
+    assert table[("01_first", "triple")] == [FAILED, "fn(3.0) should be 9.0, got 6.0.", "Multiply, do not add."], (
+        "the checker's first message, in full, beneath its row"
+    )
+    assert table[("01_first", "halve")] == [NOT_ATTEMPTED], "the stale output is not believed"
+    assert table[("02_second", "double")] == [PASSED], "later notebooks load earlier ones from the copy"
+    assert table[("02_second", "triple")] == [ERROR, "NameError: name 'triple' is not defined"]
+    assert table[("02_second", "halve")][0] == NOT_REACHED
+    assert table[("02_second", "halve")][1].startswith("the notebook stopped before this cell ran (DeadKernelError")
     assert len(table) == 6, "the demonstration check and the notebook without exercises add no rows"
     assert out.rstrip().endswith("2 of 6 exercises passed (1 failed, 1 not attempted, 1 error, 1 not reached)")
 
@@ -163,11 +174,16 @@ def test_the_learners_files_are_untouched(run, learner: Path) -> None:
 
 def test_checker_calls_are_found_in_the_source() -> None:
     assert checker_calls("check_noam_lr(noam_lr)") == ["noam_lr"]
-    assert checker_calls("from course_utils import checks\nchecks.check_causal_mask(make_causal_mask)") == ["causal_mask"]
+    assert checker_calls("from course_utils import checks\nchecks.check_causal_mask(make_causal_mask)") == ["make_causal_mask"], (
+        "named as the learner defines it (the checker's argument)"
+    )
+    assert checker_calls("check_positional_encoding_module(PositionalEncoding)") == ["PositionalEncoding"]
+    assert checker_calls("check_transformer(models.Transformer)") == ["transformer"], "not a plain name: the checker's"
     assert checker_calls("%time check_a(a)\nx = check_b(b)") == ["b"], "magic lines are blanked"
     assert checker_calls("from course_utils.checks import check_a\n") == []
     assert checker_calls("def bad(x):\n    return x\n\ncheck_a(bad)") == [], "a demonstration on a local definition"
-    assert checker_calls("check_a(a) +") == ["a"], "falls back to a pattern when the cell does not parse"
+    assert checker_calls("check_causal_mask(make_causal_mask) +") == ["make_causal_mask"], "a pattern when the cell does not parse"
+    assert checker_calls("check_a(x.y) +") == ["a"]
 
 
 def test_exercises_skip_setup_and_demo_cells() -> None:
@@ -193,13 +209,40 @@ def test_grade_pairs_results_with_calls_and_counts_each_exercise_once() -> None:
             {"cell_type": "code", "metadata": {}, "source": "check_a(a)", "execution_count": 2, "outputs": [result("a", PASSED)]},
             {"cell_type": "code", "metadata": {}, "source": "check_b(b)", "execution_count": 3, "outputs": []},
             {"cell_type": "code", "metadata": {}, "source": "check_c(c)", "execution_count": None, "outputs": []},
+            {"cell_type": "code", "metadata": {}, "source": "check_d(fn)", "execution_count": 4, "outputs": [result("delta", PASSED)]},
         ]
     }
     assert grade("01_x", nb) == [
-        Row("01_x", "a", FAILED, "Wrong."),
+        Row("01_x", "a", FAILED, "Wrong.\nDetails."),
         Row("01_x", "b", ERROR, "the checker cell ran but showed no result (is the check the cell's last line?)"),
         Row("01_x", "c", NOT_REACHED, "the notebook stopped before this cell ran"),
+        Row("01_x", "delta", PASSED, ""),  # the name the checker gives the exercise wins
     ]
+
+
+def test_the_table_shows_each_failures_first_message_beneath_its_row() -> None:
+    progress = Progress([Row("01_a", "make_causal_mask", FAILED, "Row 0 may see position 1.\nUse tril, not triu."), Row("01_a", "x", PASSED)])
+    assert str(progress).splitlines()[:5] == [
+        "notebook  exercise          status",
+        "--------  ----------------  ------",
+        "01_a      make_causal_mask  failed",
+        "    Row 0 may see position 1.",
+        "    Use tril, not triu.",
+    ]
+
+
+def test_fast_mode_sets_course_fast_in_the_kernels_only_when_asked(monkeypatch) -> None:
+    monkeypatch.delenv("COURSE_FAST", raising=False)
+    assert kernel_environment(fast=True)["COURSE_FAST"] == "1"
+    assert "COURSE_FAST" not in kernel_environment(fast=False), "without --fast: your environment as it is"
+    assert kernel_environment()[_schema.PROGRESS_ENV] == "1"
+
+
+def test_help_documents_the_fast_mode(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--fast" in text and "COURSE_FAST=1" in text and "first message" in text
 
 
 def test_the_mime_type_is_the_engines() -> None:
@@ -235,7 +278,7 @@ def test_show_displays_the_report(monkeypatch, capsys, tmp_path) -> None:
     import course_utils.progress as progress
 
     monkeypatch.delenv(_schema.PROGRESS_ENV, raising=False)
-    monkeypatch.setattr(progress, "report", lambda folder, timeout: PROGRESS)
+    monkeypatch.setattr(progress, "report", lambda folder, timeout, fast: PROGRESS)
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
     assert show(tmp_path) is None
