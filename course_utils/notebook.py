@@ -294,6 +294,26 @@ def _register_source(path: Path, number: int, source: str) -> str:
     return filename
 
 
+def _locate_notebook(notebook: str | os.PathLike, names: Sequence[str]) -> Path:
+    """The learner's notebook (here, or in Google Drive on Colab), else the course's reference, announced."""
+    from . import colab
+
+    own = colab.find_learner_notebook(notebook)
+    if own is not None:
+        return own
+    reference = colab.reference_notebook(notebook)
+    if reference is not None:
+        colab.announce_reference(notebook, names, reference)
+        return reference
+    name = Path(notebook).name
+    raise FileNotFoundError(
+        f"Cannot find {name} (looked in: {colab.looked_in(notebook)}), nor the course's solutions/ folder. "
+        f"This lesson reuses your code from that notebook: keep the course notebooks together in one folder "
+        f"(on Colab, mount Google Drive or upload your completed {name} with the Files panel), "
+        f"or paste your code for {', '.join(names)} into a cell here."
+    )
+
+
 def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the cells of ``notebook`` that define ``names``, and return those objects.
 
@@ -302,14 +322,14 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
     share it across several calls, so a class from one lesson can use a
     function from another). Nothing else in that notebook runs: no training,
     no plots, no checker cells.
+
+    The notebook is looked for in the current folder, then (on Colab) in the
+    mounted Google Drive's "Colab Notebooks" folder, "Copy of ..." names
+    included. When it is in neither, the course's reference solution of the
+    same name is used instead, with a loud notice naming what it replaced
+    (see :mod:`course_utils.colab`).
     """
-    path = Path(notebook)
-    if not path.exists():
-        raise FileNotFoundError(
-            f"Cannot find {path}. This lesson reuses your code from that notebook: keep the course "
-            f"notebooks together in one folder (on Colab, upload your completed {path.name} with the "
-            f"Files panel), or paste your code for {', '.join(names)} into a cell here."
-        )
+    path = _locate_notebook(notebook, names)
     wanted = set(names)
     ns: dict[str, Any] = namespace if namespace is not None else {}
     ns.setdefault("__name__", "__course_exercises__")

@@ -4,8 +4,9 @@
     show_solution("scaled_dot_product_attention")   # or the checker's name: "check_causal_mask"
 
 The solutions live in the course repository's ``solutions/`` folder, next to
-``notebooks/``. On Colab only the exercise notebook is there, so
-``show_solution`` says where to find them instead.
+``notebooks/``. On Colab, the setup cell at the top of every notebook clones
+the repository next to the notebook, so they are there too; without them,
+``show_solution`` says where to find them.
 """
 
 from __future__ import annotations
@@ -53,7 +54,11 @@ class SolutionsNotFound(FileNotFoundError):
 def _candidates() -> list[Path]:
     here = Path.cwd()
     package_repo = Path(__file__).resolve().parent.parent
-    return [here / "solutions", here.parent / "solutions", package_repo / "solutions"]
+    candidates = [here / "solutions", here.parent / "solutions", package_repo / "solutions"]
+    repo = _repository()
+    if repo:  # the Colab setup cell's clone, named like the repository, next to the notebook
+        candidates.append(here / repo[0].rstrip("/").rsplit("/", 1)[-1] / "solutions")
+    return candidates
 
 
 def find_solutions_dir(solutions_dir: str | Path | None = None) -> Path:
@@ -105,7 +110,7 @@ def _missing_message(looked_in: list[Path]) -> str:
         where = "They are in the course repository's solutions/ folder: clone the repository and call show_solution from a notebook in it."
     return (
         f"The solutions folder is not here (looked in: {places}).\n"
-        f"On Colab only the exercise notebook is loaded, not the solutions. {where}\n"
+        f"On Colab, run the setup cell at the top of the notebook first: it brings the solutions. {where}\n"
         f"If you have the folder somewhere else, pass it: show_solution(name, solutions_dir='path/to/solutions')."
     )
 

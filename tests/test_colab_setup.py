@@ -177,3 +177,124 @@ def test_locally_the_setup_cell_only_imports_and_prints_nothing(tmp_path: Path) 
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and done.stderr == ""
+
+
+# ---------------------------------------------------------------------------
+# load_exercises and show_solution on Colab, in-process: a fake google.colab and a fake Drive.
+
+LESSON = "01_attention.ipynb"
+
+
+def _lesson_notebook(path: Path, body: str) -> Path:
+    """A notebook that defines scaled_dot_product_attention as ``body`` says (and a checker cell that must not run)."""
+    cells = [
+        {"cell_type": "code", "id": "a", "execution_count": None, "metadata": {}, "outputs": [], "source": "import math"},
+        {"cell_type": "code", "id": "b", "execution_count": None, "metadata": {}, "outputs": [],
+         "source": f"def scaled_dot_product_attention(q, k, v, mask=None):\n    return {body!r}"},
+        {"cell_type": "code", "id": "c", "execution_count": None, "metadata": {}, "outputs": [], "source": "raise RuntimeError('not run')"},
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+@pytest.fixture
+def on_colab(tmp_path: Path, monkeypatch):
+    """Colab: google.colab importable, cwd an empty /content, Drive mounted at a fake folder (no notebooks yet)."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    content = tmp_path / "content"
+    content.mkdir()
+    monkeypatch.chdir(content)
+    drive = tmp_path / "drive"
+    monkeypatch.setattr(colab, "DRIVE_ROOT", drive)
+    monkeypatch.setattr(colab, "_announced", set())
+    return drive / "MyDrive" / "Colab Notebooks"
+
+
+def test_on_colab_a_notebook_in_the_current_folder_comes_first(on_colab: Path, capsys) -> None:
+    _lesson_notebook(Path.cwd() / LESSON, "here")
+    _lesson_notebook(on_colab / LESSON, "drive")
+    (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
+    assert fn(1, 2, 3) == "here" and capsys.readouterr().out == ""
+
+
+def test_on_colab_drive_copies_are_found_the_latest_first(on_colab: Path, capsys) -> None:
+    old = _lesson_notebook(on_colab / LESSON, "saved in Drive")
+    os.utime(old, (1_000, 1_000))
+    copy = _lesson_notebook(on_colab / f"Copy of {LESSON}", "a copy, saved later")
+    os.utime(copy, (2_000, 2_000))
+    _lesson_notebook(on_colab / "Copy of 01_attention_notes.ipynb", "another notebook")  # not a copy of the lesson
+    os.utime(on_colab / "Copy of 01_attention_notes.ipynb", (3_000, 3_000))
+    (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
+    assert fn(1, 2, 3) == "a copy, saved later" and capsys.readouterr().out == ""
+    assert colab.find_in_drive("01_ATTENTION.ipynb") == copy, "Drive names are matched without regard to case"
+
+
+def test_on_colab_the_other_drive_folder_name_works_too(on_colab: Path) -> None:
+    other = on_colab.parent.parent / "My Drive" / "Colab Notebooks"
+    _lesson_notebook(other / f"Copy of Copy of {LESSON}", "my drive")
+    (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
+    assert fn(1, 2, 3) == "my drive"
+
+
+def test_without_the_learners_notebook_the_reference_is_used_and_said_loudly_once(on_colab: Path, capsys) -> None:
+    (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
+    out = capsys.readouterr().out
+    import torch
+
+    q = torch.randn(1, 2, 4)
+    output, weights = fn(q, q, q)
+    assert torch.allclose(weights.sum(-1), torch.ones(1, 2)), "the course's reference attention"
+    assert "NOTE: your 01_attention.ipynb was not found" in out and "REFERENCE CODE" in out
+    assert "for: scaled_dot_product_attention." in out and str(REPO_ROOT / "solutions" / LESSON) in out
+    assert "Google Drive (not mounted)" in out and 'drive.mount("/content/drive")' in out and "Copy of 01_attention.ipynb" in out
+    load_exercises(LESSON, ["scaled_dot_product_attention"])
+    assert capsys.readouterr().out == "", "once per notebook and exercise"
+    load_exercises("02_masks.ipynb", ["make_causal_mask"])
+    assert "make_causal_mask" in capsys.readouterr().out, "another notebook is announced too"
+
+
+def test_with_drive_mounted_but_without_the_notebook_the_notice_names_the_folder(on_colab: Path, capsys) -> None:
+    on_colab.mkdir(parents=True)
+    load_exercises(LESSON, ["scaled_dot_product_attention"])
+    out = capsys.readouterr().out
+    assert str(on_colab) in out and "not mounted" not in out
+
+
+def test_locally_the_fallback_says_where_to_put_the_notebook(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(colab, "_announced", set())
+    load_exercises(LESSON, ["scaled_dot_product_attention"])
+    out = capsys.readouterr().out
+    assert "REFERENCE CODE" in out and f"put your {LESSON} in the same folder as this notebook" in out
+    assert "drive" not in out.lower()
+
+
+def test_show_solution_works_from_the_colab_content_folder(on_colab: Path, capsys) -> None:
+    """On Colab the notebook runs in /content; the clone next to it holds solutions/ and the package."""
+    from course_utils.solutions import show_solution
+
+    show_solution("scaled_dot_product_attention")
+    out = capsys.readouterr().out
+    assert out.startswith("Solution: scaled_dot_product_attention (from 01_attention.ipynb")
+
+
+def test_setup_does_nothing_locally_and_installs_only_what_is_missing_on_colab(on_colab: Path, monkeypatch, capsys) -> None:
+    assert "tokenizers>=" in " ".join(colab.requirements()) or "tokenizers" in colab.requirements(), "read from pyproject.toml"
+    calls = []
+    monkeypatch.setattr(colab.subprocess, "run", lambda args, **kw: calls.append(args))
+    monkeypatch.delitem(sys.modules, "google.colab")
+    colab.setup()
+    assert calls == [] and capsys.readouterr().out == ""
+
+    import types
+
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.setattr(colab, "requirements", lambda root=None: ["torch>=2.1", "sacrebleu>=2", "no-such-package-xyz>=1", "jupyterlab"])
+    colab.setup()
+    assert calls == [[sys.executable, "-m", "pip", "install", "-q", "no-such-package-xyz>=1"]]
+    out = capsys.readouterr().out
+    assert "The course is ready in" in out and "mount Google Drive" in out

@@ -71,7 +71,7 @@ def test_load_exercises_runs_only_imports_and_definitions(tmp_path):
 
 def test_load_exercises_explains_missing_notebooks_and_names(tmp_path):
     with pytest.raises(FileNotFoundError, match="keep the course notebooks together"):
-        load_exercises(tmp_path / "01_attention.ipynb", ["scaled_dot_product_attention"])
+        load_exercises(tmp_path / "99_no_such_lesson.ipynb", ["scaled_dot_product_attention"])  # no reference either
     nb = _notebook(tmp_path / "01.ipynb", "def other():\n    pass")
     with pytest.raises(LookupError, match="does not define scaled_dot_product_attention"):
         load_exercises(nb, ["scaled_dot_product_attention"])

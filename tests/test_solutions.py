@@ -86,7 +86,7 @@ def test_without_the_solutions_folder_it_says_where_to_get_them(tmp_path: Path, 
     show_solution("scale", tmp_path / "missing")
     out = capsys.readouterr().out
     assert "The solutions folder is not here" in out
-    assert "On Colab only the exercise notebook is loaded" in out
+    assert "On Colab, run the setup cell at the top of the notebook first" in out
     assert "git clone https://github.com/" in out and "/tree/" in out
     with pytest.raises(SolutionsNotFound):
         find_solution("scale", tmp_path / "missing")
