@@ -267,6 +267,22 @@ def calls_forward(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length
     return beam_search(Wrapped(), src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)
 
 
+def output_on_cpu(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6):
+    """The heap-based search, but its output built without a device."""
+    out = heap_based(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)
+    return torch.tensor(out.tolist())
+
+
+def drops_bos(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6):
+    return beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)[:, 1:]
+
+
+def all_beams(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6):
+    """Returns beam_size rows per sentence."""
+    out = beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)
+    return out.repeat_interleave(beam_size, dim=0)
+
+
 def stub(*args, **kwargs):
     raise NotImplementedError()
 
@@ -294,6 +310,9 @@ WRONG = [
     (_variant_of(cpu_tensors=True), ["src.device"]),
     (_variant_of(eos_from_2k=True), ["outside the beam_size best"]),
     (never_stops, ["does not stop at max_len"]),
+    (output_on_cpu, ["returns its output on the cpu"]),
+    (drops_bos, ["column 0"]),
+    (all_beams, ["only the best of the beam_size hypotheses"]),
 ]
 
 

@@ -31,13 +31,15 @@ eos_id, pad_id, length_penalty=0.6) -> (B, T)`` LongTensor.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable
 
 import torch
 from torch import nn
 
-from ._core import Check, CheckResult, describe, fmt_shape, run_check
+from . import _devices
+from ._core import Check, CheckResult, Raised, describe, fmt_shape, run_check
 
 _WIDTH = 3  # features of the scripted memory
 _SLACK = 2  # decode calls allowed past the contract's bound before the scripted model refuses
@@ -101,16 +103,20 @@ class _Language:
         return logits.float()
 
 
+class _Runaway(BaseException):
+    """The scripted model's answer to a loop that does not stop (a BaseException: `except Exception` cannot hide it)."""
+
+
 class _ScriptedModel(nn.Module):
     """Stands in for a trained Transformer and records how it is called."""
 
-    def __init__(self, language: _Language, batch: int, max_len: int):
+    def __init__(self, language: _Language, batch: int, max_len: int, pretend_device: bool = False):
         super().__init__()
         self.anchor = nn.Parameter(torch.zeros((), device="cpu"))  # so that next(model.parameters()) works
         self.language = language
         self.pad_id = language.pad_id
         self.max_calls = batch * (max_len - 1) + _SLACK  # enough for a per-sentence loop
-        self.max_len = max_len
+        self.max_len, self.pretend_device = max_len, pretend_device
         self.encode_calls = 0
         self.encoded: list[tuple[int, ...]] = []
         self.decode_calls = 0
@@ -118,34 +124,47 @@ class _ScriptedModel(nn.Module):
         self.rows: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []  # per call: (sentence, prefix) per row
         self.misaligned = 0  # rows whose memory and src belong to different sentences
 
+    def parameters(self, recurse: bool = True):
+        yield _devices.on_device(self.anchor) if self.pretend_device else self.anchor
+
     def sentence(self, row: list[int]) -> tuple[int, ...]:
         return tuple(int(t) for t in row if t != self.pad_id)
 
-    def encode(self, src: torch.Tensor) -> torch.Tensor:
-        self.encode_calls += 1
+    def _arrived(self, what: str, *tensors: torch.Tensor) -> list[torch.Tensor]:
+        """Inputs must be on the model's device (raises as a GPU would); returns them as plain CPU tensors."""
         if torch.is_grad_enabled():
             self.grad_calls += 1
+        if self.pretend_device and not all(_devices.is_on_device(t) for t in tensors):
+            raise _devices.DeviceMismatch(f"model.{what} received a CPU tensor while the model is on {_devices.PRETEND}")
+        return [_devices.plain(t).detach().cpu() for t in tensors]
+
+    def _leave(self, tensor: torch.Tensor) -> torch.Tensor:
+        return _devices.on_device(tensor) if self.pretend_device else tensor
+
+    def encode(self, src: torch.Tensor) -> torch.Tensor:
+        self.encode_calls += 1
+        if self.encode_calls > self.max_calls:
+            raise _Runaway(f"your loop called model.encode {self.encode_calls} times with max_len={self.max_len}")
         if not isinstance(src, torch.Tensor) or src.dim() != 2:
             raise ValueError(f"model.encode(src) expects the source batch (B, S), got {describe(src)}")
-        self.encoded += [self.sentence(row) for row in src.detach().long().tolist()]
-        return src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH).float() + 0.0 * self.anchor  # (B, S, 3)
+        (src,) = self._arrived("encode", src)
+        self.encoded += [self.sentence(row) for row in src.long().tolist()]
+        return self._leave(src.double().unsqueeze(-1).expand(-1, -1, _WIDTH).float())  # (B, S, 3)
 
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         self.decode_calls += 1
         if self.decode_calls > self.max_calls:
-            raise RuntimeError(
+            raise _Runaway(
                 f"your loop called model.decode {self.decode_calls} times with max_len={self.max_len}: it does "
                 f"not stop at max_len (the output, BOS included, has at most max_len columns, so at most "
                 f"max_len - 1 decoding steps per sentence)"
             )
-        if torch.is_grad_enabled():
-            self.grad_calls += 1
         if not isinstance(tgt, torch.Tensor) or tgt.dim() != 2:
             raise ValueError(
                 f"model.decode(tgt, memory, src) expects tgt of shape (B, L), the tokens so far; got {describe(tgt)}"
             )
         if tgt.shape[1] > self.max_len + _SLACK:
-            raise RuntimeError(
+            raise _Runaway(
                 f"model.decode received a prefix of {tgt.shape[1]} tokens with max_len={self.max_len}: your loop "
                 f"does not stop at max_len"
             )
@@ -161,10 +180,11 @@ class _ScriptedModel(nn.Module):
                 f"its padding mask; got {describe(src)}. Repeat src like memory: "
                 f"src.repeat_interleave(beam_size, dim=0)"
             )
-        tokens = tgt.detach().long().tolist()
+        tgt, memory, src = self._arrived("decode", tgt, memory, src)
+        tokens = tgt.long().tolist()
         # A real model reads the sentence from memory (src only gives the padding mask).
-        from_memory = [self.sentence(row) for row in memory.detach()[..., 0].round().long().tolist()]
-        from_src = [self.sentence(row) for row in src.detach().long().tolist()]
+        from_memory = [self.sentence(row) for row in memory[..., 0].round().long().tolist()]
+        from_src = [self.sentence(row) for row in src.long().tolist()]
         self.misaligned += sum(a != b for a, b in zip(from_memory, from_src))
         self.rows.append([(s, tuple(row)) for s, row in zip(from_memory, tokens)])
         batch, length = tgt.shape
@@ -173,7 +193,7 @@ class _ScriptedModel(nn.Module):
         for b in range(batch):
             logits[b, :-1] = ((ramp * 5 + 2) % self.language.vocab_size) * 2.0  # earlier positions: elsewhere
             logits[b, -1] = self.language.logits(from_memory[b], tuple(tokens[b]))
-        return logits + 0.0 * self.anchor  # (B, L, V)
+        return self._leave(logits)  # (B, L, V)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         return self.decode(tgt, self.encode(src), src)
@@ -358,38 +378,34 @@ def check_beam_search(beam_search: Callable) -> CheckResult:
     return run_check("beam_search", _check_beam_search, beam_search)
 
 
-class _Raised:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
 def _run(check: Check, beam_search: Callable, case: dict, beam_size: int | None = None, alpha: float | None = None,
-         max_len: int | None = None, catch: bool = False, meta: bool = False):
+         max_len: int | None = None, probe: bool = False, pretend_device: bool = False):
+    """Run beam_search on a fresh scripted model: (model, src, output, beam_size, alpha, max_len).
+
+    With ``probe`` a crash comes back as a ``Raised``; a loop that runs past the scripted model's bounds ends the
+    check with a failure either way.
+    """
     language = _Language(case["vocab_size"], case["bos_id"], case["eos_id"], case["pad_id"])
     src = _source(case)
     max_len = case["max_len"] if max_len is None else max_len
-    model = _ScriptedModel(language, src.shape[0], max_len)
+    model = _ScriptedModel(language, src.shape[0], max_len, pretend_device)
     k = case["beam_size"] if beam_size is None else beam_size
     a = case["alpha"] if alpha is None else alpha
 
     def beam_search_(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty):
         try:
-            if meta:
-                with torch.device("meta"):
-                    return beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id,
-                                       length_penalty=length_penalty)
             return beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=length_penalty)
-        except NotImplementedError as exc:
-            if not meta:
-                raise
-            return _Raised(exc)  # meta tensors cannot be read (.item(), .tolist()): a tensor on the wrong device
-        except Exception as exc:
-            if not catch:
-                raise
-            return _Raised(exc)
+        except _Runaway as exc:
+            check.fail(
+                f"beam_search does not stop: {exc} {_setup(dict(case, beam_size=k, alpha=a), src)}.\n"
+                f"Loop at most max_len - 1 times (`for t in range(1, max_len)`), and break once every sentence "
+                f"has stopped."
+            )
 
-    out = check.call(beam_search_, model, src, k, max_len, case["bos_id"], case["eos_id"], case["pad_id"], a,
-                     what="beam_search")
+    run = check.attempt if probe else check.call
+    with _devices.elsewhere() if pretend_device else contextlib.nullcontext():
+        out = run(beam_search_, model, _devices.on_device(src) if pretend_device else src, k, max_len,
+                  case["bos_id"], case["eos_id"], case["pad_id"], a, what="beam_search")
     return model, src, out, k, a, max_len
 
 
@@ -404,9 +420,9 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
 
     # 2. A batch: crashing here but not above means one sentence only.
     batch = _CASES[1]
-    _, src_b, out_b, *_ = _run(check, beam_search, batch, catch=True)
-    if isinstance(out_b, _Raised):
-        exc = out_b.exc
+    _, src_b, out_b, *_ = _run(check, beam_search, batch, probe=True)
+    if isinstance(out_b, Raised) and not isinstance(out_b.exception, NotImplementedError):
+        exc = out_b.exception
         text = str(exc).strip().splitlines()
         check.fail(
             f"beam_search works for one sentence but crashes on a batch of {src_b.shape[0]}: "
@@ -468,7 +484,7 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
             )
     check.ok("with a beam wider than all hypotheses it finds the best sequence (exhaustive search)")
 
-    # 6. The device: tensors it creates follow src.device (caught with the meta device on a CPU).
+    # 6. The device: tensors it creates follow src.device (caught on a pretend GPU on a CPU-only machine).
     _device(check, beam_search)
 
 
@@ -720,22 +736,24 @@ def _stopping(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch
 
 
 def _device(check: Check, beam_search: Callable) -> None:
+    """Search on a pretend GPU: every tensor must follow src's device."""
     case = _CASES[1]
-    model, src, out, *_ = _run(check, beam_search, case, meta=True, catch=True)
-    if isinstance(out, _Raised) or not isinstance(out, torch.Tensor) or out.device != src.device:
-        if isinstance(out, _Raised):
-            text = str(out.exc).strip().splitlines()
-            found = f"it raised {type(out.exc).__name__}" + (f": {text[0]}" if text else "")
-        else:
-            found = f"it returned {describe(out)} on the device {getattr(out, 'device', None)}"
+    model, src, out, *_ = _run(check, beam_search, case, probe=True, pretend_device=True)
+    where = f"(src and the model on {_devices.PRETEND}, pretended on this machine)"
+    if isinstance(out, Raised):
         check.fail(
-            "beam_search creates some tensors on the default device instead of src.device: on a GPU it would mix "
-            "devices and crash, or return its output on the wrong device. (Found by running it with the default "
-            f"device set to `meta`, where {found}.)\n"
-            "Give every new tensor the device of the input: `torch.full(..., device=src.device)`, "
-            "`torch.arange(..., device=src.device)`, or `src.new_full(...)`."
+            f"beam_search mixes CPU tensors with tensors on the GPU {where}:\n{out.message}\n"
+            "On a GPU this fails with \"Expected all tensors to be on the same device\". Create every tensor on "
+            "src's device: `torch.full(..., device=src.device)`, `torch.arange(..., device=src.device)`, "
+            "`torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)."
         )
-    check.ok("creates its tensors on src.device")
+    if not _devices.is_on_device(out):
+        check.fail(
+            f"beam_search returns its output on the CPU when src and the model are on a GPU {where}.\n"
+            "Return the output on src's device: build it with `device=src.device`; the caller decides where the "
+            "tokens go."
+        )
+    check.ok("creates its tensors on src's device, so it runs on a GPU too")
 
 
 __all__ = ["check_beam_search"]
