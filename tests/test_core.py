@@ -84,3 +84,190 @@ def test_no_trace_rng_dtype_grad():
         assert not torch.is_grad_enabled()
     assert torch.get_default_dtype() == torch.float32
     assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
+
+
+# -- the public API -------------------------------------------------------------
+
+import signal
+import sys
+import time
+
+import pytest
+
+from course_utils.checks._core import (
+    ATOL,
+    Raised,
+    close_enough,
+    identical,
+    last_result,
+)
+
+
+def _fast_body(check: Check, fn):
+    out = check.call(fn, torch.ones(2, 3), torch.ones(2, 3), time_limit=0.5)
+    check.tensor(out, "the output", shape=(2, 3))
+    check.ok("runs")
+
+
+def test_close_enough_and_identical_are_different_questions():
+    a = torch.tensor([1.0, 2.0])
+    assert close_enough(a, a + ATOL / 2) and not identical(a, a + ATOL / 2)
+    assert not close_enough(a, a[:1]) and not close_enough(a, "a")
+    assert identical(torch.tensor([float("nan")]), torch.tensor([float("nan")]))
+    assert not identical(a, a.double())
+
+
+def test_attempt_returns_a_sentinel_instead_of_raising():
+    seen = {}
+
+    def body(check, fn):
+        seen["value"] = check.attempt(fn, 3)
+        seen["crash"] = check.attempt(lambda x: 1 / 0, 3)
+
+    run_check("probe", body, lambda x: x + 1)
+    assert seen["value"] == 4
+    assert isinstance(seen["crash"], Raised) and not seen["crash"]
+    assert isinstance(seen["crash"].exception, ZeroDivisionError) and "ZeroDivisionError" in seen["crash"].message
+
+
+def test_hint_and_builds_on_are_attached():
+    def body(check, fn):
+        check.call(fn, 1, hint="Hint: look at the exponent.", builds_on="It builds on lesson 01.")
+
+    expect(run_check("x", body, lambda a: 1 / 0), "error", "ZeroDivisionError", "look at the exponent")
+    def stub(a):
+        raise NotImplementedError
+
+    expect(run_check("x", body, stub), "not attempted", "builds on lesson 01")
+
+
+def test_an_endless_loop_is_stopped_with_a_named_error():
+    def endless(x, y):
+        while True:
+            pass
+
+    start = time.monotonic()
+    result = run_check("add", _fast_body, endless)
+    assert time.monotonic() - start < 2
+    expect(result, "error", "did not return within 0.5 s", "x = tensor of shape (2, 3)", "stopping condition")
+
+
+def test_a_sleep_and_a_swallowed_limit_are_stopped_too():
+    def sleepy(x, y):
+        time.sleep(60)
+
+    def stubborn(x, y):
+        for _ in range(10**9):
+            try:
+                time.sleep(60)
+            except Exception:  # the limit is not an Exception: it still ends the call
+                pass
+
+    for fn in (sleepy, stubborn):
+        start = time.monotonic()
+        expect(run_check("add", _fast_body, fn), "error", "did not return within")
+        assert time.monotonic() - start < 2
+
+
+def test_the_total_time_of_a_check_is_bounded():
+    def body(check, fn):
+        check.total_time = 0.6
+        for _ in range(10):
+            check.call(fn, 0.25)
+
+    start = time.monotonic()
+    expect(run_check("slow", body, time.sleep), "error", "in all across this checker's calls")
+    assert time.monotonic() - start < 2
+
+
+def test_after_a_limit_no_alarm_is_left_behind():
+    run_check("add", _fast_body, lambda x, y: time.sleep(5))
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    time.sleep(0.3)  # an alarm left armed would raise here
+
+
+def test_a_learners_interrupt_still_interrupts_and_state_is_restored():
+    def interrupted(x, y):
+        torch.set_grad_enabled(False)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_check("add", _fast_body, interrupted)
+    assert torch.is_grad_enabled() and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_sys_exit_becomes_an_error_result():
+    expect(run_check("add", _fast_body, lambda x, y: sys.exit(3)), "error", "sys.exit()")
+    def raises_base(x, y):
+        raise GeneratorExit
+
+    expect(run_check("add", _fast_body, raises_base), "error", "GeneratorExit")
+
+
+@pytest.mark.parametrize(
+    "change, setting",
+    [
+        (lambda: torch.set_grad_enabled(False), "grad mode"),
+        (lambda: torch.set_default_dtype(torch.float64), "default dtype"),
+        (lambda: torch.use_deterministic_algorithms(True), "deterministic algorithms"),
+        (lambda: torch.set_num_threads(2), "number of threads"),
+    ],
+)
+def test_a_global_setting_changed_by_learner_code_is_named_and_put_back(change, setting):
+    def changes(x, y):
+        change()
+        return x + y
+
+    threads = torch.get_num_threads()
+    result = run_check("add", _body, changes)
+    expect(result, "failed", f"{setting} was", "put the setting back")
+    assert "could not" not in str(result)
+    assert torch.is_grad_enabled() and torch.get_default_dtype() == torch.float32
+    assert not torch.are_deterministic_algorithms_enabled() and torch.get_num_threads() == threads
+
+
+def test_reseeding_inside_learner_code_is_named_with_its_line():
+    def reseeds(x, y):
+        torch.manual_seed(0)
+        return x + y
+
+    expect(run_check("add", _body, reseeds), "failed", "resets a global random seed", "torch.manual_seed(0)")
+
+
+def test_printing_is_capped(capsys):
+    def chatty(x, y):
+        for _ in range(10_000):
+            print("x" * 100)
+        return x + y
+
+    assert run_check("add", _body, chatty).passed
+    assert len(capsys.readouterr().out) < 3000
+
+
+def test_a_class_passed_as_an_instance_gets_the_fix():
+    class Thing(torch.nn.Module):
+        pass
+
+    def body(check, cls):
+        check.callable_(cls, "Thing", want_class=True)
+
+    expect(run_check("Thing", body, Thing()), "failed", "pass the class `Thing`, not an instance")
+    expect(run_check("add", _body, "add"), "failed", "without quotes")
+
+
+def test_a_generator_result_is_explained():
+    def gen(x, y):
+        yield x + y
+
+    expect(run_check("add", _body, gen), "failed", "use `return`")
+
+
+def test_last_result_is_remembered_per_implementation():
+    def wrong(x, y):
+        return x - y
+
+    run_check("add_remembered", _body, good)
+    assert last_result("add_remembered", good).passed
+    run_check("add_remembered", _body, wrong)
+    assert last_result("add_remembered", good) is None
+    assert not last_result("add_remembered").passed and not last_result("add_remembered", wrong).passed

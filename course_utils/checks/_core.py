@@ -2,20 +2,71 @@
 
 A checker is a plain function ``check_<exercise>(implementation) -> CheckResult``.
 Its body is written against a :class:`Check`, which runs the learner's code
-safely and records what held and what did not:
+safely and records what held and what did not::
 
-    def check_something(something) -> CheckResult:
-        return run_check("something", _body, something)
+    def check_something(something: Callable) -> CheckResult:
+        return run_check("something", _check_something, something)
 
-    def _body(check: Check, something) -> None:
-        out = check.call(something, torch.ones(2, 3))       # learner code, guarded
-        out = check.tensor(out, "the output", shape=(2, 3))  # type / shape / dtype / NaN
-        check.close(out, expected, "the output", hint="...")  # values, with tolerances
+    def _check_something(check: Check, something: Callable) -> None:
+        out = check.call(something, torch.ones(2, 3), hint="...")  # learner code, guarded
+        out = check.tensor(out, "the output", shape=(2, 3))          # type / shape / dtype / NaN
+        check.close(out, expected, "the output", hint="...")          # values, with tolerances
         check.ok("returns the right values")
 
-``check.fail`` records a problem and ends the body; ``check.problem`` records
-one and goes on. ``run_check`` turns the outcome into one of four statuses
-and guarantees the checker leaves no trace on the learner's session.
+The public API (everything a topic module may import):
+
+Running a check
+    ``run_check(exercise, body, *args, time_limit=None, **kwargs)`` runs
+    ``body(check, *args, **kwargs)`` and turns its outcome into a
+    :class:`CheckResult` with one of four :class:`Status` values. It never
+    raises (a learner's ``KeyboardInterrupt`` still interrupts), and it leaves
+    no trace: see :func:`preserved_state`. ``last_result(exercise)`` is the
+    last result of that exercise's checker in this kernel.
+
+Calling learner code (methods of :class:`Check`)
+    ``check.call(fn, *args, what=, hint=, builds_on=, guard_inputs=, time_limit=, **kwargs)``
+    calls it and translates what goes wrong: ``NotImplementedError`` ends the
+    check as *not attempted* (``builds_on`` is added to that message); any
+    other exception, ``SystemExit`` included, ends it as *error*, with the
+    learner's line, the inputs and ``hint``; a call that runs past its time
+    limit ends it as *error* too. An input tensor changed in place, or a
+    global setting changed by the call (grad mode, default dtype,
+    deterministic algorithms, thread count, the global seed), is a named
+    failure, and the setting is put back. ``check.build(cls, ...)``
+    is the same for constructing a learner's class. ``check.attempt(fn, ...)``
+    is the silent version for probing variants: it returns the value, or a
+    :class:`Raised` sentinel instead of raising.
+
+Recording
+    ``check.ok(what)`` (a property that holds), ``check.problem(msg)`` (go
+    on), ``check.fail(msg)`` (stop), ``check.require(cond, msg)``,
+    ``check.stop_if_problems()``, ``check.not_attempted(msg)`` and
+    ``check.error(msg)`` (stop with that status).
+
+Checking values
+    ``check.callable_``, ``check.unpack``, ``check.tensor`` and
+    ``check.close`` record a message that shows expected against actual.
+    ``close_enough(actual, expected, atol=ATOL, rtol=RTOL)`` is the silent
+    comparison: same shape, and ``allclose`` in float64. The default
+    tolerances, ``ATOL = 1e-5`` and ``RTOL = 1e-4``, suit float32 learner code
+    against a float64 oracle. ``identical(a, b)`` is exact equality (shape,
+    dtype and values, NaN equal to NaN).
+
+Formatting
+    ``fmt_shape``, ``fmt_number``, ``fmt_values`` and ``describe`` write
+    shapes, numbers and values the same way in every message, with no memory
+    addresses or timings. ``generator(seed)`` is a private RNG for a
+    checker's inputs.
+
+Time limits
+    Every call into learner code has a limit: ``DEFAULT_TIME_LIMIT`` seconds
+    per call (generous: correct code takes milliseconds on the checkers'
+    inputs), and ``DEFAULT_TOTAL_TIME`` seconds for all the learner calls of
+    one check. On POSIX, in the main thread, the limit is a ``SIGALRM`` timer
+    (``signal.setitimer``) that interrupts Python code and sleeps; a single
+    long-running C call (one huge matmul) is interrupted when it returns.
+    Elsewhere (Windows, other threads) a trace function stops Python-level
+    loops, but cannot interrupt a sleep or a C call.
 """
 
 from __future__ import annotations
@@ -25,43 +76,44 @@ import dataclasses
 import enum
 import html
 import inspect
+import io
 import math
 import os
 import random
+import signal
+import sys
+import threading
+import time
 import traceback
 from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import torch
 
+from .._schema import ERROR, FAILED, NOT_ATTEMPTED, PASSED, RESULT_MIME_TYPE, STATUS_COLOURS, STATUS_LABELS
+
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 
-#: MIME type under which a result also publishes itself as JSON, so that
-#: tools (the progress report) can read results out of executed notebooks.
-RESULT_MIME_TYPE = "application/vnd.course-utils.check+json"
+#: Tolerances of :func:`close_enough` and :meth:`Check.close`.
+ATOL, RTOL = 1e-5, 1e-4
+#: Seconds one call into learner code may take, and all of one check's calls together.
+DEFAULT_TIME_LIMIT = 5.0
+DEFAULT_TOTAL_TIME = 30.0
+#: Characters of the learner's own printing shown during a check; the rest is dropped.
+_PRINT_LIMIT = 2000
 
 
 class Status(str, enum.Enum):
     """The four outcomes of a check."""
 
-    PASSED = "passed"
-    FAILED = "failed"
-    NOT_ATTEMPTED = "not attempted"
-    ERROR = "error"
+    PASSED = PASSED
+    FAILED = FAILED
+    NOT_ATTEMPTED = NOT_ATTEMPTED
+    ERROR = ERROR
 
 
-_LABELS = {
-    Status.PASSED: "PASSED",
-    Status.FAILED: "FAILED",
-    Status.NOT_ATTEMPTED: "NOT ATTEMPTED",
-    Status.ERROR: "ERROR",
-}
-_COLOURS = {  # (border, background)
-    Status.PASSED: ("#2e7d32", "#e8f5e9"),
-    Status.FAILED: ("#c62828", "#ffebee"),
-    Status.NOT_ATTEMPTED: ("#616161", "#f5f5f5"),
-    Status.ERROR: ("#e65100", "#fff3e0"),
-}
+_LABELS = {status: STATUS_LABELS[status.value] for status in Status}
+_COLOURS = {status: STATUS_COLOURS[status.value] for status in Status}  # (border, background)
 
 
 @dataclasses.dataclass
@@ -158,16 +210,41 @@ class _Stop(Exception):
     """Ends a checker body after a problem was recorded."""
 
 
-class _NotAttempted(Exception):
+class _Ending(Exception):
+    """Ends a checker body with a status other than failed."""
+
+    status: Status
+
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
 
 
-class _LearnerError(Exception):
-    def __init__(self, message: str):
-        super().__init__(message)
-        self.message = message
+class _NotAttempted(_Ending):
+    status = Status.NOT_ATTEMPTED
+
+
+class _LearnerError(_Ending):
+    status = Status.ERROR
+
+
+class _TimeLimit(BaseException):
+    """Raised inside learner code when its time is up (a BaseException: ``except Exception`` cannot swallow it)."""
+
+    def __init__(self, deadline: "_Deadline"):
+        super().__init__("time limit")
+        self.deadline = deadline
+
+
+@dataclasses.dataclass
+class Raised:
+    """What :meth:`Check.attempt` returns instead of raising: the exception, and the message ``call`` would give."""
+
+    exception: BaseException
+    message: str
+
+    def __bool__(self) -> bool:  # so that `if check.attempt(...)` never mistakes a crash for a truthy result
+        return False
 
 
 # --------------------------------------------------------------------------
@@ -226,12 +303,17 @@ def _learner_frame(exc: BaseException) -> str | None:
     """The last line of the learner's own code in a traceback (not ours, not torch's)."""
     frames = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(frames):
-        path = os.path.abspath(frame.filename)
-        if path.startswith(_PACKAGE_DIR) or path.startswith(_TORCH_DIR):
+        if _is_ours(frame.filename):
             continue
         if frame.line:
             return f"in {frame.name}: {frame.line.strip()}"
     return None
+
+
+def _is_ours(filename: str) -> bool:
+    """Whether a frame's file is this package's or torch's (not the learner's)."""
+    path = os.path.abspath(filename)
+    return path.startswith(_PACKAGE_DIR) or path.startswith(_TORCH_DIR) or path.startswith(os.path.dirname(contextlib.__file__))
 
 
 def _bind_names(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
@@ -255,11 +337,215 @@ def _tensors_in(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Exactly equal, NaN included (a NaN that stays a NaN is not a change)."""
+# --------------------------------------------------------------------------
+# Comparing tensors.
+
+
+def close_enough(actual: torch.Tensor, expected: torch.Tensor, atol: float = ATOL, rtol: float = RTOL) -> bool:
+    """Same shape, and equal within ``atol + rtol * |expected|``, compared in float64 (silent)."""
+    if not isinstance(actual, torch.Tensor) or not isinstance(expected, torch.Tensor):
+        return False
+    if tuple(actual.shape) != tuple(expected.shape):
+        return False
+    a = actual.detach().to("cpu", torch.float64) if not actual.is_complex() else actual.detach().cpu()
+    e = expected.detach().to("cpu", torch.float64) if not expected.is_complex() else expected.detach().cpu()
+    try:
+        return bool(torch.allclose(a, e, atol=atol, rtol=rtol))
+    except RuntimeError:  # e.g. complex against real
+        return False
+
+
+def identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Exactly equal: same shape, dtype and values, a NaN equal to a NaN."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(a.detach(), b.detach()) or torch.allclose(a.detach(), b.detach(), rtol=0, atol=0, equal_nan=True))
+    a, b = a.detach(), b.detach()
+    return bool(torch.equal(a, b) or torch.allclose(a, b, rtol=0, atol=0, equal_nan=True))
+
+
+# --------------------------------------------------------------------------
+# Time limits on learner code.
+
+
+@dataclasses.dataclass(eq=False)
+class _Deadline:
+    at: float  # time.monotonic() when time is up
+    seconds: float  # the limit, for messages
+
+
+_deadlines: list[_Deadline] = []  # innermost last
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    if _deadlines:
+        earliest = min(_deadlines, key=lambda d: d.at)
+        if time.monotonic() >= earliest.at - 1e-3:
+            raise _TimeLimit(earliest)
+
+
+def _can_use_signal() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[_Deadline]:
+    """Raise :class:`_TimeLimit` inside the block once ``seconds`` have passed (nested limits allowed)."""
+    deadline = _Deadline(time.monotonic() + seconds, seconds)
+    outer = min(_deadlines, key=lambda d: d.at) if _deadlines else None
+    _deadlines.append(deadline)
+    use_signal = _can_use_signal()
+    previous_handler = previous_trace = None
+    try:
+        if use_signal:
+            previous_handler = signal.signal(signal.SIGALRM, _alarm)
+            first = max(min(deadline.at, outer.at if outer else deadline.at) - time.monotonic(), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, first, 0.2)  # re-fires, in case learner code swallows one
+        else:
+            previous_trace = sys.gettrace()
+            sys.settrace(_make_tracer(previous_trace))
+        yield deadline
+    finally:
+        _deadlines.remove(deadline)
+        if use_signal:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous_handler)
+            if _deadlines:  # an outer limit is still running
+                remaining = max(min(d.at for d in _deadlines) - time.monotonic(), 1e-3)
+                signal.setitimer(signal.ITIMER_REAL, remaining, 0.2)
+        else:
+            sys.settrace(previous_trace)
+
+
+def _make_tracer(previous: Any) -> Callable:
+    """A trace function that raises :class:`_TimeLimit` in Python code once time is up."""
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        _alarm(0, frame)
+        return tracer
+
+    return tracer
+
+
+# --------------------------------------------------------------------------
+# Global settings learner code must not change.
+
+
+_SETTINGS: dict[str, tuple[Callable[[], Any], Callable[[Any], None], str]] = {
+    # name: (read, restore, the call that usually changes it)
+    "grad mode": (torch.is_grad_enabled, torch.set_grad_enabled, "torch.set_grad_enabled(...)"),
+    "default dtype": (torch.get_default_dtype, torch.set_default_dtype, "torch.set_default_dtype(...)"),
+    "deterministic algorithms": (
+        torch.are_deterministic_algorithms_enabled,
+        torch.use_deterministic_algorithms,
+        "torch.use_deterministic_algorithms(...)",
+    ),
+    "number of threads": (torch.get_num_threads, torch.set_num_threads, "torch.set_num_threads(...)"),
+}
+#: Settings whose change makes the rest of the check meaningless.
+_STOPPING_SETTINGS = {"grad mode", "default dtype"}
+#: The functions that reseed a global RNG; watched during learner calls.
+_SEEDERS = (
+    (torch, "manual_seed"),
+    (torch, "seed"),
+    (torch.random, "manual_seed"),
+    (random, "seed"),
+)
+
+
+@dataclasses.dataclass
+class _Watch:
+    """What one learner call did to the session: settings before, seeding calls seen, printing."""
+
+    settings: dict[str, Any]
+    seeded: list[str] = dataclasses.field(default_factory=list)
+    printed: int = 0
+
+
+def _read_settings() -> dict[str, Any]:
+    return {name: read() for name, (read, _, _) in _SETTINGS.items()}
+
+
+def _caller_line() -> str:
+    """The learner's line that called the current function (skipping this package and torch)."""
+    for frame_info in inspect.stack(context=1)[2:]:
+        if _is_ours(frame_info.filename):
+            continue
+        line = frame_info.code_context[0].strip() if frame_info.code_context else ""
+        return f"in {frame_info.function}: {line}" if line else f"in {frame_info.function}"
+    return ""
+
+
+@contextlib.contextmanager
+def _watched() -> Iterator[_Watch]:
+    """Record seeding calls and cap printing while learner code runs."""
+    watch = _Watch(_read_settings())
+    originals = [(owner, name, getattr(owner, name)) for owner, name in _SEEDERS]
+
+    def spy(original: Callable, label: str) -> Callable:
+        def seeding(*args: Any, **kwargs: Any) -> Any:
+            watch.seeded.append(f"{label}(...) {_caller_line()}".rstrip())
+            return original(*args, **kwargs)
+
+        return seeding
+
+    sink = _CappedOutput(sys.stdout)
+    for owner, name, original in originals:
+        setattr(owner, name, spy(original, f"{owner.__name__}.{name}"))
+    try:
+        with contextlib.redirect_stdout(sink):
+            yield watch
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+        watch.printed = sink.written
+
+
+class _CappedOutput(io.TextIOBase):
+    """Passes the first ``_PRINT_LIMIT`` characters through, counts and drops the rest."""
+
+    def __init__(self, target: Any):
+        self.target = target
+        self.written = 0
+
+    def write(self, text: str) -> int:
+        room = _PRINT_LIMIT - self.written
+        if room > 0:
+            self.target.write(text[:room])
+            if len(text) > room:
+                self.target.write(f"\n[... the checker hides the rest of what your code printed]\n")
+        self.written += len(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.target.flush()
+
+
+def _settings_changed(check: "Check", name: str, watch: _Watch) -> None:
+    """Name every setting the call changed, put it back, and stop if the rest would be meaningless."""
+    after = _read_settings()
+    stop = False
+    for setting, before in watch.settings.items():
+        if after[setting] == before:
+            continue
+        _, restore, usual = _SETTINGS[setting]
+        restore(before)
+        stop = stop or setting in _STOPPING_SETTINGS
+        check.problem(
+            f"Your {name} changed a global setting of your session: {setting} was {before} before the call "
+            f"and {after[setting]} after it.\n"
+            f"Code that changes global settings breaks every cell that runs after it. "
+            f"Likely cause: a call such as `{usual}` in your code; to change a setting for a few lines only, "
+            f"use a context manager (`with torch.no_grad():`). The checker put the setting back."
+        )
+    if watch.seeded:
+        check.problem(
+            f"Your {name} resets a global random seed ({watch.seeded[0]}).\n"
+            f"Seeding inside a function makes every call draw the same random numbers (dropout would drop the "
+            f"same positions every time) and overrides the seed the learner chose. Seed once, at the top of a "
+            f"notebook, never inside a function or `forward`."
+        )
+    if stop:
+        raise _Stop
 
 
 # --------------------------------------------------------------------------
@@ -269,10 +555,13 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 class Check:
     """Runs the learner's code for one checker and records what it finds."""
 
-    def __init__(self, exercise: str):
+    def __init__(self, exercise: str, time_limit: float | None = None, total_time: float | None = None):
         self.exercise = exercise
         self.problems: list[str] = []
         self.checked: list[str] = []
+        self.time_limit = DEFAULT_TIME_LIMIT if time_limit is None else float(time_limit)
+        self.total_time = DEFAULT_TOTAL_TIME if total_time is None else float(total_time)
+        self._spent = 0.0  # seconds spent in learner code so far
 
     # -- recording -----------------------------------------------------------
 
@@ -283,11 +572,12 @@ class Check:
 
     def problem(self, message: str) -> None:
         """Record a problem and keep checking (for independent mechanisms)."""
-        self.problems.append(message)
+        if message not in self.problems:
+            self.problems.append(message)
 
     def fail(self, message: str) -> NoReturn:
         """Record a problem and stop: what follows would not make sense."""
-        self.problems.append(message)
+        self.problem(message)
         raise _Stop
 
     def require(self, condition: bool, message: str) -> None:
@@ -299,27 +589,46 @@ class Check:
         if self.problems:
             raise _Stop
 
+    def not_attempted(self, message: str) -> NoReturn:
+        """Stop: the exercise (or one it builds on) is not attempted yet."""
+        raise _NotAttempted(message)
+
+    def error(self, message: str) -> NoReturn:
+        """Stop: the learner's code crashed (``message`` says where and why)."""
+        raise _LearnerError(message)
+
     # -- running the learner's code -------------------------------------------
 
-    def call(self, fn: Callable, *args: Any, what: str | None = None, guard_inputs: bool = True, **kwargs: Any) -> Any:
+    def call(
+        self,
+        fn: Callable,
+        *args: Any,
+        what: str | None = None,
+        hint: str = "",
+        builds_on: str = "",
+        guard_inputs: bool = True,
+        time_limit: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Call the learner's ``fn`` and translate whatever goes wrong.
 
-        * ``NotImplementedError`` means the exercise is not attempted yet;
-        * any other exception becomes an error result that shows the learner's
-          exception, the line of their code it came from, and the inputs;
-        * with ``guard_inputs``, changing an input tensor in place is a failure.
+        * ``NotImplementedError`` means the exercise is not attempted yet
+          (``builds_on`` is appended: say which earlier exercise it may come from);
+        * any other exception, or running past the time limit, becomes an error
+          result that shows the exception, the learner's line, the inputs and ``hint``;
+        * with ``guard_inputs``, changing an input tensor in place is a failure;
+        * a global setting or seed changed by the call is a named failure (put back).
         """
-        name = what or getattr(fn, "__name__", None) or type(fn).__name__
+        name = what or _name_of(fn)
         named = _bind_names(fn, args, kwargs)
         snapshots = [(n, t, t.detach().clone()) for n, v in named for t in _tensors_in(v)] if guard_inputs else []
-        try:
-            result = fn(*args, **kwargs)
-        except NotImplementedError as exc:
-            raise _NotAttempted(_not_attempted_message(name, exc)) from None
-        except Exception as exc:  # the learner's bug: report it, never raise it
-            raise _LearnerError(_error_message(name, exc, named)) from None
+        result = self._run(fn, args, kwargs, name, named, time_limit)
+        if isinstance(result, Raised):
+            if isinstance(result.exception, NotImplementedError):
+                self.not_attempted(_not_attempted_message(name) + (f"\n{builds_on}" if builds_on else ""))
+            self.error(result.message + (f"\n{hint}" if hint else ""))
         for arg_name, tensor, before in snapshots:
-            if not _same(tensor, before):
+            if not identical(tensor, before):
                 self.fail(
                     f"Your {name} changed its input `{arg_name}` in place.\n"
                     f"A function should leave its inputs as they were: the caller may still need them.\n"
@@ -334,22 +643,58 @@ class Check:
         name = getattr(cls, "__name__", "your class")
         return self.call(cls, *args, what=f"{name}(...)", guard_inputs=False, **kwargs)
 
+    def attempt(self, fn: Callable, *args: Any, what: str | None = None, time_limit: float | None = None, **kwargs: Any) -> Any:
+        """Run learner code silently: its value, or a :class:`Raised` sentinel if it raised or ran out of time."""
+        name = what or _name_of(fn)
+        return self._run(fn, args, kwargs, name, None, time_limit)
+
+    def _run(self, fn: Callable, args: tuple, kwargs: dict, name: str, named: list | None, time_limit: float | None) -> Any:
+        """One guarded call: time-limited, printing capped, global settings watched."""
+        limit = self.time_limit if time_limit is None else float(time_limit)
+        budget = self.total_time - self._spent
+        total_bound = budget < limit
+        limit = max(min(limit, budget), 0.05)
+        start = time.monotonic()
+        with _watched() as watch:
+            try:
+                with _time_limit(limit) as deadline:
+                    result = fn(*args, **kwargs)
+            except _TimeLimit as stop:
+                if stop.deadline is not deadline:
+                    raise
+                named = named if named is not None else _bind_names(fn, args, kwargs)
+                result = Raised(TimeoutError(name), _timeout_message(name, limit, named, total_bound, self.total_time))
+            except (KeyboardInterrupt, _Stop, _Ending):
+                raise
+            except BaseException as exc:  # the learner's bug, SystemExit included: report it, never raise it
+                named = named if named is not None else _bind_names(fn, args, kwargs)
+                result = Raised(exc, _error_message(name, exc, named))
+        self._spent += time.monotonic() - start
+        _settings_changed(self, name, watch)
+        return result
+
     # -- checking values --------------------------------------------------------
 
     def callable_(self, value: Any, name: str, want_class: bool = False) -> None:
-        """Fail unless the learner passed a function (or a class) to the checker."""
+        """Fail unless the learner passed a function (or a class) to the checker, saying what to pass instead."""
         if want_class:
-            ok = inspect.isclass(value)
-            kind = "a class"
+            ok, kind = inspect.isclass(value), "a class"
         else:
-            ok = callable(value) and not inspect.isclass(value)
-            kind = "a function"
-        if not ok:
-            self.fail(
-                f"The checker expected {kind} ({name}), but received {describe(value)}.\n"
-                f"Pass the {('class itself' if want_class else 'function itself')}, without calling it: "
-                f"check_...({name})."
-            )
+            ok, kind = callable(value) and not inspect.isclass(value), "a function"
+        if ok:
+            return
+        what = "class itself" if want_class else "function itself"
+        fix = f"Pass the {what}, without calling it: check_...({name})."
+        if want_class and isinstance(value, torch.nn.Module):
+            cls = type(value).__name__
+            fix = f"Pass the class `{cls}`, not an instance such as `{cls}(...)`: the checker builds its own instances."
+        elif not want_class and inspect.isclass(value):
+            fix = f"The exercise asks for a function, not the class `{value.__name__}`: pass the function `{name}`."
+        elif isinstance(value, str):
+            fix = f"Pass the {what}, without quotes: check_...({name}), not check_...({value!r})."
+        elif value is None:
+            fix += f" (A value of None often means the cell that defines {name} has not run, or returned nothing.)"
+        self.fail(f"The checker expected {kind} ({name}), but received {describe(value)}.\n{fix}")
 
     def unpack(self, value: Any, names: Sequence[str], what: str) -> tuple:
         """Fail unless ``value`` is a tuple/list with one item per name."""
@@ -380,10 +725,14 @@ class Check:
             extra = ""
             if value is None:
                 extra = "\nDid you forget a `return` statement?"
-            self.fail(f"{name[0].upper() + name[1:]} should be a torch.Tensor, but it is {describe(value)}.{extra}")
+            elif inspect.isgenerator(value):
+                extra = "\nA generator comes from `yield`: use `return` to give back the result."
+            elif isinstance(value, (list, tuple)):
+                extra = "\nBuild the result as one tensor (for example with torch.stack or torch.tensor), not a Python list."
+            self.fail(f"{_capitalised(name)} should be a torch.Tensor, but it is {describe(value)}.{extra}")
         if shape is not None and tuple(value.shape) != tuple(shape):
             self.fail(
-                f"{name[0].upper() + name[1:]} has the wrong shape.\n"
+                f"{_capitalised(name)} has the wrong shape.\n"
                 f"  expected: {fmt_shape(shape)}\n"
                 f"  actual:   {fmt_shape(value.shape)}"
                 + (f"\n{shape_hint}" if shape_hint else "")
@@ -397,7 +746,7 @@ class Check:
                 good, want = value.dtype == dtype, str(dtype)
             if not good:
                 self.fail(
-                    f"{name[0].upper() + name[1:]} has dtype {value.dtype}, but it should be {want}."
+                    f"{_capitalised(name)} has dtype {value.dtype}, but it should be {want}."
                     + (
                         "\nMasks are boolean: build them with comparisons such as `tokens != pad_id`, "
                         "or convert with `.bool()`."
@@ -411,7 +760,7 @@ class Check:
                 count = int(bad.sum())
                 kind = "NaN" if bool(value.detach().isnan().any()) else "infinite"
                 self.fail(
-                    f"{name[0].upper() + name[1:]} contains {count} {kind} value{'s' if count != 1 else ''} "
+                    f"{_capitalised(name)} contains {count} {kind} value{'s' if count != 1 else ''} "
                     f"(out of {value.numel()}).\n"
                     f"Likely causes: a softmax over a row where every entry is -inf, a division by zero, "
                     f"or exp() of large numbers without subtracting the maximum first."
@@ -423,17 +772,17 @@ class Check:
         actual: torch.Tensor,
         expected: torch.Tensor,
         name: str,
-        atol: float = 1e-5,
-        rtol: float = 1e-4,
+        atol: float = ATOL,
+        rtol: float = RTOL,
         hint: str = "",
         stop: bool = True,
     ) -> bool:
         """Compare values with tolerances; on mismatch show where and by how much."""
-        a = actual.detach().double()
-        e = expected.detach().double().to(a.device)
+        a = actual.detach().to("cpu", torch.float64)
+        e = expected.detach().to("cpu", torch.float64)
         if a.shape != e.shape:
             msg = (
-                f"{name[0].upper() + name[1:]} has the wrong shape: expected {fmt_shape(e.shape)}, "
+                f"{_capitalised(name)} has the wrong shape: expected {fmt_shape(e.shape)}, "
                 f"got {fmt_shape(a.shape)}."
             )
             if stop:
@@ -446,7 +795,7 @@ class Check:
         worst = int(diff.reshape(-1).argmax())
         index = _unravel(worst, tuple(a.shape))
         msg = (
-            f"{name[0].upper() + name[1:]} has the wrong values.\n"
+            f"{_capitalised(name)} has the wrong values.\n"
             f"  expected (first values): {fmt_values(e)}\n"
             f"  actual   (first values): {fmt_values(a)}\n"
             f"  largest difference: {fmt_number(float(diff.max()))} at index {fmt_shape(index) if index else '()'}"
@@ -467,7 +816,16 @@ def _unravel(flat_index: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(index))
 
 
-def _not_attempted_message(name: str, exc: BaseException) -> str:
+def _name_of(fn: Any) -> str:
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) else type(fn).__name__
+
+
+def _capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _not_attempted_message(name: str) -> str:
     return (
         f"{name} still raises NotImplementedError, so there is nothing to check yet.\n"
         f"Replace `raise NotImplementedError()` with your code, run that cell, then run this one again. "
@@ -478,13 +836,42 @@ def _not_attempted_message(name: str, exc: BaseException) -> str:
 def _error_message(name: str, exc: BaseException, named: list[tuple[str, Any]]) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
-    lines = [f"Your {name} raised {type(exc).__name__}: {first}".rstrip(": ")]
+    if isinstance(exc, SystemExit):
+        lines = [
+            f"Your {name} called sys.exit() (or raised SystemExit{': ' + first if first else ''}).\n"
+            f"In a notebook that would stop the kernel's work; a function should return its result or raise "
+            f"an exception instead."
+        ]
+    else:
+        lines = [f"Your {name} raised {type(exc).__name__}: {first}".rstrip(": ")]
     where = _learner_frame(exc)
     if where:
         lines.append(f"  at {where}")
     if named:
         lines.append("It was called with:")
         lines += [f"  {n} = {describe(v)}" for n, v in named]
+    if isinstance(exc, TypeError) and ("argument" in first or "positional" in first):
+        lines.append(
+            "Check that your code's parameters match the signature the exercise gives "
+            "(their number, order and names)."
+        )
+    return "\n".join(lines)
+
+
+def _timeout_message(name: str, limit: float, named: list[tuple[str, Any]], total_bound: bool, total: float) -> str:
+    if total_bound:
+        head = f"Your code took more than {fmt_number(total)} s in all across this checker's calls, so it was stopped in {name}."
+    else:
+        head = f"Your {name} did not return within {limit:g} s, so the checker stopped it."
+    lines = [head]
+    if named:
+        lines.append("It was called with:")
+        lines += [f"  {n} = {describe(v)}" for n, v in named]
+    lines.append(
+        "Likely causes: a loop whose stopping condition is never met (a `while` loop that never reaches its "
+        "end condition, such as `max_len` or the end-of-sentence token), or Python loops over the elements "
+        "of a tensor, which are thousands of times slower than one tensor operation on the whole tensor."
+    )
     return "\n".join(lines)
 
 
@@ -497,8 +884,9 @@ def preserved_state(seed: int = 0) -> Iterator[None]:
     """Run a block with a known torch state, then restore the learner's exactly.
 
     Restores torch's, Python's and NumPy's global RNG state, the default dtype,
-    the grad mode and torch's thread count. Inside, the default dtype is float32, grad mode is on,
-    and the RNGs are seeded, so results (and messages) are reproducible.
+    the grad mode, the deterministic-algorithms flag and torch's thread count.
+    Inside, the default dtype is float32, grad mode is on, and the RNGs are
+    seeded, so results (and messages) are reproducible.
     """
     torch_state = torch.get_rng_state()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
@@ -509,9 +897,7 @@ def preserved_state(seed: int = 0) -> Iterator[None]:
         np_state = numpy.random.get_state()
     except ImportError:  # pragma: no cover - numpy ships with torch's usual installs
         numpy, np_state = None, None
-    dtype = torch.get_default_dtype()
-    grad = torch.is_grad_enabled()
-    threads = torch.get_num_threads()
+    settings = _read_settings()
     try:
         # Checkers use tiny tensors: one thread is fastest, and stays fast on a busy machine.
         torch.set_num_threads(1)
@@ -527,31 +913,59 @@ def preserved_state(seed: int = 0) -> Iterator[None]:
         random.setstate(py_state)
         if numpy is not None:
             numpy.random.set_state(np_state)
-        torch.set_default_dtype(dtype)
-        torch.set_grad_enabled(grad)
-        torch.set_num_threads(threads)
+        for name, (_, restore, _) in _SETTINGS.items():
+            restore(settings[name])
 
 
-def run_check(exercise: str, body: Callable[..., None], *args: Any, **kwargs: Any) -> CheckResult:
-    """Run ``body(check, *args)`` and return its outcome; never raises."""
-    check = Check(exercise)
+_FALLBACK = (
+    "Your {exercise} gave the checker something it could not use ({error}).\n"
+    "Compare what your code returns (its type, shape and dtype) and the attributes it defines with the "
+    "exercise's description."
+)
+_ANY = object()
+_last: dict[str, tuple[int, CheckResult]] = {}  # exercise -> (id of the implementation, its last result)
+
+
+def run_check(exercise: str, body: Callable[..., None], *args: Any, time_limit: float | None = None, **kwargs: Any) -> CheckResult:
+    """Run ``body(check, *args, **kwargs)`` and return its outcome; never raises (except KeyboardInterrupt)."""
+    check = Check(exercise, time_limit=time_limit)
     with preserved_state():
-        try:
-            body(check, *args, **kwargs)
-        except _Stop:
-            pass
-        except _NotAttempted as signal:
-            return CheckResult(exercise, Status.NOT_ATTEMPTED, [signal.message], list(check.checked))
-        except _LearnerError as signal:
-            return CheckResult(exercise, Status.ERROR, [signal.message], list(check.checked))
-        except Exception as exc:  # the body tripped over something unexpected the learner returned
-            check.problems.append(
-                f"The checker could not finish ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}).\n"
-                f"This usually means your code returned a value of an unexpected type or shape. "
-                f"Check what your {exercise} returns against the exercise's description."
-            )
+        result = _outcome(check, body, args, kwargs)
+    _last[exercise] = (id(args[0]) if args else 0, result)
+    return result
+
+
+def _outcome(check: Check, body: Callable[..., None], args: tuple, kwargs: dict) -> CheckResult:
+    exercise = check.exercise
+    try:
+        body(check, *args, **kwargs)
+    except _Stop:
+        pass
+    except _Ending as signal_:
+        messages = [signal_.message] + [p for p in check.problems if p != signal_.message]
+        return CheckResult(exercise, signal_.status, messages, list(check.checked))
+    except _TimeLimit as stop:  # only when the alarm fell between two lines of the checker's own code
+        message = _timeout_message(exercise, stop.deadline.seconds, [], False, check.total_time)
+        return CheckResult(exercise, Status.ERROR, [message], list(check.checked))
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # the body tripped over something unexpected the learner returned
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        check.problem(_FALLBACK.format(exercise=exercise, error=f"{type(exc).__name__}: {first}".rstrip(": ")))
     status = Status.FAILED if check.problems else Status.PASSED
     return CheckResult(exercise, status, list(check.problems), list(check.checked))
+
+
+def last_result(exercise: str, implementation: Any = _ANY) -> CheckResult | None:
+    """The last result of ``exercise``'s checker in this session, or None.
+
+    With ``implementation``, only a result about that very object counts (a
+    lesson may run a checker on a deliberately wrong version to show a failure).
+    """
+    entry = _last.get(exercise)
+    if entry is None or (implementation is not _ANY and entry[0] != id(implementation)):
+        return None
+    return entry[1]
 
 
 def generator(seed: int) -> torch.Generator:
@@ -560,15 +974,23 @@ def generator(seed: int) -> torch.Generator:
 
 
 __all__ = [
+    "ATOL",
+    "DEFAULT_TIME_LIMIT",
+    "DEFAULT_TOTAL_TIME",
+    "RTOL",
     "Check",
     "CheckResult",
     "RESULT_MIME_TYPE",
+    "Raised",
     "Status",
+    "close_enough",
     "describe",
     "fmt_number",
     "fmt_shape",
     "fmt_values",
     "generator",
+    "identical",
+    "last_result",
     "preserved_state",
     "run_check",
 ]
