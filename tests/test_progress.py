@@ -245,12 +245,6 @@ def test_help_documents_the_fast_mode(capsys) -> None:
     assert "--fast" in text and "COURSE_FAST=1" in text and "first message" in text
 
 
-def test_the_mime_type_is_the_engines() -> None:
-    from course_utils.checks._core import RESULT_MIME_TYPE
-
-    assert _schema.RESULT_MIME_TYPE == RESULT_MIME_TYPE
-
-
 # ---------------------------------------------------------------------------
 # Showing the report in a notebook
 
