@@ -48,7 +48,22 @@ _ALL = (
              "sinusoidal_positional_encoding(max_len, d_model) -> Tensor (max_len, d_model)"),
     Contract("PositionalEncoding", "03_positional_encoding", "class", "PositionalEncoding(d_model, max_len, dropout)"),
     # -- lesson 04 ---------------------------------------------------------------
-    Contract("MultiHeadAttention", "04_multi_head_attention", "class", "MultiHeadAttention(d_model, num_heads, dropout)"),
+    Contract("MultiHeadAttention", "04_multi_head_attention", "class",
+             "MultiHeadAttention(d_model, num_heads, dropout=0.0); forward(query, key, value, mask=None) -> (B, L_q, d_model)",
+             attributes=("num_heads", "d_k", "attention_weights"),
+             submodules=("W_q", "W_k", "W_v", "W_o"),
+             promises=(
+                 "num_heads is the head count it was built with, d_k = d_model // num_heads",
+                 "attention_weights holds the weights of the last call, shape (B, num_heads, L_q, L_k)",
+                 "W_q, W_k, W_v, W_o are four distinct nn.Linear(d_model, d_model)",
+                 "a ValueError (or an error with a message) when num_heads does not divide d_model",
+                 "in training mode, dropout with rate `dropout` on the attention weights and nowhere else; "
+                 "a fresh mask on every call, drawn from the global RNG",
+                 "eval mode is deterministic",
+                 "any num_heads dividing d_model (1 included), lengths up to lesson 06's max_len",
+             ),
+             used_by=("04: the heads plot and the nn.MultiheadAttention comparison", "05: EncoderLayer, DecoderLayer",
+                      "06: cross_attention_weights (W_q, W_k, forward's (query, key, value, mask))", "07")),
     # -- lesson 05 ---------------------------------------------------------------
     Contract("FeedForward", "05_transformer", "class", "FeedForward(d_model, d_ff, dropout)"),
     Contract("EncoderLayer", "05_transformer", "class", "EncoderLayer(d_model, num_heads, d_ff, dropout)"),

@@ -60,13 +60,16 @@ class MHA(nn.Module):
         return self.W_q(query), self.W_k(key), self.W_v(value)
 
     def attend(self, q, k, v, mask):
-        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights.detach()  # (B, H, L_q, L_k)
+        if self.training and self.dropout.p > 0:
+            out = self.dropout(weights) @ v
         return out
 
     def forward(self, query, key, value, mask=None):
         q, k, v = self.project(query, key, value)
         out = self.attend(self.split(q), self.split(k), self.split(v), mask)  # (B, H, L_q, d_k)
-        return self.W_o(self.dropout(self.merge(out)))
+        return self.W_o(self.merge(out))
 
 
 class MHAEinsum(nn.Module):
@@ -75,23 +78,24 @@ class MHAEinsum(nn.Module):
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
         assert d_model % num_heads == 0, "d_model must be a multiple of num_heads"
-        self.h = num_heads
+        self.num_heads, self.d_k = num_heads, d_model // num_heads
         self.W_q = nn.Linear(d_model, d_model)
         self.W_k = nn.Linear(d_model, d_model)
         self.W_v = nn.Linear(d_model, d_model)
         self.W_o = nn.Linear(d_model, d_model)
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, query, key, value, mask=None):
         B, Lq, D = query.shape
         Lk = key.shape[1]
-        q = self.W_q(query).reshape(B, Lq, self.h, -1)  # (B, L_q, H, d_k)
-        k = self.W_k(key).reshape(B, Lk, self.h, -1)
-        v = self.W_v(value).reshape(B, Lk, self.h, -1)
+        q = self.W_q(query).reshape(B, Lq, self.num_heads, -1)  # (B, L_q, H, d_k)
+        k = self.W_k(key).reshape(B, Lk, self.num_heads, -1)
+        v = self.W_v(value).reshape(B, Lk, self.num_heads, -1)
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])  # (B, H, L_q, L_k)
         if mask is not None:
             scores = scores.masked_fill(mask == 0, -1e9)
-        weights = scores.softmax(-1)
-        out = torch.einsum("bhqk,bkhd->bqhd", weights, v).reshape(B, Lq, D)
+        self.attention_weights = weights = scores.softmax(-1)
+        out = torch.einsum("bhqk,bkhd->bqhd", self.drop(weights), v).reshape(B, Lq, D)
         return self.W_o(out)
 
 
@@ -102,16 +106,17 @@ class MHAFused(nn.Module):
         super().__init__()
         if d_model % num_heads:
             raise ValueError("num_heads must divide d_model")
-        self.num_heads, self.p = num_heads, dropout
+        self.num_heads, self.d_k, self.p = num_heads, d_model // num_heads, dropout
         self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
 
     def forward(self, query, key, value, mask=None):
         B = query.size(0)
         heads = lambda t: t.unflatten(-1, (self.num_heads, -1)).permute(0, 2, 1, 3)  # noqa: E731
-        out = F.scaled_dot_product_attention(
-            heads(self.W_q(query)), heads(self.W_k(key)), heads(self.W_v(value)),
-            attn_mask=mask, dropout_p=self.p if self.training else 0.0,
-        )
+        q, k, v = heads(self.W_q(query)), heads(self.W_k(key)), heads(self.W_v(value))
+        with torch.no_grad():  # the fused kernel does not return its weights: recompute them for the record
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+            self.attention_weights = scores.masked_fill(~mask, float("-inf")).softmax(-1) if mask is not None else scores.softmax(-1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=self.p if self.training else 0.0)
         return self.W_o(out.permute(0, 2, 1, 3).reshape(B, query.size(1), -1))
 
 
@@ -130,16 +135,18 @@ class MHAPerHeadLoop(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, query, key, value, mask=None):
-        heads = []
+        heads, kept = [], []
         for h in range(self.num_heads):
             rows = slice(h * self.d_k, (h + 1) * self.d_k)
             q = F.linear(query, self.W_q.weight[rows], self.W_q.bias[rows])  # (B, L_q, d_k)
             k = F.linear(key, self.W_k.weight[rows], self.W_k.bias[rows])
             v = F.linear(value, self.W_v.weight[rows], self.W_v.bias[rows])
             head_mask = None if mask is None else mask[:, 0]  # (B, 1 or L_q, L_k)
-            out, _ = scaled_dot_product_attention(q, k, v, head_mask)
-            heads.append(out)
-        return self.W_o(self.drop(torch.cat(heads, dim=-1)))  # (B, L_q, d_model)
+            out, weights = scaled_dot_product_attention(q, k, v, head_mask)
+            heads.append(self.drop(weights) @ v if self.training else out)
+            kept.append(weights)
+        self.attention_weights = torch.stack(kept, dim=1)  # (B, H, L_q, L_k)
+        return self.W_o(torch.cat(heads, dim=-1))  # (B, L_q, d_model)
 
 
 class MHATorchFunctional(MHA):
@@ -154,10 +161,11 @@ class MHATorchFunctional(MHA):
         out, _ = F.multi_head_attention_forward(
             query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1), D, self.num_heads,
             None, torch.cat([self.W_q.bias, self.W_k.bias, self.W_v.bias]), None, None, False,
-            self.dropout.p, self.W_o.weight, self.W_o.bias, training=self.training, need_weights=False,
+            self.dropout.p, self.W_o.weight, self.W_o.bias, training=self.training, need_weights=True,
             attn_mask=blocked, use_separate_proj_weight=True, q_proj_weight=self.W_q.weight,
-            k_proj_weight=self.W_k.weight, v_proj_weight=self.W_v.weight,
+            k_proj_weight=self.W_k.weight, v_proj_weight=self.W_v.weight, average_attn_weights=False,
         )
+        self.attention_weights = _  # (B, H, L_q, L_k)
         return out.transpose(0, 1)  # (B, L_q, d_model)
 
 
@@ -166,7 +174,10 @@ class MHAPrescaledAdditive(MHA):
 
     def attend(self, q, k, v, mask):
         bias = None if mask is None else torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
-        return F.scaled_dot_product_attention(q / math.sqrt(self.d_k), k, v, attn_mask=bias, scale=1.0)
+        q = q / math.sqrt(self.d_k)
+        self.attention_weights = ((q @ k.transpose(-2, -1)) + (0 if bias is None else bias)).softmax(-1).detach()
+        p = self.dropout.p if self.training else 0.0
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0, dropout_p=p)
 
 
 class MHAInFloat64(MHA):
@@ -502,6 +513,264 @@ class InterleavedHeads(MHA):
         return x.permute(0, 2, 3, 1).reshape(B, L, H * d_k)
 
 
+# -- the contract: attributes the rest of the course reads --------------------------------
+
+
+class StoresH(MHAEinsum):
+    """Stores the head count as `h` (and no d_k): lesson 04's next cell reads `num_heads`."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        del self.num_heads, self.d_k
+        self.h = num_heads
+
+    def forward(self, query, key, value, mask=None):
+        self.num_heads = self.h
+        try:
+            return super().forward(query, key, value, mask)
+        finally:
+            del self.num_heads
+
+
+class NoAttentionWeights(MHA):
+    def attend(self, q, k, v, mask):
+        out, _ = scaled_dot_product_attention(q, k, v, mask)
+        return out
+
+
+class StaleAttentionWeights(MHA):
+    """Keeps the weights of the first call only."""
+
+    def attend(self, q, k, v, mask):
+        first = getattr(self, "attention_weights", None)
+        out = super().attend(q, k, v, mask)
+        if first is not None:
+            self.attention_weights = first
+        return out
+
+
+class WeightsAveragedOverHeads(MHA):
+    def attend(self, q, k, v, mask):
+        out = super().attend(q, k, v, mask)
+        self.attention_weights = self.attention_weights.mean(1)  # (B, L_q, L_k)
+        return out
+
+
+class StoresScores(MHA):
+    def attend(self, q, k, v, mask):
+        out = super().attend(q, k, v, mask)
+        self.attention_weights = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # scores, not weights
+        return out
+
+
+class WrongDk(MHA):
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.head_size = self.d_k
+        self.d_k = d_model
+
+    def split(self, x):
+        B, L, _ = x.shape
+        return x.view(B, L, self.num_heads, self.head_size).transpose(1, 2)
+
+    def merge(self, x):
+        B, _, L, _ = x.shape
+        return x.transpose(1, 2).reshape(B, L, -1)
+
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        return out
+
+
+class SharedProjection(MHA):
+    """One nn.Linear used as W_q = W_k = W_v."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.W_q = self.W_k = self.W_v = nn.Linear(d_model, d_model)
+
+
+# -- dropout in training mode ----------------------------------------------------------
+
+
+class NoDropoutInTraining(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        return out
+
+
+class DropoutOnMergedHeads(MHA):
+    """The old reference's placement: dropout on the merged heads, before W_o."""
+
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        return out
+
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.project(query, key, value)
+        out = self.attend(self.split(q), self.split(k), self.split(v), mask)
+        return self.W_o(self.dropout(self.merge(out)))
+
+
+class DropoutOnOutput(DropoutOnMergedHeads):
+    def forward(self, query, key, value, mask=None):
+        q, k, v = self.project(query, key, value)
+        out = self.attend(self.split(q), self.split(k), self.split(v), mask)
+        return self.dropout(self.W_o(self.merge(out)))
+
+
+class DropoutTwice(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        return self.dropout(self.dropout(weights)) @ v
+
+
+class DropoutOnScores(MHA):
+    def attend(self, q, k, v, mask):
+        scores = self.dropout(q @ k.transpose(-2, -1) / math.sqrt(self.d_k))
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1)
+        self.attention_weights = weights
+        return weights @ v
+
+
+class DropoutOnValues(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, self.dropout(v), mask)
+        self.attention_weights = weights
+        return out
+
+
+class OneMaskForAllHeads(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        if self.training:
+            keep = (torch.rand(weights.shape[0], 1, *weights.shape[2:]) >= self.dropout.p).to(weights.dtype)
+            return (weights * keep / (1 - self.dropout.p)) @ v
+        return out
+
+
+class SeedInForward(MHA):
+    """Resets the global RNG in forward 'for reproducibility': every call drops the same weights."""
+
+    def forward(self, query, key, value, mask=None):
+        torch.manual_seed(0)
+        return super().forward(query, key, value, mask)
+
+
+class OwnGeneratorFixedSeed(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        if self.training:
+            g = torch.Generator().manual_seed(1234)
+            keep = (torch.rand(weights.shape, generator=g) >= self.dropout.p).to(weights.dtype)
+            return (weights * keep / (1 - self.dropout.p)) @ v
+        return out
+
+
+class UnscaledDropout(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        if self.training:
+            keep = (torch.rand(weights.shape) >= self.dropout.p).to(weights.dtype)
+            return (weights * keep) @ v
+        return out
+
+
+class FixedRateInTraining(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights
+        return F.dropout(weights, 0.1, training=self.training) @ v
+
+
+# -- sizes ------------------------------------------------------------------------------
+
+
+class SqueezedHeads(MHA):
+    """`.squeeze(1)` "to plot easily" drops the head axis of the stored weights when num_heads = 1."""
+
+    def attend(self, q, k, v, mask):
+        out = super().attend(q, k, v, mask)
+        self.attention_weights = self.attention_weights.squeeze(1)
+        return out
+
+
+class ShortPositionTable(MHA):
+    """A relative-position table of 50 entries: breaks for sentences longer than 50."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.register_buffer("bias", torch.zeros(50, 50))
+
+    def attend(self, q, k, v, mask):
+        L_q, L_k = q.shape[-2], k.shape[-2]
+        bias = self.bias[:L_q, :L_k]
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k) + bias
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        self.attention_weights = weights = scores.softmax(-1)
+        return weights @ v
+
+
+class CachedKeys(MHA):
+    """Keeps the keys and values of the first call for every later call of the same shape."""
+
+    def project(self, query, key, value):
+        cache = self.__dict__.setdefault("_cache", {})
+        if key.shape not in cache:
+            cache[key.shape] = (self.W_k(key), self.W_v(value))
+        k, v = cache[key.shape]
+        return self.W_q(query), k, v
+
+
+def test_an_instance_is_refused_with_the_fix():
+    expect(check_multi_head_attention(MHA(12, 3)), "failed", "Pass the class `MHA`, not an instance such as `MHA(...)`")
+
+
+NEW_MISTAKES = [
+    (StoresH, ["no attribute `num_heads`", "`h`"]),
+    (NoAttentionWeights, ["attention_weights"]),
+    (StaleAttentionWeights, ["attention_weights", "earlier call"]),
+    (WeightsAveragedOverHeads, ["attention_weights", "(B, num_heads, L_q, L_k)"]),
+    (StoresScores, ["attention_weights", "sum to 1"]),
+    (WrongDk, ["d_k", "d_model // num_heads"]),
+    (SharedProjection, ["one and the same nn.Linear", "W_q"]),
+    (NoDropoutInTraining, ["training mode", "no dropout on the attention weights"]),
+    (DropoutOnMergedHeads, ["not on the attention weights", "after the attention"]),
+    (DropoutOnOutput, ["not on the attention weights", "after the attention"]),
+    (DropoutTwice, ["twice"]),
+    (DropoutOnScores, ["before the softmax"]),
+    (DropoutOnValues, ["not on the attention weights", "values"]),
+    (OneMaskForAllHeads, ["same dropout mask", "head"]),
+    (SeedInForward, ["same attention weights on every call"]),
+    (OwnGeneratorFixedSeed, ["same attention weights on every call"]),
+    (UnscaledDropout, ["1 / (1 - p)"]),
+    (FixedRateInTraining, ["not the `dropout` argument"]),
+    (SqueezedHeads, ["num_heads=1"]),
+    (CachedKeys, []),
+]
+
+
+@pytest.mark.parametrize("cls, phrases", NEW_MISTAKES, ids=[c.__name__ for c, _ in NEW_MISTAKES])
+def test_diagnoses_contract_dropout_and_size_mistakes(cls, phrases):
+    expect(check_multi_head_attention(cls), "failed", *phrases)
+
+
+def test_long_sentences_are_tried():
+    result = check_multi_head_attention(ShortPositionTable)
+    assert not result.passed, str(result)
+    assert "64" in str(result), str(result)
+
+
 def test_mask_that_crashes_gets_a_hint():
     expect(check_multi_head_attention(MaskUnsqueezed), "error", "works without a mask", "do not unsqueeze")
 
@@ -538,7 +807,7 @@ MISTAKES = [
     (UnderNoGrad, ["does not require grad", "no_grad"]),
     (DetachedScores, ["gradient with respect to query, key, W_q, W_k", "detach"]),
     (FirstBatchMask, ["padding mask", "wrong values"]),
-    (FourHeadsAlways, ["4 heads of size 3", "num_heads=3"]),
+    (FourHeadsAlways, ["num_heads is 4", "should be 3"]),
     (AttentionDropoutFixedRate, ["different outputs for the same input", "dropout"]),
     (ReturnsFloat64, ["dtype torch.float64", "float32"]),
     (InterleavedHeads, ["every num_heads-th feature", "consecutive features"]),

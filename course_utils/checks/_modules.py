@@ -14,6 +14,7 @@ serve as the oracle.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import weakref
 from typing import Iterator
@@ -296,3 +297,91 @@ def parameters_without_gradient(check: Check, module: nn.Module, out: torch.Tens
         return ""
     shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
     return f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your {what} receive no gradient: {shown}"
+
+
+# --------------------------------------------------------------------------
+# Measuring dropout: what a dropout did to a tensor, against the same tensor without it.
+
+
+@dataclasses.dataclass
+class DropPattern:
+    """How an observed tensor relates to its dropout-free reference, entry by entry.
+
+    A dropout with rate p leaves every entry either 0 (dropped) or ``reference / (1 - p)``
+    (kept). ``exact`` says whether the observed tensor has that form for one common
+    ``scale``; ``rate`` is the fraction of (non-negligible) entries dropped.
+    """
+
+    kept: torch.Tensor  # bool, the shape of the tensor: True where the entry survived
+    rate: float
+    scale: float
+    exact: bool
+    count: int  # how many entries were measured
+
+
+def drop_pattern(observed: torch.Tensor, reference: torch.Tensor, tol: float = 1e-4) -> DropPattern:
+    """Measure the dropout that turns ``reference`` into ``observed`` (same shape)."""
+    o, r = observed.detach().double(), reference.detach().double()
+    live = r.abs() > 1e-6
+    dropped = o.abs() <= tol * (1 + r.abs())
+    ratios = (o / torch.where(live, r, torch.ones_like(r)))[live & ~dropped]
+    scale = float(ratios.median()) if ratios.numel() else float("nan")
+    expected = torch.where(dropped, torch.zeros_like(r), r * (scale if ratios.numel() else 1.0))
+    exact = bool(((o - expected).abs() <= tol * (1 + expected.abs())).all())
+    count = int(live.sum())
+    rate = float(dropped[live].double().mean()) if count else 0.0
+    return DropPattern(kept=~dropped, rate=rate, scale=scale, exact=exact, count=count)
+
+
+def _near(a: float, b: float, rel: float = 0.02) -> bool:
+    return abs(a - b) <= rel * max(abs(b), 1e-12)
+
+
+def dropout_problem(pattern: DropPattern, p: float, where: str, module: str) -> str:
+    """What is wrong with a measured dropout of rate ``p`` on ``where`` ('' when it is right).
+
+    ``pattern`` must be ``exact`` (the caller has ruled out dropout elsewhere).
+    """
+    keep = 1 - p
+    if pattern.rate == 0 and _near(pattern.scale, 1.0, 1e-3):
+        return (f"In training mode (built with dropout={p}) your {module} applies no dropout on {where}: "
+                f"every entry arrives unchanged.")
+    if _near(pattern.scale, 1 / keep**2) and abs(pattern.rate - (1 - keep**2)) < 0.15:
+        return (f"In training mode your {module} applies dropout twice on {where}: the entries it keeps are "
+                f"scaled by {pattern.scale:.3f} = 1 / (1 - p)^2 instead of 1 / (1 - p) = {1 / keep:.3f}, and about "
+                f"{round(100 * pattern.rate)}% are dropped instead of {round(100 * p)}%. Apply one nn.Dropout there, once.")
+    if _near(pattern.scale, 1.0, 1e-3):
+        return (f"In training mode your {module} zeroes entries of {where} but does not scale the ones it keeps "
+                f"by 1 / (1 - p): the expected value changes between training and evaluation. nn.Dropout does the "
+                f"scaling for you: use it rather than multiplying by a random 0/1 mask.")
+    if not _near(pattern.scale, 1 / keep):
+        implied = 1 - 1 / pattern.scale if pattern.scale > 1 else float("nan")
+        return (f"In training mode your {module} scales the entries of {where} it keeps by {pattern.scale:.3f} = "
+                f"1 / (1 - {implied:.2f}) instead of 1 / (1 - {p}) = {1 / keep:.3f}: the dropout rate is not the "
+                f"`dropout` argument. Create nn.Dropout(dropout) with the argument, not a fixed rate.")
+    spread = 4 * (p * keep / max(pattern.count, 1)) ** 0.5 + 0.02
+    if abs(pattern.rate - p) > spread:
+        return (f"In training mode your {module} drops {round(100 * pattern.rate)}% of {where}, but it was built "
+                f"with dropout={p}: about {round(100 * p)}% should be dropped, each entry on its own.")
+    return ""
+
+
+def shared_axes(kept: torch.Tensor, axes: dict[str, int]) -> list[str]:
+    """The named axes (of size > 1) along which a dropout mask does not vary: one mask reused for all of them."""
+    shared = []
+    for name, dim in axes.items():
+        if kept.shape[dim] > 1:
+            first = kept.narrow(dim, 0, 1)
+            if bool((kept == first).all()):
+                shared.append(name)
+    return shared
+
+
+def seeded(seed: int | None, fn, *args, **kwargs):
+    """Run ``fn`` right after seeding the global RNG (None: go on from its current state).
+
+    Only inside a checker, whose run restores the learner's RNG afterwards.
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+    return fn(*args, **kwargs)

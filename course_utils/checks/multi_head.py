@@ -11,6 +11,7 @@ known mistake are used only to name a cause, never to accept.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from typing import Any
@@ -18,15 +19,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._core import Check, CheckResult, _LearnerError, _NotAttempted, describe, fmt_shape, generator, run_check
+from . import _modules as mods
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, generator, identical, run_check
 
 _NAMES = ("W_q", "W_k", "W_v", "W_o")
-_ATOL, _RTOL = 1e-5, 1e-4
+_LOOSE = {"atol": 1e-4, "rtol": 1e-3}  # for naming a cause: a variant computed another way
 
 
-def check_multi_head_attention(MultiHeadAttention) -> CheckResult:
+def check_multi_head_attention(MultiHeadAttention: type[nn.Module]) -> CheckResult:
     """Check the ``MultiHeadAttention(d_model, num_heads, dropout)`` class against nn.MultiheadAttention."""
-    return run_check("MultiHeadAttention", _check, MultiHeadAttention)
+    return run_check("MultiHeadAttention", _check_multi_head_attention, MultiHeadAttention)
 
 
 # --------------------------------------------------------------------------
@@ -100,25 +102,25 @@ def _allowed(mask: torch.Tensor | None, batch: int, len_q: int, len_k: int) -> t
     return mask[:, 0].expand(batch, len_q, len_k)
 
 
-def _close(a: torch.Tensor, e: torch.Tensor, atol: float = 1e-4, rtol: float = 1e-3) -> bool:
-    return a.shape == e.shape and bool(torch.allclose(a.detach().double(), e, atol=atol, rtol=rtol))
-
-
 # --------------------------------------------------------------------------
 # Running the learner's module.
 
 
 _BUILDS_ON = (
-    "\nMultiHeadAttention builds on your scaled_dot_product_attention from lesson 01: if its checker does not "
+    "MultiHeadAttention builds on your scaled_dot_product_attention from lesson 01: if its checker does not "
     "pass yet, finish that first (and run its cell), then come back."
 )
 
 
-def _run(check: Check, module: nn.Module, *args: torch.Tensor, shape: tuple, what: str) -> torch.Tensor:
-    try:
-        out = check.call(module, *args, what="MultiHeadAttention")
-    except _NotAttempted as signal:
-        raise _NotAttempted(signal.message + _BUILDS_ON) from None
+def _run(check: Check, module: nn.Module, *args: torch.Tensor, shape: tuple, what: str, hint: str = "",
+         crash: str = "") -> torch.Tensor:
+    """The learner's output, checked for type, shape and dtype; ``crash``: a failure to report if it raises."""
+    if crash:
+        out = check.attempt(module, *args, what="MultiHeadAttention")
+        if isinstance(out, Raised):
+            check.fail(f"{crash}\n\n{out.message}")
+    else:
+        out = check.call(module, *args, what="MultiHeadAttention", hint=hint, builds_on=_BUILDS_ON)
     if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
         check.fail(
             f"MultiHeadAttention.forward should return one tensor of shape {fmt_shape(shape)}, but it returned "
@@ -141,6 +143,7 @@ def _check_structure(check: Check, module: Any, d_model: int, num_heads: int) ->
             f"{', '.join(missing)}.\nName the four projections W_q, W_k, W_v and W_o, each "
             f"nn.Linear(d_model, d_model)." + (f"\nLinear layers found: {found}." if found else "")
         )
+    _check_distinct_projections(check, module)
     for name in _NAMES:
         layer = getattr(module, name)
         if not isinstance(layer, nn.Linear):
@@ -182,21 +185,55 @@ def _check_structure(check: Check, module: Any, d_model: int, num_heads: int) ->
 # The check.
 
 
-def _check(check: Check, cls) -> None:
+@dataclasses.dataclass
+class _Case:
+    """The module under test, its inputs, and the weights installed in it (float32 and float64)."""
+
+    module: nn.Module
+    num_heads: int
+    weights: dict
+    uniform: dict  # the same with W_q = 0: every score equal
+    w: dict = dataclasses.field(default_factory=dict)  # float64 copies, zero bias where the layer has none
+    wu: dict = dataclasses.field(default_factory=dict)
+
+
+def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     check.callable_(cls, "MultiHeadAttention", want_class=True)
     D, H = 12, 3
-    d_k = D // H
     B, L, L_k = 2, 5, 7
     g = generator(4)
     module = check.build(cls, D, H)
     _check_structure(check, module, D, H)
+    _check_head_attributes(check, module, D, H)
     module.eval()
-
-    # 1. Self-attention runs and keeps the shape.
     x = torch.randn(B, L, D, generator=g)
-    first = _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
-    second = _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
-    if not _close(first, second.detach().double(), 0.0, 0.0):
+    _check_runs(check, module, x)
+    weights = _random_weights(g, D)
+    uniform = dict(weights)
+    uniform["W_q"] = (torch.zeros(D, D), torch.zeros(D))
+    case = _Case(module, H, weights, uniform)
+    case.w, case.wu = _install(module, weights), _install(module, uniform)
+    _check_value_path(check, case, x)
+    _check_self_attention(check, case, x)
+    q = torch.randn(B, L, D, generator=g)
+    k = torch.randn(B, L_k, D, generator=g)
+    v = torch.randn(B, L_k, D, generator=g)
+    _check_cross_attention(check, case, q, k, v)
+    previous = _check_attention_weights(check, module, case.w, H, q, k, v, None, None, "cross-attention")
+    padding = _check_masks(check, case, q, k, v, g, previous)
+    _check_gradients(check, module, weights, case.w, q, k, v, padding, H, g)
+    check.ok("gradients reach query, key, value and W_q, W_k, W_v, W_o as in nn.MultiheadAttention")
+    _check_other_size(check, cls, g)
+    _check_sizes(check, cls, g)
+    _check_dropout(check, cls, g)
+    _check_divisibility(check, cls)
+
+
+def _check_runs(check: Check, module: nn.Module, x: torch.Tensor) -> None:
+    """Self-attention runs, keeps the shape, and gives the same output twice in eval mode."""
+    first = _run(check, module, x, x, x, shape=x.shape, what="the output for self-attention")
+    second = _run(check, module, x, x, x, shape=x.shape, what="the output for self-attention")
+    if not identical(first.detach(), second.detach()):
         check.fail(
             "MultiHeadAttention in eval mode (built with the default dropout=0.0) gives different outputs for the "
             "same input: something random runs inside.\nLikely cause: dropout with a fixed rate, or "
@@ -205,27 +242,29 @@ def _check(check: Check, cls) -> None:
         )
     check.ok("self-attention returns (B, L, d_model)")
 
-    weights = _random_weights(g, D)
-    w = _install(module, weights)
 
-    # 2. Uniform attention (W_q = 0): the value path, the head split/merge and W_o, without the scores.
-    uniform_weights = dict(weights)
-    uniform_weights["W_q"] = (torch.zeros(D, D), torch.zeros(D))
-    wu = _install(module, uniform_weights)
-    out = _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
-    values = _project(wu, "W_v", x)  # (B, L, D)
-    expected = _project(wu, "W_o", _average(values, _allowed(None, B, L, L)))
-    if not _close(out, expected, _ATOL, _RTOL):
-        _diagnose_value_path(check, out, wu, x, B, L, H, d_k)
+def _check_value_path(check: Check, case: _Case, x: torch.Tensor) -> None:
+    """Uniform attention (W_q = 0): the value path, the head split/merge and W_o, without the scores."""
+    B, L, D = x.shape
+    _install(case.module, case.uniform)
+    out = _run(check, case.module, x, x, x, shape=(B, L, D), what="the output for self-attention")
+    values = _project(case.wu, "W_v", x)  # (B, L, D)
+    expected = _project(case.wu, "W_o", _average(values, _allowed(None, B, L, L)))
+    if not close_enough(out, expected):
+        _diagnose_value_path(check, out, case.wu, x, B, L, case.num_heads, D // case.num_heads)
     check.ok("with equal scores, every position gets W_o(average of the value projections)")
 
-    # 3. Invariants of the scores: positions are not mixed, batch elements are independent.
-    _install(module, weights)
+
+def _check_self_attention(check: Check, case: _Case, x: torch.Tensor) -> None:
+    """Positions are not mixed, batch elements are independent, and the values match nn.MultiheadAttention."""
+    B, L, D = x.shape
+    module, H = case.module, case.num_heads
+    _install(module, case.weights)
     out = _run(check, module, x, x, x, shape=(B, L, D), what="the output for self-attention")
     perm = torch.tensor([3, 0, 4, 1, 2])
     xp = x[:, perm]
     shuffled = _run(check, module, xp, xp, xp, shape=(B, L, D), what="the output for shuffled positions")
-    if not _close(shuffled, out.detach()[:, perm].double(), _ATOL, _RTOL):
+    if not close_enough(shuffled, out.detach()[:, perm].double()):
         check.fail(
             "Shuffling the positions of the input should shuffle the rows of the output the same way "
             "(attention has no notion of order), but with your MultiHeadAttention the output at one position "
@@ -234,43 +273,37 @@ def _check(check: Check, cls) -> None:
             "features of several positions. Split with `view(B, L, num_heads, d_k).transpose(1, 2)`."
         )
     single = _run(check, module, x[1:], x[1:], x[1:], shape=(1, L, D), what="the output for one batch element")
-    if not _close(single, out.detach()[1:].double(), _ATOL, _RTOL):
+    if not close_enough(single, out.detach()[1:].double()):
         check.fail(
             "The output for one batch element changes when other batch elements are present: a view or "
             "reshape mixes the batch axis with another axis. Keep B as the first dimension throughout "
             "(read it from the input: `B = query.size(0)`)."
         )
     check.ok("permuting positions permutes the output; batch elements are independent")
-
-    # 4. Values against nn.MultiheadAttention (self-attention, no mask).
-    expected = _oracle(w, H, x, x, x)
-    if not _close(out, expected, _ATOL, _RTOL):
-        _diagnose_scores(check, out, w, x, H, d_k, D)
+    if not close_enough(out, _oracle(case.w, H, x, x, x)):
+        _diagnose_scores(check, out, case.w, x, H, D // H, D)
     check.ok("self-attention matches nn.MultiheadAttention with the same weights")
 
-    # 5. Cross-attention: L_q != L_k, key and value different tensors.
-    q = torch.randn(B, L, D, generator=g)
-    k = torch.randn(B, L_k, D, generator=g)
-    v = torch.randn(B, L_k, D, generator=g)
-    try:
-        out = _run(check, module, q, k, v, shape=(B, L, D), what="the output for cross-attention")
-    except _LearnerError as error:
-        check.fail(
-            f"MultiHeadAttention fails when the query and the key/value have different lengths "
-            f"(L_q={L}, L_k={L_k}), as in the decoder's cross-attention.\nLikely cause: key and value are "
-            f"reshaped with the query's length; read each length from its own tensor (`key.size(1)`), "
-            f"and merge the heads back with the query's length.\n\n{error.message}"
-        )
-    _install(module, uniform_weights)
+
+def _check_cross_attention(check: Check, case: _Case, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """L_q != L_k, key and value different tensors."""
+    (B, L, D), L_k = q.shape, k.shape[1]
+    module, wu = case.module, case.wu
+    out = _run(check, module, q, k, v, shape=(B, L, D), what="the output for cross-attention", crash=(
+        f"MultiHeadAttention fails when the query and the key/value have different lengths "
+        f"(L_q={L}, L_k={L_k}), as in the decoder's cross-attention.\nLikely cause: key and value are "
+        f"reshaped with the query's length; read each length from its own tensor (`key.size(1)`), "
+        f"and merge the heads back with the query's length."))
+    _install(module, case.uniform)
     out_u = _run(check, module, q, k, v, shape=(B, L, D), what="the output for cross-attention")
     expected_u = _project(wu, "W_o", _average(_project(wu, "W_v", v), _allowed(None, B, L, L_k)))
-    if not _close(out_u, expected_u, _ATOL, _RTOL):
-        if _close(out_u, _project(wu, "W_o", _average(_project(wu, "W_v", k), _allowed(None, B, L, L_k)))):
+    if not close_enough(out_u, expected_u):
+        if close_enough(out_u, _project(wu, "W_o", _average(_project(wu, "W_v", k), _allowed(None, B, L, L_k))), **_LOOSE):
             check.fail(
                 "In cross-attention your values come from the `key` input instead of the `value` input "
                 "(the two were swapped). forward(query, key, value): K = W_k(key) and V = W_v(value)."
             )
-        if _close(out_u, _project(wu, "W_o", _average(_project(wu, "W_v", q), _allowed(None, B, L, L)))):
+        if close_enough(out_u, _project(wu, "W_o", _average(_project(wu, "W_v", q), _allowed(None, B, L, L))), **_LOOSE):
             check.fail(
                 "In cross-attention your values come from the `query` input: the module attends over the query "
                 "itself (self-attention) whatever key and value it is given. forward(query, key, value): "
@@ -278,28 +311,34 @@ def _check(check: Check, cls) -> None:
             )
         check.close(out_u, expected_u, "the output for cross-attention with equal scores (W_q set to zero)",
                     hint="Each query should average W_v(value) over the keys, then apply W_o.")
-    _install(module, weights)
-    expected = _oracle(w, H, q, k, v)
-    if not _close(out, expected, _ATOL, _RTOL):
+    _install(module, case.weights)
+    expected = _oracle(case.w, case.num_heads, q, k, v)
+    if not close_enough(out, expected):
         check.close(out, expected, f"the output for cross-attention (L_q={L}, L_k={L_k})",
                     hint="Self-attention is right, so look at what differs: the lengths of key and value.")
     check.ok(f"cross-attention (L_q={L} != L_k={L_k}) matches nn.MultiheadAttention")
 
-    # 6. Masks: (B, 1, 1, L_k) padding and (B, 1, L_q, L_k) per query, each row hides some keys but not all.
+
+def _check_masks(check: Check, case: _Case, q, k, v, g: torch.Generator, previous: torch.Tensor) -> torch.Tensor:
+    """(B, 1, 1, L_k) padding and (B, 1, L_q, L_k) per query, each row hides some keys but not all."""
+    (B, L, _), L_k = q.shape, k.shape[1]
     padding = torch.tensor([[1, 1, 0, 1, 1, 0, 0], [1, 0, 1, 1, 1, 1, 0]], dtype=torch.bool)[:, None, None, :]
     per_query = torch.rand(B, 1, L, L_k, generator=g) < 0.5
     per_query[..., 0] = True
     per_query[..., -1] = False
     masks = ((padding, "padding mask of shape (B, 1, 1, L_k)"), (per_query, "mask of shape (B, 1, L_q, L_k)"))
     for mask, kind in masks:
-        _check_mask(check, module, weights, uniform_weights, w, wu, q, k, v, mask, kind, H)
+        _check_mask(check, case.module, case.weights, case.uniform, case.w, case.wu, q, k, v, mask, kind,
+                    case.num_heads)
     check.ok("masks of shape (B, 1, 1, L_k) and (B, 1, L_q, L_k) are honoured (True = may attend)")
+    _check_attention_weights(check, case.module, case.w, case.num_heads, q, k, v, per_query, previous,
+                             "a (B, 1, L_q, L_k) mask")
+    check.ok("keeps the weights of the last call in attention_weights, shape (B, num_heads, L_q, L_k)")
+    return padding
 
-    # 6b. Gradients with respect to the inputs and the four projections, against nn.MultiheadAttention.
-    _check_gradients(check, module, weights, w, q, k, v, padding, H, g)
-    check.ok("gradients reach query, key, value and W_q, W_k, W_v, W_o as in nn.MultiheadAttention")
 
-    # 7. Other sizes, with dropout > 0 in eval mode.
+def _check_other_size(check: Check, cls, g: torch.Generator) -> None:
+    """Other sizes, with dropout > 0 in eval mode."""
     D2, H2 = 24, 4
     other = check.build(cls, D2, H2, 0.5)
     _check_structure(check, other, D2, H2)
@@ -312,7 +351,7 @@ def _check(check: Check, cls) -> None:
     what = f"the output for d_model={D2}, num_heads={H2}"
     first = _run(check, other, x2, x2, x2, mask2, shape=(3, 6, D2), what=what)
     second = _run(check, other, x2, x2, x2, mask2, shape=(3, 6, D2), what=what)
-    if not _close(first, second.detach().double(), 0.0, 0.0):
+    if not identical(first.detach(), second.detach()):
         check.fail(
             "MultiHeadAttention(24, 4, dropout=0.5) in eval mode gives different outputs for the same input: "
             "dropout is still active.\nUse an nn.Dropout submodule (it switches off in eval mode) rather than "
@@ -325,12 +364,14 @@ def _check(check: Check, cls) -> None:
     )
     check.ok("works for d_model=24, num_heads=4, and dropout is off in eval mode")
 
-    # 8. A d_model that num_heads does not divide must be refused when the module is built.
-    try:
-        cls(10, 4)
-    except NotImplementedError:
+
+def _check_divisibility(check: Check, cls) -> None:
+    """A d_model that num_heads does not divide must be refused when the module is built."""
+    refused = check.attempt(cls, 10, 4, what="MultiHeadAttention(10, 4)")
+    if isinstance(refused, Raised) and isinstance(refused.exception, NotImplementedError):
         pass
-    except Exception as exc:  # the learner's error: what we want
+    elif isinstance(refused, Raised):  # the learner's error: what we want
+        exc = refused.exception
         if not str(exc).strip():
             check.problem(
                 f"MultiHeadAttention(10, 4) raises {type(exc).__name__} without a message. Say what is wrong, "
@@ -345,6 +386,8 @@ def _check(check: Check, cls) -> None:
             "heads would not cover d_model. Raise an error in __init__ (a ValueError, or an assert with a "
             "message) when `d_model % num_heads != 0`."
         )
+
+
 
 
 def _diagnose_value_path(check: Check, out, wu, x, B, L, H, d_k) -> None:
@@ -410,7 +453,7 @@ def _diagnose_value_path(check: Check, out, wu, x, B, L, H, d_k) -> None:
         ),
     ]
     for wrong, message in candidates:
-        if _close(out, wrong):
+        if close_enough(out, wrong, **_LOOSE):
             check.fail(
                 "With all scores equal (W_q set to zero), every query should get W_o(average of the value "
                 f"projections over the keys), but your output is something else.\nLikely cause: {message}"
@@ -419,9 +462,7 @@ def _diagnose_value_path(check: Check, out, wu, x, B, L, H, d_k) -> None:
         out,
         W_o(mean_over_keys),
         "the output for self-attention with equal scores (W_q set to zero)",
-        atol=_ATOL,
-        rtol=_RTOL,
-        hint="With all scores equal each query averages the values, so the output should be "
+                hint="With all scores equal each query averages the values, so the output should be "
         "W_o(average over positions of W_v(x)), the same at every position. Check the value projection, how "
         "the heads are split and merged, and W_o.",
     )
@@ -494,7 +535,7 @@ def _diagnose_scores(check: Check, out, w, x, H, d_k, D) -> None:
         ),
     ]
     for wrong, message in candidates:
-        if _close(out, wrong):
+        if close_enough(out, wrong, **_LOOSE):
             check.fail(
                 f"Your output differs from nn.MultiheadAttention's with the same weights (it is right when all "
                 f"scores are equal, so the value path works).\nLikely cause: {message}"
@@ -503,9 +544,7 @@ def _diagnose_scores(check: Check, out, w, x, H, d_k, D) -> None:
         out,
         _oracle(w, H, x, x, x),
         "the output for self-attention",
-        atol=_ATOL,
-        rtol=_RTOL,
-        hint="With equal scores your output is right, so the difference is in the scores: Q = W_q(query) and "
+                hint="With equal scores your output is right, so the difference is in the scores: Q = W_q(query) and "
         "K = W_k(key) split into heads like V, and scores Q K^T / sqrt(d_k) per head. (If "
         "check_scaled_dot_product_attention does not pass yet, fix that first.)",
     )
@@ -514,25 +553,21 @@ def _diagnose_scores(check: Check, out, w, x, H, d_k, D) -> None:
 def _check_mask(check: Check, module, weights, uniform_weights, w, wu, q, k, v, mask, kind: str, H: int) -> None:
     B, L, L_k = q.shape[0], q.shape[1], k.shape[1]
     _install(module, uniform_weights)
-    try:
-        out = _run(check, module, q, k, v, mask, shape=(B, L, q.shape[2]), what=f"the output with a {kind}")
-    except _LearnerError as error:
-        raise _LearnerError(
-            f"{error.message}\nIt works without a mask but crashes with a {kind}. Pass the mask to "
-            f"scaled_dot_product_attention as it is: it already has its head axis of size 1 and broadcasts "
-            f"against the scores (B, num_heads, L_q, L_k); do not unsqueeze or reshape it."
-        ) from None
+    out = _run(check, module, q, k, v, mask, shape=(B, L, q.shape[2]), what=f"the output with a {kind}", hint=(
+        f"It works without a mask but crashes with a {kind}. Pass the mask to "
+        f"scaled_dot_product_attention as it is: it already has its head axis of size 1 and broadcasts "
+        f"against the scores (B, num_heads, L_q, L_k); do not unsqueeze or reshape it."))
     allowed = _allowed(mask, B, L, L_k)
     values = _project(wu, "W_v", v)
     expected = _project(wu, "W_o", _average(values, allowed))
-    if not _close(out, expected, _ATOL, _RTOL):
-        if _close(out, _project(wu, "W_o", _average(values, _allowed(None, B, L, L_k)))):
+    if not close_enough(out, expected):
+        if close_enough(out, _project(wu, "W_o", _average(values, _allowed(None, B, L, L_k))), **_LOOSE):
             check.fail(
                 f"With a {kind}, your MultiHeadAttention attends to every key, as if there were no mask: the "
                 f"mask never reaches the attention. Pass it on: `scaled_dot_product_attention(Q, K, V, mask)` "
                 f"(its head axis of size 1 broadcasts over the heads)."
             )
-        if _close(out, _project(wu, "W_o", _average(values, ~allowed))):
+        if close_enough(out, _project(wu, "W_o", _average(values, ~allowed)), **_LOOSE):
             check.fail(
                 f"With a {kind}, your MultiHeadAttention attends exactly to the keys the mask hides: the mask's "
                 f"polarity is inverted. True means 'may attend', so hide the positions where the mask is False "
@@ -571,11 +606,220 @@ def _check_gradients(check: Check, module, weights, w, q, k, v, mask, H: int, g:
     grads = torch.autograd.grad((ref_out * r.double()).sum(), ref_inputs + [mha.in_proj_weight, mha.out_proj.weight])
     want = list(grads[:3]) + list(grads[3].chunk(3)) + [grads[4]]
     names = ["query", "key", "value"] + list(_NAMES)
-    wrong = [n for n, a, e in zip(names, got, want) if a is None or not _close(a, e, 1e-4, 1e-3)]
+    wrong = [n for n, a, e in zip(names, got, want) if a is None or not close_enough(a, e, **_LOOSE)]
     if wrong:
         check.fail(
             f"The output of MultiHeadAttention is right, but the gradient with respect to {', '.join(wrong)} "
             f"differs from nn.MultiheadAttention's with the same weights.\nLikely cause: a `.detach()`, `.data` "
             f"or `torch.no_grad()` on the way from {' / '.join(wrong)} to the output (check your "
             f"scaled_dot_product_attention too: its weights must stay in the graph)."
+        )
+
+
+# --------------------------------------------------------------------------
+# The contract: what later cells read, sizes beyond the small case, dropout measured.
+
+
+def _check_distinct_projections(check: Check, module: nn.Module) -> None:
+    """W_q, W_k, W_v and W_o must be four separate layers (a shared one learns one projection for all roles)."""
+    layers = {name: getattr(module, name) for name in _NAMES}
+    for i, a in enumerate(_NAMES):
+        for b in _NAMES[i + 1:]:
+            same_layer = layers[a] is layers[b]
+            same_weight = isinstance(layers[a], nn.Linear) and isinstance(layers[b], nn.Linear) and (
+                layers[a].weight is layers[b].weight)
+            if same_layer or same_weight:
+                shared = [n for n in _NAMES if layers[n] is layers[a] or getattr(layers[n], "weight", None) is
+                          getattr(layers[a], "weight", 0)]
+                check.fail(
+                    f"{' = '.join(shared)} are one and the same nn.Linear (as in "
+                    f"`self.W_q = self.W_k = self.W_v = nn.Linear(d_model, d_model)`), so the queries, keys and "
+                    f"values share one projection and can never learn different roles.\n"
+                    f"Create each projection separately: `self.W_q = nn.Linear(d_model, d_model)`, then "
+                    f"`self.W_k = nn.Linear(d_model, d_model)`, and so on."
+                )
+
+
+def _check_head_attributes(check: Check, module: nn.Module, d_model: int, num_heads: int) -> None:
+    """``num_heads`` and ``d_k``: later cells (the heads plot, lesson 06's cross-attention plot) read them."""
+    wanted = {"num_heads": num_heads, "d_k": d_model // num_heads}
+    for name, value in wanted.items():
+        found = getattr(module, name, None)
+        if found is None:
+            others = [n for n, v in vars(module).items() if isinstance(v, int) and not isinstance(v, bool)
+                      and v == value and not n.startswith("_") and n not in wanted]
+            guess = f" (it keeps {value} in `{others[0]}`?)" if others else ""
+            check.fail(
+                f"Your MultiHeadAttention({d_model}, {num_heads}) has no attribute `{name}`{guess}.\n"
+                f"Later cells read `mha.num_heads` and `mha.d_k` (lesson 04's plots, lesson 06's cross-attention "
+                f"plot): store them under these names in __init__: `self.num_heads = num_heads` and "
+                f"`self.d_k = d_model // num_heads`."
+            )
+        if isinstance(found, bool) or not isinstance(found, int) or found != value:
+            check.fail(
+                f"MultiHeadAttention({d_model}, {num_heads}).{name} is {describe(found)}, but it should be "
+                f"{value}" + (" (d_k = d_model // num_heads, the size of one head)" if name == "d_k" else
+                              " (the num_heads it was built with)") + "."
+            )
+    check.ok("stores num_heads and d_k = d_model // num_heads")
+
+
+def _oracle_weights(weights: dict, num_heads: int, query, key, mask=None) -> torch.Tensor:
+    """Per-head attention weights (B, H, L_q, L_k) of nn.MultiheadAttention with the given weights."""
+    d_model = query.shape[-1]
+    mha = nn.MultiheadAttention(d_model, num_heads, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([weights[n][0] for n in ("W_q", "W_k", "W_v")]))
+        mha.in_proj_bias.copy_(torch.cat([weights[n][1] for n in ("W_q", "W_k", "W_v")]))
+        kwargs: dict[str, Any] = {}
+        if mask is not None:
+            full = mask[:, 0].expand(query.shape[0], query.shape[1], key.shape[1])
+            kwargs["attn_mask"] = (~full).repeat_interleave(num_heads, dim=0)
+        _, attn = mha.eval()(query.double(), key.double(), key.double(), need_weights=True,
+                             average_attn_weights=False, **kwargs)
+    return attn
+
+
+def _check_attention_weights(check: Check, module, w, H, q, k, v, mask, previous, what: str) -> torch.Tensor:
+    """After a call, ``attention_weights`` holds that call's weights, (B, num_heads, L_q, L_k)."""
+    B, L_q, L_k = q.shape[0], q.shape[1], k.shape[1]
+    before = getattr(module, "attention_weights", None)
+    before = before.detach().clone() if isinstance(before, torch.Tensor) else before
+    _run(check, module, q, k, v, *([] if mask is None else [mask]), shape=(B, L_q, q.shape[2]),
+         what=f"the output for {what}")
+    stored = getattr(module, "attention_weights", None)
+    shape = (B, H, L_q, L_k)
+    intro = f"After a call with {what}, your MultiHeadAttention's `attention_weights`"
+    expected = _oracle_weights(w, H, q, k, mask)
+    if (isinstance(stored, torch.Tensor) and isinstance(before, torch.Tensor) and identical(stored.detach(), before)
+            and not close_enough(stored, expected)):
+        check.fail(f"{intro} still holds the weights of an earlier call: set `self.attention_weights = weights` "
+                   f"in forward, on every call (not only the first).")
+    if not isinstance(stored, torch.Tensor):
+        check.fail(
+            f"{intro} is {describe(stored)}.\nKeep the weights your scaled_dot_product_attention returns: "
+            f"`out, weights = scaled_dot_product_attention(q, k, v, mask)` then `self.attention_weights = weights` "
+            f"(shape (B, num_heads, L_q, L_k)). Lesson 04 plots them, one map per head."
+        )
+    if tuple(stored.shape) != shape:
+        extra = " Averaged over the heads? Keep one map per head." if tuple(stored.shape) == (B, L_q, L_k) else ""
+        check.fail(f"{intro} has shape {fmt_shape(stored.shape)}; it should be (B, num_heads, L_q, L_k) = "
+                   f"{fmt_shape(shape)}.{extra}")
+    if close_enough(stored, expected):
+        return stored.detach().clone()
+    if not close_enough(stored.detach().double().sum(-1), torch.ones(B, H, L_q, dtype=torch.float64), **_LOOSE):
+        check.fail(f"{intro} has rows that do not sum to 1: it holds the scores (before the softmax), not the "
+                   f"attention weights. Store the weights your scaled_dot_product_attention returns.")
+    check.close(stored, expected, f"`attention_weights` after a call with {what}",
+                hint="They should be the softmax weights of each head, as nn.MultiheadAttention's "
+                "(need_weights=True, average_attn_weights=False) with the same projections.")
+    return stored.detach().clone()
+
+
+def _check_sizes(check: Check, cls, g: torch.Generator) -> None:
+    """One head, a d_model that is not a power of two, and sentences as long as lesson 06's (max_len = 64)."""
+    for D, H, B, L, L_k in ((20, 1, 2, 9, 9), (20, 4, 2, 64, 70)):
+        what = f"d_model={D}, num_heads={H}, L_q={L}, L_k={L_k}"
+        module = check.build(cls, D, H)
+        _check_head_attributes(check, module, D, H)
+        module.eval()
+        w = _install(module, _random_weights(g, D))
+        q, kv = torch.randn(B, L, D, generator=g), torch.randn(B, L_k, D, generator=g)
+        mask = torch.ones(B, 1, 1, L_k, dtype=torch.bool)
+        mask[0, ..., L_k - 3:] = False
+        out = _run(check, module, q, kv, kv, mask, shape=(B, L, D), what=f"the output for {what}", hint=(
+            f"MultiHeadAttention works for the small sizes but fails for {what} (lesson 06 uses sentences of up "
+            f"to max_len = 64 tokens): is a size fixed somewhere, or does a `.squeeze()` drop the head axis?"))
+        check.close(out, _oracle(w, H, q, kv, kv, mask), f"the output for {what}",
+                    hint="It works for the smaller sizes: is something fixed to a size, or does a `.squeeze()` "
+                    "remove the head axis when num_heads=1?")
+        stored = getattr(module, "attention_weights", None)
+        if not isinstance(stored, torch.Tensor) or tuple(stored.shape) != (B, H, L, L_k):
+            check.fail(f"With {what}, `attention_weights` is {describe(stored)}; it should have shape "
+                       f"(B, num_heads, L_q, L_k) = {fmt_shape((B, H, L, L_k))}. (A `.squeeze()` removes the head "
+                       f"axis when num_heads=1: use `view`/`transpose` with explicit sizes.)")
+    check.ok("works with num_heads=1, d_model=20 (not a power of two) and sentences of 64 and 70 tokens")
+
+
+def _designed_values(B: int, L_k: int, D: int, H: int) -> torch.Tensor:
+    """Values whose projection (W_v = identity) gives head h, key k the vector e_k + e_{L_k}: the output reads the weights."""
+    d_k = D // H
+    v = torch.zeros(B, L_k, H, d_k)
+    v[:, torch.arange(L_k), :, torch.arange(L_k)] = 1.0
+    v[..., L_k] = 1.0
+    return v.reshape(B, L_k, D)
+
+
+def _read_weights(out: torch.Tensor, L_k: int, H: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From an output computed with the designed values: (weights (B, H, L_q, L_k), their row sums, the rest)."""
+    B, L_q, D = out.shape
+    heads = out.detach().double().reshape(B, L_q, H, D // H).transpose(1, 2)  # (B, H, L_q, d_k)
+    return heads[..., :L_k], heads[..., L_k], heads[..., L_k + 1:]
+
+
+def _check_dropout(check: Check, cls, g: torch.Generator) -> None:
+    """Train mode: dropout with rate p on the attention weights only, fresh on every call, from the global RNG."""
+    D, H, B, L_q, L_k, p = 20, 2, 4, 8, 8, 0.5
+    module = check.build(cls, D, H, p)
+    weights = _random_weights(g, D)
+    identity = (torch.eye(D), torch.zeros(D))
+    weights["W_q"] = (weights["W_q"][0] * 0.5, weights["W_q"][1])
+    weights["W_v"], weights["W_o"] = identity, identity
+    w = _install(module, weights)
+    q, k = torch.randn(B, L_q, D, generator=g), torch.randn(B, L_k, D, generator=g)
+    v = _designed_values(B, L_k, D, H)
+    module.train()
+    what = f"the output in training mode (dropout={p})"
+    runs = [mods.seeded(seed, _run, check, module, q, k, v, shape=(B, L_q, D), what=what) for seed in (11, None, 11)]
+    module.eval()
+    reference = _oracle_weights(w, H, q, k)  # (B, H, L_q, L_k) without dropout
+    read = [_read_weights(out, L_k, H) for out in runs]
+    dropped, sums, rest = read[0]
+    if not (close_enough(sums, dropped.sum(-1), **_LOOSE) and close_enough(rest, torch.zeros_like(rest), **_LOOSE)):
+        columns = (dropped.abs() < 1e-6)
+        on_values = bool(columns.any()) and bool((columns == columns[:, :, :1]).all())
+        where = "on the values (V)" if on_values else "on the merged heads or the output"
+        check.fail(
+            f"In training mode your MultiHeadAttention applies its dropout after the attention, {where}, and "
+            f"not on the attention weights.\nLike nn.MultiheadAttention, drop entries of the weights themselves: "
+            f"`out = self.dropout(weights) @ v` (the layers of lesson 05 add the dropout on each sublayer's "
+            f"output; one here would double it)."
+        )
+    pattern = mods.drop_pattern(dropped, reference)
+    if not pattern.exact:
+        check.fail(
+            "In training mode the attention weights of your MultiHeadAttention are not the eval-mode weights with "
+            "some entries zeroed and the rest scaled by 1 / (1 - p): the dropout acts before the softmax (on the "
+            "scores, or on Q or K), which changes every weight of the row.\nApply dropout to the weights, after "
+            "the softmax: `self.dropout(weights) @ v`."
+        )
+    problem = mods.dropout_problem(pattern, p, "the attention weights", "MultiHeadAttention")
+    if problem:
+        check.fail(problem + ("\nApply `self.dropout = nn.Dropout(dropout)` to the weights in training: "
+                              "`out = self.dropout(weights) @ v`." if pattern.rate == 0 else ""))
+    _check_masks_independent(check, [mods.drop_pattern(r[0], reference).kept for r in read])
+    check.ok(f"in training mode drops {round(100 * pattern.rate)}% of the attention weights (dropout={p}) and "
+             f"scales the rest by 1 / (1 - p); nothing else is dropped")
+
+
+def _check_masks_independent(check: Check, kept: list[torch.Tensor]) -> None:
+    """kept[0] and kept[2] come after the same global seed, kept[1] right after kept[0]."""
+    shared = mods.shared_axes(kept[0], {"head": 1, "sentence of the batch": 0, "query": 2})
+    if shared:
+        check.fail(
+            f"In training mode your MultiHeadAttention uses the same dropout mask for every {shared[0]}: the "
+            f"mask is drawn with a smaller shape and broadcast.\nEach weight is dropped on its own: "
+            f"`self.dropout(weights)` draws a mask of the full shape (B, num_heads, L_q, L_k)."
+        )
+    if bool((kept[0] == kept[1]).all()):
+        check.fail(
+            "In training mode your MultiHeadAttention drops the same attention weights on every call: the random "
+            "numbers repeat (a `torch.manual_seed(...)` or a freshly seeded torch.Generator inside forward?).\n"
+            "Let nn.Dropout draw from torch's global random number generator and never reseed it in forward."
+        )
+    if not bool((kept[0] == kept[2]).all()):
+        check.fail(
+            "In training mode the dropout of your MultiHeadAttention does not follow torch's global random number "
+            "generator: after the same torch.manual_seed(...) it drops different weights. Lesson 06 seeds torch to "
+            "make training reproducible; use nn.Dropout (or F.dropout), which draws from the global generator."
         )
