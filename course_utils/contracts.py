@@ -70,10 +70,42 @@ _ALL = (
     Contract("DecoderLayer", "05_transformer", "class", "DecoderLayer(d_model, num_heads, d_ff, dropout)"),
     Contract("Transformer", "05_transformer", "class", "Transformer(...)"),
     # -- lesson 06 ---------------------------------------------------------------
-    Contract("noam_lr", "06_training", "function", "noam_lr(step, d_model, warmup_steps) -> float"),
-    Contract("make_noam_scheduler", "06_training", "function", "make_noam_scheduler(optimizer, d_model, warmup_steps)"),
-    Contract("label_smoothing_loss", "06_training", "function", "label_smoothing_loss(logits, target, smoothing, pad_id) -> scalar"),
-    Contract("greedy_decode", "06_training", "function", "greedy_decode(model, src, max_len, bos_id, eos_id, pad_id) -> LongTensor (B, T)"),
+    Contract("noam_lr", "06_training", "function", "noam_lr(step, d_model, warmup_steps) -> float",
+             promises=("the paper's d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), as a plain number",
+                       "step 0 gives the value of step 1 (LambdaLR asks for step 0)"),
+             used_by=("06: the schedule plots", "06: make_noam_scheduler")),
+    Contract("make_noam_scheduler", "06_training", "function",
+             "make_noam_scheduler(optimizer, d_model, warmup_steps) -> scheduler (normally a LambdaLR)",
+             methods=("step", "get_last_lr", "state_dict", "load_state_dict"),
+             promises=(
+                 "after n calls of step() every param group's lr is its initial lr * noam_lr(n + 1), n = 0 included",
+                 "get_last_lr() returns the current lr of every param group, as a list",
+                 "state_dict() is plain data that torch.load(..., weights_only=True) reads back",
+                 "load_state_dict() into a scheduler built the same way (its optimizer restored too) resumes "
+                 "the schedule exactly",
+                 "each scheduler counts its own steps: nothing is shared between calls",
+             ),
+             used_by=("06: the training loop (step, get_last_lr)", "06: the checkpoint cell (state_dict, load_state_dict)",
+                      "benchmarks/bench.py")),
+    Contract("label_smoothing_loss", "06_training", "function",
+             "label_smoothing_loss(logits (N, V), target (N,), smoothing, pad_id) -> 0-d tensor",
+             promises=(
+                 "equals F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)",
+                 "differentiable: backward() gives the gradient of that loss w.r.t. the logits",
+                 "exact for logits far apart (log_softmax, not log of softmax)",
+                 "any vocabulary size and pad_id, on the logits' device, inputs unchanged",
+             ),
+             used_by=("06: train_step and evaluate_loss", "benchmarks/bench.py")),
+    Contract("greedy_decode", "06_training", "function",
+             "greedy_decode(model, src, max_len, bos_id, eos_id, pad_id) -> LongTensor (B, T)",
+             promises=(
+                 "calls model.encode(src) once and model.decode(ys, memory, src) on the whole prefix at each step",
+                 "column 0 is bos_id, T <= max_len, pad_id after each sentence's eos_id, "
+                 "and it stops once every sentence has finished",
+                 "runs under torch.no_grad()",
+                 "creates its tensors on src's device and returns the output there",
+             ),
+             used_by=("06: translate and the BLEU score", "06: the cross-attention plot")),
 )
 
 #: exercise name -> its contract

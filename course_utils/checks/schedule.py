@@ -4,20 +4,37 @@ The oracle is the formula of the paper (section 5.3),
 ``d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` with step 0 read
 as step 1, evaluated in double precision. Buggy variants of the formula serve
 only to name a likely cause once a value is already known to be wrong.
+
+The scheduler is also held to what lesson 06 calls on it (its contract in
+``course_utils.contracts``): ``step()``, ``get_last_lr()``, and a
+``state_dict()`` that survives ``torch.save`` / ``torch.load(weights_only=True)``
+and, loaded into a scheduler built the same way, resumes the schedule exactly.
 """
 
 from __future__ import annotations
 
 import inspect
+import io
 import math
 import warnings
 from typing import Any, Callable
 
 import torch
 
-from ._core import Check, CheckResult, describe, fmt_number, run_check
+from ..contracts import contract
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_number, run_check
 
 _RTOL = 1e-4  # relative: learning rates are tiny, so an absolute tolerance would accept anything
+
+
+def check_noam_lr(noam_lr: Callable) -> CheckResult:
+    """Check ``noam_lr(step, d_model, warmup_steps)`` against the formula of the paper."""
+    return run_check("noam_lr", _check_noam_lr, noam_lr)
+
+
+def check_noam_scheduler(make_noam_scheduler: Callable) -> CheckResult:
+    """Check that ``make_noam_scheduler(optimizer, d_model, warmup_steps)`` scales every param group's lr."""
+    return run_check("make_noam_scheduler", _check_noam_scheduler, make_noam_scheduler)
 
 
 def _paper(step: int, d_model: int, warmup_steps: int) -> float:
@@ -25,8 +42,14 @@ def _paper(step: int, d_model: int, warmup_steps: int) -> float:
     return d_model**-0.5 * min(s**-0.5, s * warmup_steps**-1.5)
 
 
-def _near(a: float, b: float) -> bool:
-    return math.isfinite(a) and abs(a - b) <= _RTOL * abs(b) + 1e-15
+def _near(actual: Any, expected: Any) -> bool:
+    """Every learning rate within _RTOL of the paper's (numbers or nested lists of numbers)."""
+    return close_enough(torch.tensor(actual, dtype=torch.float64), torch.tensor(expected, dtype=torch.float64),
+                        atol=1e-15, rtol=_RTOL)
+
+
+# --------------------------------------------------------------------------
+# noam_lr
 
 
 _STEP_ZERO = (
@@ -125,93 +148,93 @@ def _number(check: Check, value: Any, where: str) -> tuple[float, bool]:
     return float(value), isinstance(value, int)
 
 
-def check_noam_lr(noam_lr: Callable) -> CheckResult:
-    """Check ``noam_lr(step, d_model, warmup_steps)`` against the formula of the paper."""
-    return run_check("noam_lr", _check_noam_lr, noam_lr)
-
-
 def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
     check.callable_(noam_lr, "noam_lr")
-
     # 1. It runs on an ordinary step and returns a number.
-    first = check.call(noam_lr, 1, 512, 4000)
-    at_one, _ = _number(check, first, "at step=1, d_model=512, warmup_steps=4000")
+    at_one, _ = _number(check, check.call(noam_lr, 1, 512, 4000, what="noam_lr"), "at step=1, d_model=512, warmup_steps=4000")
     check.ok("returns a number")
-
-    # 2. Step 0, which LambdaLR really asks for, must give what step 1 gives (right or wrong: values come later).
-    expected_zero = at_one
-    try:
-        at_zero = noam_lr(0, 512, 4000)
-        raised = None
-    except Exception as exc:  # the learner's code: any failure at step 0 gets the step-0 explanation
-        at_zero, raised = None, exc
-    zero_problem = ""  # reported after the values: a wrong formula is the first thing to fix
-    if raised is not None:
-        text = str(raised).strip().splitlines()
-        zero_problem = (
-            f"noam_lr(0, 512, 4000) raised {type(raised).__name__}"
-            + (f": {text[0]}" if text else "")
-            + f".\n{_STEP_ZERO}"
-        )
-    else:
-        value, _ = _number(check, at_zero, "at step=0")
-        if not math.isfinite(value):
-            zero_problem = f"noam_lr(0, 512, 4000) returned {value}, expected {fmt_number(expected_zero)}.\n{_STEP_ZERO}"
-        elif not _near(value, expected_zero):
-            zero_problem = (
-                f"noam_lr(0, 512, 4000) returned {fmt_number(value)}, but step 0 should give the same value as "
-                f"step 1 (your noam_lr(1, 512, 4000) = {fmt_number(expected_zero)}).\n"
-                + (
-                    "A learning rate of 0 there means the first update does nothing (or, with torch ops, "
-                    "`min(inf, 0)` came out as 0).\n"
-                    if value == 0
-                    else ""
-                )
-                + _STEP_ZERO
-            )
-        else:
-            check.ok("treats step 0 as step 1")
-
-    def fail_values(message: str) -> None:
-        check.problem(message)
-        if zero_problem:
-            check.problem(zero_problem)
-        check.stop_if_problems()
-
+    # 2. Step 0, which LambdaLR really asks for, must give what step 1 gives (reported after the values:
+    #    a wrong formula is the first thing to fix).
+    zero_problem = _step_zero_problem(check, noam_lr, at_one)
     # 3. The values on grids that cross the warmup boundary.
-    rows = []  # (d_model, warmup_steps, step, learner's value, expected value)
-    ints = False
-    for d_model, warmup_steps, steps in _GRIDS:
-        for step in steps:
-            out = check.call(noam_lr, step, d_model, warmup_steps)
-            value, is_int = _number(check, out, f"at step={step}, d_model={d_model}, warmup_steps={warmup_steps}")
-            ints = ints or is_int
-            rows.append((d_model, warmup_steps, step, value, _paper(step, d_model, warmup_steps)))
-    if ints or all(v == 0 for *_, v, _e in rows):
-        fail_values(
-            "noam_lr returns "
-            + ("integers" if ints else "0.0 everywhere")
-            + f" (at step=4000, d_model=512, warmup_steps=4000 you return {fmt_number(rows[7][3])}, expected "
-            f"{fmt_number(rows[7][4])}).\nThe learning rate is a small fraction, and integer arithmetic rounds it "
-            f"down to 0. Likely causes: floor division `//` (write `1 / x` or `x ** -0.5`), a cast with `int(...)`, "
-            f"or a tensor built from integers with an integer dtype (use floats, e.g. `torch.tensor(step, dtype=torch.float32)`)."
-        )
+    rows = _noam_grid(check, noam_lr, zero_problem)
     bad = [r for r in rows if not _near(r[3], r[4])]
     if not bad:
         check.ok("matches d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) before, at and after warmup_steps")
         if zero_problem:
             check.fail(zero_problem)
         return
-
     table = "\n".join(
         f"  step={s:>6}, d_model={d}, warmup_steps={w}: expected {fmt_number(e)}, got {fmt_number(v)}"
         for d, w, s, v, e in bad[:4]
     )
     for formula, message in _NOAM_SLIPS:
-        if all(_near(v, formula(s, d, w)) for d, w, s, v, _e in rows):
-            fail_values(f"noam_lr returns the wrong values.\n{table}\n{message}")
+        if _near([v for *_, v, _e in rows], [formula(s, d, w) for d, w, s, _v, _e in rows]):
+            _fail_values(check, f"noam_lr returns the wrong values.\n{table}\n{message}", zero_problem)
+    check.fail(f"noam_lr returns the wrong values.\n{table}\n" + "\n".join(_curve_notes(rows)))
 
-    # No named slip fits: describe how the curve behaves instead.
+
+def _fail_values(check: Check, message: str, zero_problem: str) -> None:
+    check.problem(message)
+    if zero_problem:
+        check.problem(zero_problem)
+    check.stop_if_problems()
+
+
+def _step_zero_problem(check: Check, noam_lr: Callable, expected_zero: float) -> str:
+    """What is wrong at step 0 ("" when nothing is)."""
+    at_zero = check.attempt(noam_lr, 0, 512, 4000, what="noam_lr")
+    if isinstance(at_zero, Raised):  # any failure at step 0 gets the step-0 explanation
+        text = str(at_zero.exception).strip().splitlines()
+        return (
+            f"noam_lr(0, 512, 4000) raised {type(at_zero.exception).__name__}"
+            + (f": {text[0]}" if text else "")
+            + f".\n{_STEP_ZERO}"
+        )
+    value, _ = _number(check, at_zero, "at step=0")
+    if not math.isfinite(value):
+        return f"noam_lr(0, 512, 4000) returned {value}, expected {fmt_number(expected_zero)}.\n{_STEP_ZERO}"
+    if not _near(value, expected_zero):
+        return (
+            f"noam_lr(0, 512, 4000) returned {fmt_number(value)}, but step 0 should give the same value as "
+            f"step 1 (your noam_lr(1, 512, 4000) = {fmt_number(expected_zero)}).\n"
+            + (
+                "A learning rate of 0 there means the first update does nothing (or, with torch ops, "
+                "`min(inf, 0)` came out as 0).\n"
+                if value == 0
+                else ""
+            )
+            + _STEP_ZERO
+        )
+    check.ok("treats step 0 as step 1")
+    return ""
+
+
+def _noam_grid(check: Check, noam_lr: Callable, zero_problem: str) -> list[tuple]:
+    """(d_model, warmup_steps, step, learner's value, expected value) on every grid; integers fail here."""
+    rows, ints = [], False
+    for d_model, warmup_steps, steps in _GRIDS:
+        for step in steps:
+            out = check.call(noam_lr, step, d_model, warmup_steps, what="noam_lr")
+            value, is_int = _number(check, out, f"at step={step}, d_model={d_model}, warmup_steps={warmup_steps}")
+            ints = ints or is_int
+            rows.append((d_model, warmup_steps, step, value, _paper(step, d_model, warmup_steps)))
+    if ints or all(v == 0 for *_, v, _e in rows):
+        _fail_values(
+            check,
+            "noam_lr returns "
+            + ("integers" if ints else "0.0 everywhere")
+            + f" (at step=4000, d_model=512, warmup_steps=4000 you return {fmt_number(rows[7][3])}, expected "
+            f"{fmt_number(rows[7][4])}).\nThe learning rate is a small fraction, and integer arithmetic rounds it "
+            f"down to 0. Likely causes: floor division `//` (write `1 / x` or `x ** -0.5`), a cast with `int(...)`, "
+            f"or a tensor built from integers with an integer dtype (use floats, e.g. `torch.tensor(step, dtype=torch.float32)`).",
+            zero_problem,
+        )
+    return rows
+
+
+def _curve_notes(rows: list[tuple]) -> list[str]:
+    """No named slip fits: describe how the curve behaves instead."""
     lr = {(d, w, s): v for d, w, s, v, _e in rows}
     notes = []
     if any(v <= 0 for *_, v, _e in rows):
@@ -236,39 +259,35 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
             f"are equal; yours: {values}. Check the exponents of warmup_steps (-1.5) and of step (-0.5), and that "
             f"the formula uses the warmup_steps argument (not a fixed number)."
         )
-    if not notes:
-        ratios = [v / e for *_, v, e in rows]
-        per_setting = {}
-        for (d, w, _s, v, e), ratio in zip(rows, ratios):
-            per_setting.setdefault((d, w), []).append(ratio)
-        if all(math.isclose(r, ratios[0], rel_tol=1e-3) for r in ratios):
-            notes.append(
-                f"The shape of your curve is right, but every value is {fmt_number(ratios[0])} times the paper's: "
-                f"the only factor in front of `min(...)` is `d_model ** -0.5`."
-            )
-        elif all(math.isclose(r, rs[0], rel_tol=1e-3) for rs in per_setting.values() for r in rs):
-            notes.append(
-                "Within each setting the shape of your curve is right, but the scale is off by a factor that "
-                "changes with d_model and warmup_steps: use the arguments d_model and warmup_steps (not fixed "
-                "numbers such as 512 or 4000) in `d_model ** -0.5` and `warmup_steps ** -1.5`."
-            )
-        else:
-            notes.append(
-                "Your curve has the right shape but not the right values (off by up to "
-                f"{fmt_number(100 * max(abs(r - 1) for r in ratios))}%): are the values rounded, or computed in a "
-                "low precision?"
-            )
-    check.fail(f"noam_lr returns the wrong values.\n{table}\n" + "\n".join(notes))
+    return notes or [_scale_note(rows)]
+
+
+def _scale_note(rows: list[tuple]) -> str:
+    """The curve's shape is right: say how its scale is off."""
+    ratios = [v / e for *_, v, e in rows]
+    per_setting: dict[tuple[int, int], list[float]] = {}
+    for (d, w, _s, _v, _e), ratio in zip(rows, ratios):
+        per_setting.setdefault((d, w), []).append(ratio)
+    if all(math.isclose(r, ratios[0], rel_tol=1e-3) for r in ratios):
+        return (
+            f"The shape of your curve is right, but every value is {fmt_number(ratios[0])} times the paper's: "
+            f"the only factor in front of `min(...)` is `d_model ** -0.5`."
+        )
+    if all(math.isclose(r, rs[0], rel_tol=1e-3) for rs in per_setting.values() for r in rs):
+        return (
+            "Within each setting the shape of your curve is right, but the scale is off by a factor that "
+            "changes with d_model and warmup_steps: use the arguments d_model and warmup_steps (not fixed "
+            "numbers such as 512 or 4000) in `d_model ** -0.5` and `warmup_steps ** -1.5`."
+        )
+    return (
+        "Your curve has the right shape but not the right values (off by up to "
+        f"{fmt_number(100 * max(abs(r - 1) for r in ratios))}%): are the values rounded, or computed in a "
+        "low precision?"
+    )
 
 
 # --------------------------------------------------------------------------
 # The scheduler.
-
-
-def check_noam_scheduler(make_noam_scheduler: Callable) -> CheckResult:
-    """Check that ``make_noam_scheduler(optimizer, d_model, warmup_steps)`` scales every param group's lr."""
-    return run_check("make_noam_scheduler", _check_noam_scheduler, make_noam_scheduler)
-
 
 # (optimizer, initial lrs of the two param groups, d_model, warmup_steps, steps to take)
 _SCHEDULER_CASES = [
@@ -277,11 +296,84 @@ _SCHEDULER_CASES = [
 ]
 
 
-class _Raised:
-    """What a guarded call returns instead of raising."""
+def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
+    check.callable_(make_noam_scheduler, "make_noam_scheduler")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, case in enumerate(_SCHEDULER_CASES):
+            optimizer, scheduler, setup = _build_scheduler(check, make_noam_scheduler, case)
+            observed = _observe(check, optimizer, scheduler, case[4], setup)
+            _diagnose_scheduler(check, observed, case[1], case[2], case[3], setup, later=i > 0)
+            check.stop_if_problems()
+        check.ok("works with SGD and with Adam")
+        _check_methods(check, scheduler, setup)
+        _check_last_lr(check, optimizer, scheduler, setup)
+        _check_round_trip(check, make_noam_scheduler, _SCHEDULER_CASES[1])
 
-    def __init__(self, exc: BaseException):
-        self.exc = exc
+
+def _optimizer(kind: str, lrs: tuple[float, float]) -> torch.optim.Optimizer:
+    generator = torch.Generator().manual_seed(0)
+    first = torch.nn.Parameter(torch.randn(3, 2, generator=generator))
+    second = torch.nn.Parameter(torch.randn(2, generator=generator))
+    groups = [{"params": [first], "lr": lrs[0]}, {"params": [second], "lr": lrs[1]}]
+    return torch.optim.SGD(groups) if kind == "SGD" else torch.optim.Adam(groups)
+
+
+def _build_scheduler(check: Check, make_noam_scheduler: Callable, case: tuple) -> tuple[Any, Any, str]:
+    """A fresh optimizer with two param groups and the learner's scheduler on it; fails unless it has step()."""
+    kind, lrs, d_model, warmup_steps, _ = case
+    optimizer = _optimizer(kind, lrs)
+    setup = (
+        f"(a torch.optim.{kind} with two param groups whose lr are {lrs[0]} and {lrs[1]}, "
+        f"d_model={d_model}, warmup_steps={warmup_steps})"
+    )
+    scheduler = check.attempt(make_noam_scheduler, optimizer, d_model, warmup_steps, what="make_noam_scheduler")
+    if isinstance(scheduler, Raised):
+        _construction_failed(check, make_noam_scheduler, scheduler, optimizer, d_model, warmup_steps)
+    if scheduler is None:
+        check.fail("make_noam_scheduler returned None. Did you forget to `return` the scheduler you built?")
+    step = getattr(scheduler, "step", None)
+    if not callable(step):
+        check.fail(
+            f"make_noam_scheduler should return a scheduler (an object with a `step()` method, normally "
+            f"`torch.optim.lr_scheduler.LambdaLR`), but it returned {describe(scheduler)}."
+        )
+    required = _required_parameters(step)
+    if required:
+        check.fail(
+            f"Your scheduler's step() requires the argument {required[0]!r}, but a training loop calls "
+            f"`scheduler.step()` with no argument after each `optimizer.step()`. Let the scheduler count "
+            f"the steps itself (LambdaLR does)."
+        )
+    check.ok("returns a scheduler with a step() method")
+    return optimizer, scheduler, setup
+
+
+def _construction_failed(check: Check, make_noam_scheduler, raised: Raised, optimizer, d_model, warmup_steps) -> None:
+    """Name the two usual crashes while building; anything else is shown as the learner's error."""
+    exc = raised.exception
+    if isinstance(exc, KeyError) and "initial_lr" in str(exc):
+        check.fail(
+            "make_noam_scheduler crashed while building the scheduler: torch asks for 'initial_lr' in the param "
+            "groups, which it does only when a scheduler resumes an interrupted run (last_epoch >= 0). For a "
+            "fresh run leave `last_epoch` at its default, -1: LambdaLR then counts the steps from 0 itself."
+        )
+    if isinstance(exc, ZeroDivisionError) or isinstance(exc, ValueError) and "domain" in str(exc):
+        check.fail(
+            f"make_noam_scheduler crashed while building the scheduler with {type(exc).__name__}: {exc}.\n{_STEP_ZERO}\n"
+            "(LambdaLR multiplies each group's own lr by your function's value, so make the function handle step 0.)"
+        )
+    if isinstance(exc, NotImplementedError):  # not attempted: let call() say so, as for every exercise
+        check.call(make_noam_scheduler, optimizer, d_model, warmup_steps, guard_inputs=False)
+    check.error(raised.message)
+
+
+def _required_parameters(method: Callable) -> list[str]:
+    try:
+        parameters = inspect.signature(method).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _lr(value: Any) -> float:
@@ -291,76 +383,8 @@ def _lr(value: Any) -> float:
         return float("nan")
 
 
-def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
-    check.callable_(make_noam_scheduler, "make_noam_scheduler")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i, (kind, lrs, d_model, warmup_steps, n_steps) in enumerate(_SCHEDULER_CASES):
-            _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps, n_steps, later=i > 0)
-            check.stop_if_problems()
-    check.ok("works with SGD and with Adam")
-
-
-def _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps, n_steps, later=False) -> None:
-    generator = torch.Generator().manual_seed(0)
-    first = torch.nn.Parameter(torch.randn(3, 2, generator=generator))
-    second = torch.nn.Parameter(torch.randn(2, generator=generator))
-    groups = [{"params": [first], "lr": lrs[0]}, {"params": [second], "lr": lrs[1]}]
-    optimizer = torch.optim.SGD(groups) if kind == "SGD" else torch.optim.Adam(groups)
-    setup = (
-        f"(a torch.optim.{kind} with two param groups whose lr are {lrs[0]} and {lrs[1]}, "
-        f"d_model={d_model}, warmup_steps={warmup_steps})"
-    )
-
-    def make_noam_scheduler_(optimizer, d_model, warmup_steps):
-        try:
-            return make_noam_scheduler(optimizer, d_model, warmup_steps)
-        except (ZeroDivisionError, ValueError, KeyError) as exc:
-            if isinstance(exc, ValueError) and "domain" not in str(exc):
-                raise
-            if isinstance(exc, KeyError) and "initial_lr" not in str(exc):
-                raise
-            return _Raised(exc)
-
-    scheduler = check.call(
-        make_noam_scheduler_, optimizer, d_model, warmup_steps, what="make_noam_scheduler", guard_inputs=False
-    )
-    if isinstance(scheduler, _Raised) and isinstance(scheduler.exc, KeyError):
-        check.fail(
-            "make_noam_scheduler crashed while building the scheduler: torch asks for 'initial_lr' in the param "
-            "groups, which it does only when a scheduler resumes an interrupted run (last_epoch >= 0). For a "
-            "fresh run leave `last_epoch` at its default, -1: LambdaLR then counts the steps from 0 itself."
-        )
-    if isinstance(scheduler, _Raised):
-        exc = scheduler.exc
-        check.fail(
-            f"make_noam_scheduler crashed while building the scheduler with {type(exc).__name__}: {exc}.\n{_STEP_ZERO}\n"
-            "(LambdaLR multiplies each group's own lr by your function's value, so make the function handle step 0.)"
-        )
-    if scheduler is None:
-        check.fail("make_noam_scheduler returned None. Did you forget to `return` the scheduler you built?")
-    step = getattr(scheduler, "step", None)
-    if not callable(step):
-        check.fail(
-            f"make_noam_scheduler should return a scheduler (an object with a `step()` method, normally "
-            f"`torch.optim.lr_scheduler.LambdaLR`), but it returned {describe(scheduler)}."
-        )
-    try:
-        required = [
-            p.name
-            for p in inspect.signature(step).parameters.values()
-            if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]
-    except (TypeError, ValueError):
-        required = []
-    if required:
-        check.fail(
-            f"Your scheduler's step() requires the argument {required[0]!r}, but a training loop calls "
-            f"`scheduler.step()` with no argument after each `optimizer.step()`. Let the scheduler count "
-            f"the steps itself (LambdaLR does)."
-        )
-    check.ok("returns a scheduler with a step() method")
-
+def _observe(check: Check, optimizer, scheduler, n_steps: int, setup: str) -> list[list[float]]:
+    """Every param group's lr before any step and after each of n_steps (optimizer.step(), scheduler.step())."""
     observed = [[_lr(g["lr"]) for g in optimizer.param_groups]]
     for n in range(n_steps + 1):
         if n:
@@ -383,37 +407,31 @@ def _one_scheduler(check, make_noam_scheduler, kind, lrs, d_model, warmup_steps,
                 f"graph: make the schedule return a float (compute with Python numbers and `math`, or call "
                 f"`.item()` on a tensor result)."
             )
-    _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, later)
+    return observed
 
 
 def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, later=False) -> None:
+    """Compare the observed lrs with initial lr * noam_lr(n + 1); name the likely slip when they differ."""
     n_rows = len(observed)
 
-    def factor(k):  # the paper's rate at step k
-        return _paper(k, d_model, warmup_steps)
-
-    def fits(predict) -> bool:
-        return all(_near(observed[n][g], predict(n, g)) for n in range(n_rows) for g in range(2))
-
-    def table(predict, ns=None) -> str:
-        ns = ns or sorted({0, 1, 2, warmup_steps - 1, warmup_steps, n_rows - 1})
-        return "\n".join(
-            f"  after {n} step{'s' if n != 1 else ''}: expected "
-            f"[{', '.join(fmt_number(predict(n, g)) for g in range(2))}], got "
-            f"[{', '.join(fmt_number(observed[n][g]) for g in range(2))}]"
-            for n in ns
-            if 0 <= n < n_rows
-        )
+    def table(predict) -> list[list[float]]:  # predicted lrs, (n_rows, 2)
+        return [[predict(n, g) for g in range(2)] for n in range(n_rows)]
 
     def expected(n, g):
-        return lrs[g] * factor(n + 1)
+        return lrs[g] * _paper(n + 1, d_model, warmup_steps)
 
-    if fits(expected):
+    if _near(observed, table(expected)):
         check.ok("before any step every param group's lr is its initial lr * noam_lr(1)")
         check.ok("after n calls of scheduler.step() each lr is its initial lr * noam_lr(n + 1), past warmup_steps too")
         return
-
-    head = f"The learning rates in the optimizer's param groups are wrong {setup}.\n{table(expected)}\n"
+    shown = "\n".join(
+        f"  after {n} step{'s' if n != 1 else ''}: expected "
+        f"[{', '.join(fmt_number(expected(n, g)) for g in range(2))}], got "
+        f"[{', '.join(fmt_number(observed[n][g]) for g in range(2))}]"
+        for n in sorted({0, 1, 2, warmup_steps - 1, warmup_steps, n_rows - 1})
+        if 0 <= n < n_rows
+    )
+    head = f"The learning rates in the optimizer's param groups are wrong {setup}.\n{shown}\n"
     if later:
         head += (
             "The scheduler from your first call of make_noam_scheduler (on an SGD optimizer) was right, but this "
@@ -424,74 +442,166 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, late
     if not all(math.isfinite(v) for row in observed for v in row):
         where = "before the first step" if not all(math.isfinite(v) for v in observed[0]) else "during training"
         check.fail(head + f"Some learning rates are inf or NaN {where}.\n" + (_STEP_ZERO if where.startswith("before") else ""))
-    if fits(lambda n, g: lrs[g]):
-        check.fail(
-            head + "The learning rates never change: your scheduler computes a value but never writes it into "
-            "the optimizer it was given. Build the scheduler on that optimizer (not on a new optimizer or a copy) "
-            "and set every `param_group['lr']`; `optimizer.defaults` is not read once the groups exist "
-            "(LambdaLR(optimizer, ...) sets the groups for you on construction and on every `scheduler.step()`)."
-        )
-    if all(_near(observed[n][1], lrs[1]) for n in range(n_rows)):
-        check.fail(
-            head + "Only the first param group is updated: the second keeps its initial lr. Loop over "
-            "`optimizer.param_groups` and set the lr of every group (LambdaLR does this for you)."
-        )
-    if fits(lambda n, g: lrs[0] * factor(n + 1)):
-        check.fail(
-            head + "Every group is scaled from the FIRST group's initial lr: the second group gets the first "
-            "group's initial lr times noam_lr(n + 1) instead of its own initial lr times noam_lr(n + 1). Keep "
-            "one initial lr per group (LambdaLR stores them as `base_lrs`)."
-        )
-    if all(_near(observed[n][0], observed[n][1]) for n in range(n_rows)):
-        check.fail(
-            head + "Both param groups get the same lr although they started from different ones: your scheduler "
-            "sets the lr to the schedule's value and ignores the optimizer's own lr. The contract is "
-            "lr = initial lr * noam_lr(...): the optimizer's lr acts as a factor (that is what LambdaLR does)."
-        )
-    if fits(lambda n, g: lrs[g] * factor(n)):
-        check.fail(
-            head + "Your scheduler is one step behind: after n calls of scheduler.step() the lr is "
-            "initial lr * noam_lr(n), but it should be noam_lr(n + 1). LambdaLR passes your function the number "
-            "of scheduler.step() calls made so far (0 before the first), while the update that follows is the "
-            "paper's step number n + 1: give noam_lr the step count plus one."
-        )
-    if fits(lambda n, g: lrs[g] * factor(n + 2)):
-        check.fail(
-            head + "Your scheduler is one step ahead: after n calls of scheduler.step() the lr is "
-            "initial lr * noam_lr(n + 2), but it should be noam_lr(n + 1). Did you add 1 twice "
-            "(in the scheduler and in noam_lr), or call scheduler.step() once inside make_noam_scheduler? "
-            "The training loop makes every call of scheduler.step()."
-        )
-    if all(_near(observed[0][g], lrs[g]) for g in range(2)) and all(
-        _near(observed[n][g], expected(n, g)) for n in range(1, n_rows) for g in range(2)
-    ):
-        check.fail(
-            head + "Before the first scheduler.step() the lr is still the initial lr: it should already be "
-            "initial lr * noam_lr(1). Set the lr when the scheduler is built (LambdaLR does this in its constructor)."
-        )
-    if all(observed[0][g] == 0 for g in range(2)):
-        check.fail(head + "Before the first step the lr is 0: your schedule returned 0 for step 0.\n" + _STEP_ZERO)
-    for shift in (0, 1):
-        if all(
-            observed[n - 1][g] and _near(observed[n][g] / observed[n - 1][g], factor(n + shift))
-            for n in range(1, n_rows)
-            for g in range(2)
-        ):
-            check.fail(
-                head + "Each scheduler.step() multiplies the current lr by the schedule's value, so the factors "
-                "compound and the lr collapses. The lr after n steps should be the initial lr times "
-                "noam_lr(n + 1), not the product of all the rates so far (MultiplicativeLR compounds; LambdaLR "
-                "scales the initial lr)."
-            )
-    ratios = [[observed[n][g] / lrs[g] for g in range(2)] for n in range(n_rows)]
-    if all(math.isclose(r[0], r[1], rel_tol=1e-4) for r in ratios):
-        check.fail(
-            head + "Both groups are scaled by the same factor, as they should be, but the factor is not the "
-            "paper's noam_lr(n + 1). Check the formula (run check_noam_lr on your noam_lr) and that the scheduler "
-            "passes step + 1, d_model and warmup_steps in the right order."
-        )
+    factor = lambda k: _paper(k, d_model, warmup_steps)  # noqa: E731  the paper's rate at step k
+    for fits, message in _scheduler_slips(observed, lrs, factor, table):
+        if fits:
+            check.fail(head + message)
     check.fail(
         head + "Each group's lr should be its initial lr times noam_lr(n + 1) after n calls of scheduler.step(), "
         "and nothing else: `torch.optim.lr_scheduler.LambdaLR` multiplies every group's initial lr by the value "
         "of a function of the step count, which is exactly this."
     )
+
+
+def _scheduler_slips(observed, lrs, factor, table) -> list[tuple[bool, str]]:
+    """(does the slip fit the observed lrs, its message), in the order they are tried."""
+    n_rows = len(observed)
+    first_row_initial = _near(observed[0], list(lrs))
+    later_rows_right = _near(observed[1:], table(lambda n, g: lrs[g] * factor(n + 1))[1:])
+    compounding = any(
+        all(observed[n - 1][g] for n in range(1, n_rows) for g in range(2))
+        and _near([[observed[n][g] / observed[n - 1][g] for g in range(2)] for n in range(1, n_rows)],
+                  [[factor(n + shift)] * 2 for n in range(1, n_rows)])
+        for shift in (0, 1)
+    )
+    ratios = [[observed[n][g] / lrs[g] for g in range(2)] for n in range(n_rows)]
+    return [
+        (_near(observed, table(lambda n, g: lrs[g])),
+         "The learning rates never change: your scheduler computes a value but never writes it into "
+         "the optimizer it was given. Build the scheduler on that optimizer (not on a new optimizer or a copy) "
+         "and set every `param_group['lr']`; `optimizer.defaults` is not read once the groups exist "
+         "(LambdaLR(optimizer, ...) sets the groups for you on construction and on every `scheduler.step()`)."),
+        (_near([row[1] for row in observed], [lrs[1]] * n_rows),
+         "Only the first param group is updated: the second keeps its initial lr. Loop over "
+         "`optimizer.param_groups` and set the lr of every group (LambdaLR does this for you)."),
+        (_near(observed, table(lambda n, g: lrs[0] * factor(n + 1))),
+         "Every group is scaled from the FIRST group's initial lr: the second group gets the first "
+         "group's initial lr times noam_lr(n + 1) instead of its own initial lr times noam_lr(n + 1). Keep "
+         "one initial lr per group (LambdaLR stores them as `base_lrs`)."),
+        (_near([row[0] for row in observed], [row[1] for row in observed]),
+         "Both param groups get the same lr although they started from different ones: your scheduler "
+         "sets the lr to the schedule's value and ignores the optimizer's own lr. The contract is "
+         "lr = initial lr * noam_lr(...): the optimizer's lr acts as a factor (that is what LambdaLR does)."),
+        (_near(observed, table(lambda n, g: lrs[g] * factor(n))),
+         "Your scheduler is one step behind: after n calls of scheduler.step() the lr is "
+         "initial lr * noam_lr(n), but it should be noam_lr(n + 1). LambdaLR passes your function the number "
+         "of scheduler.step() calls made so far (0 before the first), while the update that follows is the "
+         "paper's step number n + 1: give noam_lr the step count plus one."),
+        (_near(observed, table(lambda n, g: lrs[g] * factor(n + 2))),
+         "Your scheduler is one step ahead: after n calls of scheduler.step() the lr is "
+         "initial lr * noam_lr(n + 2), but it should be noam_lr(n + 1). Did you add 1 twice "
+         "(in the scheduler and in noam_lr), or call scheduler.step() once inside make_noam_scheduler? "
+         "The training loop makes every call of scheduler.step()."),
+        (first_row_initial and later_rows_right,
+         "Before the first scheduler.step() the lr is still the initial lr: it should already be "
+         "initial lr * noam_lr(1). Set the lr when the scheduler is built (LambdaLR does this in its constructor)."),
+        (all(observed[0][g] == 0 for g in range(2)),
+         "Before the first step the lr is 0: your schedule returned 0 for step 0.\n" + _STEP_ZERO),
+        (compounding,
+         "Each scheduler.step() multiplies the current lr by the schedule's value, so the factors "
+         "compound and the lr collapses. The lr after n steps should be the initial lr times "
+         "noam_lr(n + 1), not the product of all the rates so far (MultiplicativeLR compounds; LambdaLR "
+         "scales the initial lr)."),
+        (all(math.isclose(r[0], r[1], rel_tol=1e-4) for r in ratios),
+         "Both groups are scaled by the same factor, as they should be, but the factor is not the "
+         "paper's noam_lr(n + 1). Check the formula (run check_noam_lr on your noam_lr) and that the scheduler "
+         "passes step + 1, d_model and warmup_steps in the right order."),
+    ]
+
+
+# --------------------------------------------------------------------------
+# What lesson 06 calls on the scheduler: get_last_lr, and a checkpoint's state_dict / load_state_dict.
+
+_METHOD_USES = {
+    "get_last_lr": "lesson 06's training loop calls `scheduler.get_last_lr()[0]` to show the learning rate",
+    "state_dict": "lesson 06's checkpoint cell saves `scheduler.state_dict()`",
+    "load_state_dict": "lesson 06's checkpoint cell restores a scheduler with `scheduler.load_state_dict(...)`",
+}
+
+
+def _check_methods(check: Check, scheduler: Any, setup: str) -> None:
+    """Every method of the contract exists (and is a method, not a plain attribute)."""
+    for name in contract("make_noam_scheduler").methods:
+        value = getattr(scheduler, name, None)
+        if not callable(value):
+            kind = "a dict" if isinstance(value, dict) else describe(value)
+            what = f"has no method `{name}`" if value is None else f"has an attribute `{name}` that is {kind}, not a method"
+            check.fail(
+                f"Your scheduler ({type(scheduler).__name__}) {what}, but {_METHOD_USES.get(name, 'the course calls it')}.\n"
+                f"The course needs step(), get_last_lr(), state_dict() and load_state_dict(). "
+                f"`torch.optim.lr_scheduler.LambdaLR` has them all; a scheduler of your own gets them by "
+                f"subclassing `torch.optim.lr_scheduler.LRScheduler` (write its `get_lr()`)."
+            )
+    check.ok("has step(), get_last_lr(), state_dict() and load_state_dict()")
+
+
+def _check_last_lr(check: Check, optimizer, scheduler, setup: str) -> None:
+    """get_last_lr() is the list of the current lrs, one per param group."""
+    last = check.call(scheduler.get_last_lr, what="scheduler.get_last_lr()")
+    current = [_lr(g["lr"]) for g in optimizer.param_groups]
+    if not isinstance(last, (list, tuple)) or len(last) != len(current):
+        check.fail(
+            f"scheduler.get_last_lr() returned {describe(last)} {setup}; it should return a list with one lr per "
+            f"param group (the training loop reads `scheduler.get_last_lr()[0]`)."
+        )
+    values = [_lr(v) for v in last]
+    if not _near(values, current):
+        check.fail(
+            f"scheduler.get_last_lr() returned [{', '.join(fmt_number(v) for v in values)}] {setup}, but the current "
+            f"lr of the param groups is [{', '.join(fmt_number(v) for v in current)}]. It should return the "
+            f"lrs the scheduler set last, as a list (LambdaLR keeps them in `self._last_lr`)."
+        )
+    check.ok("get_last_lr() returns the current lr of every param group")
+
+
+def _check_round_trip(check: Check, make_noam_scheduler: Callable, case: tuple) -> None:
+    """Save mid-warm-up as lesson 06 does, restore into new objects, and take one more step with each."""
+    kind, lrs, d_model, warmup_steps, _ = case
+    optimizer, scheduler, setup = _build_scheduler(check, make_noam_scheduler, case)
+    _observe(check, optimizer, scheduler, 3, setup)
+    saved = check.call(scheduler.state_dict, what="scheduler.state_dict()")
+    try:
+        buffer = io.BytesIO()
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": saved}, buffer)
+        buffer.seek(0)
+        state = torch.load(buffer, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - the learner's state holds objects that cannot be saved or loaded safely
+        first = str(exc).strip().splitlines()
+        check.fail(
+            f"Your scheduler's state_dict() cannot be loaded back with `torch.load(path, weights_only=True)`, as "
+            f"lesson 06's checkpoint cell does: it holds {_state_kinds(saved)}.\n"
+            f"A state_dict must be plain data (numbers, strings, lists, dicts, tensors), not the optimizer, a "
+            f"function or another object. Keep only what changes: the step count (LambdaLR's state_dict does this)."
+            + (f"\n(torch said: {first[0][:160]})" if first else "")
+        )
+    restored_optimizer, restored, _ = _build_scheduler(check, make_noam_scheduler, case)
+    restored_optimizer.load_state_dict(state["optimizer"])
+    check.call(restored.load_state_dict, state["scheduler"], what="scheduler.load_state_dict(state)", guard_inputs=False)
+    after = []
+    for opt, sched in ((optimizer, scheduler), (restored_optimizer, restored)):
+        opt.step()
+        check.call(sched.step, what="scheduler.step()", guard_inputs=False)
+        after.append([_lr(g["lr"]) for g in opt.param_groups])
+    if not _near(after[1], after[0]):
+        check.fail(
+            f"A scheduler restored from a checkpoint does not resume the schedule {setup}: saved after 3 steps and "
+            f"restored into a new scheduler (with the optimizer's state restored too), one more step gives lrs "
+            f"[{', '.join(fmt_number(v) for v in after[1])}] instead of [{', '.join(fmt_number(v) for v in after[0])}], "
+            f"so a resumed run's warm-up starts again.\n"
+            f"state_dict() must hold the step count and load_state_dict() must put it back into the scheduler "
+            f"itself (LambdaLR does both)."
+        )
+    check.ok("its state_dict() survives torch.save / torch.load(weights_only=True), and load_state_dict() resumes "
+             "the schedule exactly")
+
+
+def _state_kinds(state: Any) -> str:
+    if isinstance(state, dict):
+        kinds = sorted({type(v).__name__ for v in state.values()} - {"int", "float", "str", "list", "dict", "bool",
+                                                                       "NoneType", "Tensor", "tuple"})
+        if kinds:
+            return "objects of type " + ", ".join(kinds)
+    return describe(state)
+
+
+__all__ = ["check_noam_lr", "check_noam_scheduler"]
