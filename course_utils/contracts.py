@@ -38,15 +38,67 @@ _ALL = (
     Contract("pad_batch", "00_setup_and_data", "function", "pad_batch(sequences, pad_id) -> LongTensor (B, L)"),
     # -- lesson 01 ---------------------------------------------------------------
     Contract("scaled_dot_product_attention", "01_attention", "function",
-             "scaled_dot_product_attention(query, key, value, mask=None) -> (output, weights)"),
+             "scaled_dot_product_attention(query, key, value, mask=None) -> (output, weights)",
+             promises=(
+                 "returns (output, weights): output (..., L_q, d_v) and weights (..., L_q, L_k), for any number "
+                 "of leading dimensions (none, B, or B and H)",
+                 "mask is optional (mask=None), may be passed by keyword as `mask`, is boolean with True = may "
+                 "attend, and is used as given: (B, 1, 1, L_k), (B, 1, L_q, L_k) and (L_q, L_k) all broadcast",
+                 "the weights are exactly 0 where the mask is False and every row sums to 1",
+                 "output and weights keep the inputs' dtype (float32, float64) and device",
+                 "deterministic (no dropout inside), inputs unchanged, gradients reach query, key and value",
+                 "long sequences (L >= 64), a single head (H = 1), d_k not a power of two",
+             ),
+             used_by=("02, 03: the demonstration cells", "04: MultiHeadAttention calls it on (B, H, L, d_k) and "
+                      "keeps the weights as attention_weights", "05: the layers, through MultiHeadAttention",
+                      "06: the cross-attention plot (mask may be None)", "benchmarks/bench.py")),
     # -- lesson 02 ---------------------------------------------------------------
-    Contract("make_padding_mask", "02_masks", "function", "make_padding_mask(tokens, pad_id) -> BoolTensor (B, 1, 1, L)"),
-    Contract("make_causal_mask", "02_masks", "function", "make_causal_mask(size) -> BoolTensor (1, 1, L, L)"),
-    Contract("make_target_mask", "02_masks", "function", "make_target_mask(tokens, pad_id) -> BoolTensor (B, 1, L, L)"),
+    Contract("make_padding_mask", "02_masks", "function", "make_padding_mask(tokens, pad_id) -> BoolTensor (B, 1, 1, L)",
+             promises=(
+                 "True at real tokens, False where tokens == pad_id, for any pad_id (real tokens may equal 0) "
+                 "and padding anywhere in the sentence",
+                 "on the tokens' device, tokens unchanged",
+                 "any batch size and length (L >= 64 included); nothing kept between calls",
+             ),
+             used_by=("02: the padding demonstrations", "02: make_target_mask", "05: Transformer.encode and decode",
+                      "06: training and greedy decoding (on the GPU when there is one)")),
+    Contract("make_causal_mask", "02_masks", "function", "make_causal_mask(size) -> BoolTensor (size, size)",
+             promises=(
+                 "True on and below the diagonal, False above it",
+                 "any size, 1 and lesson 06's max_len and more included; nothing kept between calls that could "
+                 "give the mask of an earlier size",
+             ),
+             used_by=("02: the causal demonstration", "02: make_target_mask")),
+    Contract("make_target_mask", "02_masks", "function", "make_target_mask(tokens, pad_id) -> BoolTensor (B, 1, L, L)",
+             promises=(
+                 "the padding mask (on the key axis) AND the causal mask; rows of padded positions are not hidden",
+                 "on the tokens' device, tokens unchanged",
+                 "any batch size and length (L >= 64 included), any pad_id",
+             ),
+             used_by=("02: the target-mask plot", "05: Transformer.decode", "06: training and greedy decoding")),
     # -- lesson 03 ---------------------------------------------------------------
     Contract("sinusoidal_positional_encoding", "03_positional_encoding", "function",
-             "sinusoidal_positional_encoding(max_len, d_model) -> Tensor (max_len, d_model)"),
-    Contract("PositionalEncoding", "03_positional_encoding", "class", "PositionalEncoding(d_model, max_len, dropout)"),
+             "sinusoidal_positional_encoding(max_len, d_model) -> Tensor (max_len, d_model)",
+             promises=(
+                 "the table of section 3.5: column 2i holds sin(pos / 10000^(2i / d_model)), column 2i + 1 the cos "
+                 "of the same angle, positions counted from 0",
+                 "a float tensor (float32, or float64), accurate up to position 5000 (the model's default max_len)",
+                 "any even d_model (not only powers of two); nothing kept between calls",
+             ),
+             used_by=("03: the heatmap, similarity and rotation cells", "03: PositionalEncoding")),
+    Contract("PositionalEncoding", "03_positional_encoding", "class",
+             "PositionalEncoding(d_model, dropout=0.1, max_len=5000); forward(x (B, L, d_model)) -> (B, L, d_model)",
+             promises=(
+                 "built with positional arguments in this order: PositionalEncoding(d_model, dropout, max_len)",
+                 "forward(x) = dropout(x + PE[:L]) for any L <= max_len (L >= 64 included)",
+                 "no parameters; the table is a registered buffer, so .to(device) and .to(dtype) move it and "
+                 "state_dict() holds it",
+                 "in training mode, dropout with rate `dropout` on the sum, a fresh mask for every entry and every "
+                 "call, drawn from the global RNG (torch.manual_seed makes it reproducible); eval mode is deterministic",
+                 "keeps the input's dtype and device; x unchanged, gradients reach x",
+             ),
+             used_by=("03: the buffer and dropout demonstration", "05: Transformer (one module for source and "
+                      "target, moved to the GPU with the model in 06)", "benchmarks/bench.py")),
     # -- lesson 04 ---------------------------------------------------------------
     Contract("MultiHeadAttention", "04_multi_head_attention", "class",
              "MultiHeadAttention(d_model, num_heads, dropout=0.0); forward(query, key, value, mask=None) -> (B, L_q, d_model)",

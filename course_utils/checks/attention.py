@@ -5,25 +5,221 @@ The attention weights come from the same function with the identity matrix as
 the values (``softmax(...) @ I`` is the weights themselves), so no attention
 formula is written out here. Alternative, deliberately wrong computations
 appear only to *name* a mistake once the comparison with the oracle failed.
+
+What the rest of the course relies on (``contracts.CONTRACTS["scaled_dot_product_attention"]``)
+is checked stage by stage: 4-D and 3-D inputs with every kind of mask the
+course passes, large scores, self-attention, long sequences with a single
+head, float64 inputs, gradients, and inputs on a (pretended) GPU.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from ._core import Check, CheckResult, _LearnerError, fmt_number, fmt_shape, fmt_values, generator, run_check
+from .. import contracts
+from . import _devices
+from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, fmt_number, fmt_shape, fmt_values,
+                    generator, run_check)
 
 _NAME = "scaled_dot_product_attention"
-_ATOL, _RTOL = 1e-5, 1e-4
+_SIGNATURE = contracts.contract(_NAME).signature.split(" ->")[0]  # how the course calls it
+_LOOSE = (1e-4, 1e-3)  # (atol, rtol) for large scores, where float32 loses digits
 
 
 def check_scaled_dot_product_attention(scaled_dot_product_attention: Callable) -> CheckResult:
     """Check ``scaled_dot_product_attention(query, key, value, mask=None) -> (output, weights)``."""
-    return run_check(_NAME, _check_attention, scaled_dot_product_attention)
+    return run_check(_NAME, _check_scaled_dot_product_attention, scaled_dot_product_attention)
+
+
+def _check_scaled_dot_product_attention(check: Check, fn: Callable) -> None:
+    check.callable_(fn, _NAME)
+    g = generator(0)
+    q, k, v, allowed = _unmasked_stage(check, fn, g)
+    _masks_stage(check, fn, g, q, k, v, allowed)
+    _large_scores_stage(check, fn, q, k, v, allowed)
+    _self_attention_stage(check, fn, g)
+    _long_stage(check, fn, g)
+    _float64_stage(check, fn, g)
+    _gradients_stage(check, fn, g)
+    _device_stage(check, fn, g)
+
+
+# --------------------------------------------------------------------------
+# The stages, in the order a learner meets the problems.
+
+
+def _unmasked_stage(check: Check, fn: Callable, g: torch.Generator):
+    """(batch, heads, L, d) with every size different, no mask (the default)."""
+    # d_k = 6: sqrt(d_k) differs from d_k / 2, from every other size and from common hard-coded numbers (8 = sqrt(64)).
+    B, H, L_q, L_k, d_k, d_v = 2, 3, 5, 7, 6, 4
+    q = torch.randn(B, H, L_q, d_k, generator=g)
+    k = torch.randn(B, H, L_k, d_k, generator=g)
+    v = torch.randn(B, H, L_k, d_v, generator=g)
+    _check_case(check, fn, q, k, v, None, "none")
+    check.ok("returns (output, weights) of shapes (..., L_q, d_v) and (..., L_q, L_k), with mask=None by default")
+    check.ok("each row of the weights is a softmax over the keys, scaled by 1/sqrt(d_k)")
+    check.ok("without a mask, the output matches F.scaled_dot_product_attention (d_k != d_v, L_q != L_k)")
+    allowed = torch.arange(L_k).expand(B, L_k) < torch.tensor([[5], [3]])  # (B, L_k)
+    return q, k, v, allowed
+
+
+def _masks_stage(check: Check, fn: Callable, g: torch.Generator, q, k, v, allowed) -> None:
+    """The masks the course passes: padding (B, 1, 1, L_k), per query (B, 1, L_q, L_k), shared (L_q, L_k)."""
+    B, L_q, L_k = q.shape[0], q.shape[-2], k.shape[-2]
+    mask = allowed.reshape(B, 1, 1, L_k)
+    _check_case(check, fn, q, k, v, mask, "positional", batched_ok=True)
+    check.ok("a (B, 1, 1, L_k) mask hides keys where it is False (True means 'may attend')")
+
+    i = torch.arange(L_q).reshape(L_q, 1)
+    j = torch.arange(L_k).reshape(1, L_k)
+    mask = ((j <= i + 1) & allowed.reshape(B, 1, 1, L_k)).reshape(B, 1, L_q, L_k)
+    _check_case(check, fn, q, k, v, mask, "keyword", batched_ok=True)
+    check.ok("a (B, 1, L_q, L_k) mask passed as mask=... works")
+
+    B3, L_q3, L_k3, d_k3, d_v3 = 3, 6, 5, 2, 8
+    q3 = torch.randn(B3, L_q3, d_k3, generator=g)
+    k3 = torch.randn(B3, L_k3, d_k3, generator=g)
+    v3 = torch.randn(B3, L_k3, d_v3, generator=g)
+    mask3 = _rows_with_both(torch.rand(L_q3, L_k3, generator=g) < 0.6)
+    _check_case(check, fn, q3, k3, v3, mask3, "positional", batched_ok=True, earlier=(6,))
+    check.ok("works on 3-D inputs with an (L_q, L_k) mask")
+
+
+def _large_scores_stage(check: Check, fn: Callable, q, k, v, allowed) -> None:
+    """Scores around +-800: a softmax without the max subtraction overflows."""
+    B, H, L_k = q.shape[0], q.shape[1], k.shape[-2]
+    ql, kl = q.clone(), k.clone()
+    ql[..., 0] = 44.0 * torch.tensor([1.0, -1.0, 1.0]).reshape(1, H, 1)
+    kl[..., 0] = 44.0
+    _check_case(check, fn, ql, kl, v, allowed.reshape(B, 1, 1, L_k), "positional", batched_ok=True, large=True)
+    check.ok("numerically stable for large scores")
+
+
+def _self_attention_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
+    """One tensor as query, key and value, so L_q == L_k (no mask given)."""
+    x = torch.randn(3, 6, 5, generator=g)
+    result = check.call(fn, x, x, x)
+    out, weights = check.unpack(result, ("output", "weights"), f"Your {_NAME}")
+    L = x.shape[-2]
+    if isinstance(weights, torch.Tensor) and tuple(weights.shape) == (*x.shape[:-1], L):
+        causal = torch.ones(L, L, dtype=torch.bool).tril()
+        if not close_enough(weights, _oracle(x, x, x, None)[1]) and close_enough(weights, _oracle(x, x, x, causal)[1]):
+            check.fail(
+                f"When query and key have the same length and no mask is given, your weights hide the future "
+                f"(they are 0 above the diagonal): the function adds a causal mask on its own.\n"
+                f"Apply only the mask it is given (`mask=None` means every key may be attended); the decoder "
+                f"passes the causal mask explicitly."
+            )
+    _check_case(check, fn, x, x, x, None, "none", earlier=(6, 2))
+    check.ok("self-attention (query = key = value, L_q == L_k) without a mask hides nothing")
+
+
+def _long_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
+    """Sentences of lesson 06's length: L_q = 64, L_k = 70, one head, d_k = 10, padding and causal masks."""
+    B, H, L_q, L_k, d_k, d_v = 2, 1, 64, 70, 10, 10
+    q = torch.randn(B, H, L_q, d_k, generator=g)
+    k = torch.randn(B, H, L_k, d_k, generator=g)
+    v = torch.randn(B, H, L_k, d_v, generator=g)
+    lengths = torch.tensor([[70], [41]])
+    causal = torch.arange(L_k)[None, :] <= torch.arange(L_q)[:, None] + 6  # (L_q, L_k)
+    mask = (torch.arange(L_k)[None, :] < lengths).reshape(B, 1, 1, L_k) & causal  # (B, 1, L_q, L_k)
+    _check_case(check, fn, q, k, v, mask, "keyword", batched_ok=True, earlier=(6, 2, 5))
+    check.ok("long sequences (L_q = 64, L_k = 70) with a single head (H = 1) and d_k = 10")
+
+
+def _float64_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
+    """float64 inputs (the course checks whole layers in float64): the output stays float64."""
+    q, k, v, mask = _small_inputs(g, torch.float64)
+    _check_case(check, fn, q, k, v, mask, "positional", batched_ok=True, earlier=(2, 5, 10))
+    check.ok("float64 inputs give a float64 output (the dtype of the inputs is kept)")
+
+
+def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
+    """Gradients flow to query, key and value as in PyTorch's attention."""
+    q0 = torch.randn(2, 3, 4, 3, generator=g, dtype=torch.float64)
+    k0 = torch.randn(2, 3, 5, 3, generator=g, dtype=torch.float64)
+    v0 = torch.randn(2, 3, 5, 2, generator=g, dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0, 1, 1], [1, 0, 1, 1, 0]], dtype=torch.bool).reshape(2, 1, 1, 5)
+    r = torch.randn(2, 3, 4, 2, generator=g, dtype=torch.float64)
+    leaves = [t.clone().requires_grad_(True) for t in (q0, k0, v0)]
+    (F.scaled_dot_product_attention(*leaves, attn_mask=mask) * r).sum().backward()
+    expected = [t.grad for t in leaves]
+    ours = [t.float().requires_grad_(True) for t in (q0, k0, v0)]
+    out, _ = _call(check, fn, *ours, mask, "positional", batched_ok=True)
+    if not out.requires_grad or out.grad_fn is None:
+        check.fail(
+            f"Your output does not require grad although query, key and value do: it is cut off from "
+            f"autograd, so nothing before the attention could ever be trained.\n"
+            f"Likely cause: the computation runs inside `torch.no_grad()`, or a tensor is `.detach()`ed, "
+            f"taken from `.data`, or rebuilt from numpy / Python numbers."
+        )
+    grads = torch.autograd.grad((out * r.float()).sum(), ours, allow_unused=True)
+    wrong = [
+        name
+        for name, got, want in zip(("query", "key", "value"), grads, expected)
+        if got is None or not close_enough(got, want, *_LOOSE)
+    ]
+    if wrong == ["query", "key"]:
+        check.fail(
+            "Your output is right, but no gradient (or a wrong one) reaches `query` and `key`: the weights are "
+            "cut off from autograd before `weights @ value`.\nLikely cause: `weights.detach()`, `.data`, or "
+            "computing the weights under `torch.no_grad()`. Keep the weights in the graph."
+        )
+    if wrong:
+        check.fail(
+            f"Your output is right, but the gradient with respect to {', '.join(wrong)} differs from "
+            f"F.scaled_dot_product_attention's.\nLikely cause: a `.detach()`, `.data` or `torch.no_grad()` on "
+            f"the way from {' and '.join(wrong)} to the output."
+        )
+    check.ok("gradients reach query, key and value (as with F.scaled_dot_product_attention)")
+
+
+def _device_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
+    """Inputs on a GPU: a pretended one (``_devices``) everywhere, and the real one when there is one."""
+    q, k, v, mask = _small_inputs(g, torch.float32)
+    with _devices.elsewhere():
+        result = check.attempt(fn, *(_devices.on_device(t) for t in (q, k, v, mask)))
+    where = f"(inputs on {_devices.PRETEND}, pretended on this machine)"
+    if isinstance(result, Raised):
+        if isinstance(result.exception, _devices.DeviceMismatch):
+            line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("at ")), "")
+            check.fail(
+                f"Your {_NAME} creates a tensor on the CPU although its inputs are on a GPU {where}: "
+                f"{result.exception.operation} mixed the two{' (' + line + ')' if line else ''}.\n"
+                f"On Colab's GPU this is the error \"Expected all tensors to be on the same device\". Create every "
+                f"new tensor on the inputs' device: `torch.zeros(..., device=query.device)`, "
+                f"`scores.new_zeros(...)` or `torch.zeros_like(scores)`."
+            )
+        return  # an error that only the pretended device provokes says nothing about a real one
+    items = result if isinstance(result, (tuple, list)) and len(result) == 2 else ()
+    cpu = [name for name, t in zip(("output", "weights"), items) if not _devices.is_on_device(t)]
+    if cpu:
+        check.fail(
+            f"With inputs on a GPU {where}, your {_NAME} returns the {' and the '.join(cpu)} on the CPU.\n"
+            f"The next layer would then mix devices. Likely cause: `.cpu()`, `.numpy()` or `torch.tensor(...)` on "
+            f"the way; keep every step on the inputs' device."
+        )
+    _real_device_check(check, fn, q, k, v, mask)
+    check.ok("inputs on a GPU give outputs on that GPU (no tensor is created on the CPU)")
+
+
+def _real_device_check(check: Check, fn: Callable, q, k, v, mask) -> None:
+    """When this machine has a GPU (cuda or mps), run there too and compare with the oracle."""
+    device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else None
+    if device is None:
+        return
+    moved = [t.to(device) for t in (q, k, v, mask)]
+    out, weights = _call(check, fn, *moved, "positional", batched_ok=True)
+    ref_out, ref_w = _oracle(q, k, v, mask)
+    if out.device.type != device or weights.device.type != device:
+        check.fail(f"With inputs on {device}, your {_NAME} returns tensors on {out.device} and {weights.device}.")
+    check.close(out.cpu(), ref_out, f"the output on {device}")
+    check.close(weights.cpu(), ref_w, f"the weights on {device}")
 
 
 # --------------------------------------------------------------------------
@@ -39,14 +235,18 @@ def _oracle(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     return out, weights
 
 
+def _small_inputs(g: torch.Generator, dtype: torch.dtype):
+    """query (2, 2, 4, 6), key (2, 2, 5, 6), value (2, 2, 5, 3) and a (2, 1, 1, 5) padding mask."""
+    q = torch.randn(2, 2, 4, 6, generator=g, dtype=dtype)
+    k = torch.randn(2, 2, 5, 6, generator=g, dtype=dtype)
+    v = torch.randn(2, 2, 5, 3, generator=g, dtype=dtype)
+    mask = torch.tensor([[1, 1, 1, 0, 1], [1, 0, 1, 1, 1]], dtype=torch.bool).reshape(2, 1, 1, 5)
+    return q, k, v, mask
+
+
 def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """query . key for every (query, key) pair, unscaled, float64 (used only to name mistakes)."""
     return q.double() @ k.double().transpose(-2, -1)
-
-
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float = _ATOL, rtol: float = _RTOL) -> bool:
-    a, b = a.detach().double(), b.detach().double()
-    return a.shape == b.shape and bool(torch.allclose(a, b, atol=atol, rtol=rtol))
 
 
 def _rows_with_both(allowed: torch.Tensor) -> torch.Tensor:
@@ -67,30 +267,48 @@ def _mask_text(mask: torch.Tensor | None) -> str:
 # Running the learner's function.
 
 
-def _probe(fn: Callable, *args: Any, **kwargs: Any) -> bool:
+def _runs(check: Check, fn: Callable, *args: Any, **kwargs: Any) -> bool:
     """Whether the learner's function runs on other inputs and returns two items (silent)."""
-    try:
-        result = fn(*args, **kwargs)
-    except Exception:
-        return False
+    result = check.attempt(fn, *args, **kwargs)
     return isinstance(result, (tuple, list)) and len(result) == 2
 
 
-def _crash_hint(fn: Callable, q, k, v, mask, how: str, batched_ok: bool) -> str:
+def _crash_hint(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool) -> str:
     """After a crash, try nearby inputs to say what the crash depends on."""
     lead = q.shape[:-2]
-    if how == "keyword" and _probe(fn, q, k, v, mask):
+    try:
+        inspect.signature(fn).bind(q, k, v, mask)
+    except TypeError:
+        return f"Define it with the signature of the exercise: `def {_SIGNATURE}:`."
+    except ValueError:  # no signature to read (a builtin): go on probing
+        pass
+    if how == "keyword" and _runs(check, fn, q, k, v, mask):
         return (
             "It runs when the mask is passed positionally but not as `mask=...`: "
             "name the fourth parameter `mask` (with the default `mask=None`)."
         )
-    if mask is not None and _probe(fn, q, k, v):
+    if max(q.shape[-2], k.shape[-2]) >= 64:
+        short = (q[..., :8, :], k[..., :8, :], v[..., :8, :])
+        short_mask = None if mask is None else mask[..., : min(8, mask.shape[-2]), :8]
+        if _runs(check, fn, *short, short_mask):
+            return (
+                f"It works for short sequences (8 positions) but crashes for long ones (L_q = {q.shape[-2]}, "
+                f"L_k = {k.shape[-2]}): a size is fixed somewhere, such as a table or a mask built once for a few "
+                f"positions. Build everything from the sizes of the inputs."
+            )
+    if q.dtype != torch.float32 and _runs(check, fn, q.float(), k.float(), v.float(), mask):
+        return (
+            f"It works with float32 inputs but crashes with {q.dtype} ones: a tensor is created in the default "
+            f"dtype (float32) and then mixed with the inputs. Create it with `dtype=query.dtype` (or "
+            f"`scores.new_zeros(...)`, `torch.zeros_like(scores)`), or leave the dtype to the inputs."
+        )
+    if mask is not None and _runs(check, fn, q, k, v):
         return (
             f"It runs without a mask but crashes with a mask of shape {fmt_shape(mask.shape)}. "
             f"A mask arrives already broadcastable to the scores {fmt_shape((*lead, q.shape[-2], k.shape[-2]))}: "
             f"use it as it is (no unsqueeze or view) and fill the scores where it is False."
         )
-    if len(lead) and _probe(fn, q[(0,) * len(lead)], k[(0,) * len(lead)], v[(0,) * len(lead)]):
+    if len(lead) and _runs(check, fn, q[(0,) * len(lead)], k[(0,) * len(lead)], v[(0,) * len(lead)]):
         return (
             "It works on 2-D inputs (L, d) but crashes with leading batch/head dimensions. "
             "Likely cause: transposing the wrong axes of `key` (`key.T` or `key.transpose(0, 1)` on a batched "
@@ -102,9 +320,8 @@ def _crash_hint(fn: Callable, q, k, v, mask, how: str, batched_ok: bool) -> str:
             f"Count axes from the end (-1, -2) rather than from the front, so that any number of "
             f"leading dimensions works."
         )
-    g = generator(99)
-    side = torch.randn(*lead, 5, 5, generator=g)
-    if _probe(fn, side, side.clone(), side.clone()):
+    side = torch.randn(*lead, 5, 5, generator=generator(99))
+    if _runs(check, fn, side, side.clone(), side.clone()):
         return (
             "It works when L_q == L_k and d_k == d_v but crashes when they differ. Likely causes: `key` not "
             "transposed, or `key` and `value` (or `query`) used in each other's place. The scores are "
@@ -134,24 +351,25 @@ def _shape_hint(kind: str, actual: torch.Size, q, k, v, mask) -> str:
                 f"Its last dimension is d_k = {d_k}, the size of the keys, where the values have d_v = {d_v}. "
                 f"Likely cause: multiplying the weights by `key` instead of `value`."
             )
-        return f"The output has one row per query and the size of the values: (..., L_q, d_v)."
+        return "The output has one row per query and the size of the values: (..., L_q, d_v)."
     if shape == (*lead, L_k, L_q):
         return "Your weights are transposed: the scores are query @ key^T (one row per query), not key @ query^T."
     return "The weights hold one entry per (query, key) pair: (..., L_q, L_k)."
 
 
 def _call(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool = False):
-    """Call the learner's function; return (output, weights) after type and shape checks."""
+    """Call the learner's function; return (output, weights) after type, shape and dtype checks."""
     args: tuple = (q, k, v)
     kwargs: dict = {}
     if how == "positional":
         args += (mask,)
     elif how == "keyword":
         kwargs["mask"] = mask
-    try:
-        result = check.call(fn, *args, **kwargs)
-    except _LearnerError as err:
-        raise _LearnerError(err.message + "\n" + _crash_hint(fn, q, k, v, mask, how, batched_ok)) from None
+    probe = check.attempt(fn, *(t.clone() for t in args), **{n: t.clone() for n, t in kwargs.items()})
+    hint = ""
+    if isinstance(probe, Raised) and not isinstance(probe.exception, NotImplementedError):
+        hint = _crash_hint(check, fn, q, k, v, mask, how, batched_ok)
+    result = check.call(fn, *args, hint=hint, **kwargs)
     out, weights = check.unpack(result, ("output", "weights"), f"Your {_NAME}")
     lead = tuple(q.shape[:-2])
     want_out = (*lead, q.shape[-2], v.shape[-1])
@@ -170,26 +388,91 @@ def _call(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool 
     for kind, value, want in (("output", out, want_out), ("weights", weights, want_w)):
         hint = _shape_hint(kind, value.shape, q, k, v, mask) if isinstance(value, torch.Tensor) else ""
         check.tensor(value, f"the {kind}", shape=want, dtype="float", finite=False, shape_hint=hint)
-        coarse = value.dtype in (torch.float16, torch.bfloat16)
-        # The output feeds the next layer, so it keeps the inputs' dtype; weights only must not lose precision.
-        lowered = coarse and q.dtype not in (torch.float16, torch.bfloat16)
-        if (kind == "output" and value.dtype != q.dtype) or lowered:
-            check.fail(
-                f"Your {kind} {'has' if kind == 'output' else 'have'} dtype {value.dtype}, but the inputs are "
-                f"{q.dtype}: attention should keep the dtype of its inputs.\n"
-                + (
-                    f"{value.dtype} is too coarse for these values (about 3 significant digits). Likely cause: "
-                    f"a `.half()` or an autocast inside; compute in the inputs' dtype."
-                    if coarse
-                    else f"Likely cause: a conversion inside the function (such as `.double()`) that is not undone. "
-                    f"Convert the result back with `.to(query.dtype)`, or leave the dtype alone."
-                )
-            )
+        _require_dtype(check, kind, value, q)
     return out, weights
 
 
+def _require_dtype(check: Check, kind: str, value: torch.Tensor, q: torch.Tensor) -> None:
+    """The output keeps the inputs' dtype (it feeds the next layer); the weights only must not lose precision."""
+    coarse = value.dtype in (torch.float16, torch.bfloat16)
+    lowered = coarse and q.dtype not in (torch.float16, torch.bfloat16)
+    if (kind == "output" and value.dtype != q.dtype) or lowered:
+        check.fail(
+            f"Your {kind} {'has' if kind == 'output' else 'have'} dtype {value.dtype}, but the inputs are "
+            f"{q.dtype}: attention should keep the dtype of its inputs.\n"
+            + (
+                f"{value.dtype} is too coarse for these values (about 3 significant digits). Likely cause: "
+                f"a `.half()` or an autocast inside; compute in the inputs' dtype."
+                if coarse
+                else "Likely cause: a conversion inside the function (such as `.double()` or `.float()`) that is "
+                "not undone. Convert the result back with `.to(query.dtype)`, or leave the dtype alone."
+            )
+        )
+
+
 # --------------------------------------------------------------------------
-# Diagnosing each mechanism.
+# One case: run, then diagnose each mechanism from the outside in.
+
+
+def _check_case(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool = False, large: bool = False,
+                earlier: tuple[int, ...] = ()):
+    out, weights = _call(check, fn, q, k, v, mask, how, batched_ok)
+    if how == "none":
+        _require_deterministic(check, fn, q, k, v, out, weights)
+    _require_finite(check, out, weights, mask, large)
+    ref_out, ref_w = _oracle(q, k, v, mask)
+    atol, rtol = _LOOSE if large else (ATOL, RTOL)
+    if not close_enough(weights, ref_w, atol, rtol):
+        _require_rows_sum_to_one(check, weights, q, k, mask, ref_w)
+        if mask is not None:
+            _name_mask_mistake(check, out, weights, q, k, v, mask, large)
+        if not large:
+            _name_scale(check, weights, q, k, v, mask, earlier)
+        check.close(
+            weights, ref_w, "the weights tensor", atol=atol, rtol=rtol,
+            hint=f"(inputs: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)}, value {fmt_shape(v.shape)}, "
+            f"{_mask_text(mask)})\nThe weights should be softmax(query @ key^T / sqrt(d_k)) over the last "
+            f"dimension, with the scores filled with -inf where the mask is False.",
+        )
+    if not close_enough(out, ref_out, atol, rtol):
+        _name_output_mistake(check, out, q, k, v, mask, ref_out, atol, rtol)
+    return out, weights
+
+
+def _require_deterministic(check: Check, fn: Callable, q, k, v, out, weights) -> None:
+    again = check.call(fn, q, k, v)
+    same = isinstance(again, (tuple, list)) and len(again) == 2
+    same = same and all(
+        isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+        and bool(torch.allclose(a.detach(), b.detach(), rtol=0, atol=0, equal_nan=True))
+        for a, b in zip(again, (out, weights))
+    )
+    if not same:
+        check.fail(
+            f"Your {_NAME} returned different results for the same inputs.\n"
+            f"Likely cause: dropout or another random step inside. This function should be deterministic: "
+            f"leave dropout to the module that calls it."
+        )
+
+
+def _name_output_mistake(check: Check, out, q, k, v, mask, ref_out, atol: float, rtol: float) -> None:
+    hint = "Your weights are right, so the output should be `weights @ value`."
+    d_k = q.shape[-1]
+    if close_enough(out.detach().double() * math.sqrt(d_k), ref_out, atol, rtol):
+        hint = (
+            "Your weights are right, but the output is `weights @ value` divided by sqrt(d_k): the scaling "
+            "belongs to the scores (query @ key^T) only, not to the values or the output."
+        )
+    if mask is not None and close_enough(out, _oracle(q, k, v, None)[0], atol, rtol):
+        hint = (
+            "Your weights are right, but the output is the one you get without the mask: "
+            "compute the output from the masked weights (`weights @ value`), or pass the mask on."
+        )
+    check.close(out, ref_out, "the output", atol=atol, rtol=rtol, hint=hint)
+
+
+# --------------------------------------------------------------------------
+# Naming a mistake once the values differ from the oracle.
 
 
 def _require_finite(check: Check, out, weights, mask, large: bool) -> None:
@@ -211,6 +494,13 @@ def _require_finite(check: Check, out, weights, mask, large: bool) -> None:
         if mask is not None and name == "weights":
             hidden = ~mask.expand(weights.shape)
             w = weights.detach()
+            rows_hiding = hidden.any(-1)
+            if bool(w.isnan().any(-1).eq(rows_hiding).all()):
+                check.fail(
+                    f"{head}: NaN in exactly the rows where the mask hides a key.\n"
+                    f"Likely cause: the hidden scores are filled with a positive infinity (`float('inf')`, a "
+                    f"missing minus sign): the softmax then computes inf - inf. Fill with `float('-inf')`."
+                )
             if bool(w.isneginf()[hidden].all()) and bool(torch.isfinite(w[~hidden]).all()):
                 check.fail(
                     f"{head}: -inf exactly where the mask is False.\n"
@@ -231,9 +521,9 @@ def _require_finite(check: Check, out, weights, mask, large: bool) -> None:
 def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
     w = weights.detach().double()
     sums = w.sum(-1)
-    if _close(sums, torch.ones_like(sums), atol=1e-4, rtol=0):
+    if close_enough(sums, torch.ones_like(sums), atol=1e-4, rtol=0):
         return
-    if _close(w, ref_w, atol=5e-3, rtol=0):
+    if close_enough(w, ref_w, atol=5e-3, rtol=0):
         check.fail(
             f"Your weights are close to the right ones but not within float32 precision (row sums: "
             f"{fmt_values(sums)}; largest difference {fmt_number(float((w - ref_w).abs().max()))}).\n"
@@ -241,7 +531,7 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
             f"is converted back. Compute in the inputs' dtype."
         )
     exp_sums = w.exp().sum(-1)
-    if bool((w <= 1e-12).all()) and _close(exp_sums, torch.ones_like(exp_sums), atol=1e-4, rtol=0):
+    if bool((w <= 1e-12).all()) and close_enough(exp_sums, torch.ones_like(exp_sums), atol=1e-4, rtol=0):
         check.fail(
             f"Your weights are the *logarithms* of probabilities (all negative, and their exp() sums to 1 per "
             f"row): a log_softmax.\nUse `torch.softmax(scores, dim=-1)`, so that each row of the weights is a "
@@ -250,7 +540,7 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
     if mask is not None:
         _, free = _oracle(q, k, k, None)
         allowed = mask.expand(w.shape)
-        if _close(w[allowed], free[allowed]):
+        if close_enough(w[allowed], free[allowed]):
             check.fail(
                 f"The rows of your weights do not sum to 1 when a mask is given (row sums: {fmt_values(sums)}), "
                 f"and the weights at the allowed positions equal the unmasked softmax.\n"
@@ -262,9 +552,9 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
     for scale, what in unnormalised:
         raw = _scores(q, k) * scale
         if mask is not None:
-            same = _close(w[mask.expand(w.shape)], raw[mask.expand(w.shape)])
+            same = close_enough(w[mask.expand(w.shape)], raw[mask.expand(w.shape)])
         else:
-            same = _close(w, raw)
+            same = close_enough(w, raw)
         if same:
             check.fail(
                 f"Your weights equal {what}: the softmax is missing.\n"
@@ -280,7 +570,7 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
         )
     for dim in range(w.dim() - 1):
         other = w.sum(dim)
-        if _close(other, torch.ones_like(other), atol=1e-4, rtol=0):
+        if close_enough(other, torch.ones_like(other), atol=1e-4, rtol=0):
             axis = dim - w.dim()
             where = " (the query axis)" if axis == -2 else ""
             check.fail(
@@ -297,10 +587,17 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
     )
 
 
-def _name_scale(check: Check, weights, q, k, v, mask=None) -> None:
+def _name_scale(check: Check, weights, q, k, v, mask=None, earlier: tuple[int, ...] = ()) -> None:
     """The weights are normalised but wrong: find which scale they used (on the allowed keys)."""
     w = weights.detach().double()
     d_k, d_v, L_q, L_k = q.shape[-1], v.shape[-1], q.shape[-2], k.shape[-2]
+    for old_d_k in earlier:
+        if old_d_k != d_k and close_enough(w, _oracle(q, k, v, mask, scale=1 / math.sqrt(old_d_k))[1]):
+            check.fail(
+                f"Your weights match scores divided by sqrt({old_d_k}), the d_k of an earlier call (d_k = {old_d_k}); "
+                f"here d_k = {d_k}. The scale is computed once and kept between calls (a global, a default "
+                f"argument or a cache).\nCompute it from each call's own query: `math.sqrt(query.size(-1))`."
+            )
     use_d_k = "Use d_k, the last dimension of query and key"
     named = [
         (1.0, "Your weights match a softmax of the scores without any scaling. Divide the scores by sqrt(d_k)"),
@@ -316,7 +613,7 @@ def _name_scale(check: Check, weights, q, k, v, mask=None) -> None:
     for scale, message in named:
         if abs(scale - 1 / math.sqrt(d_k)) < 1e-12:
             continue  # that size happens to give the right scale for these inputs
-        if _close(w, _oracle(q, k, v, mask, scale=scale)[1]):
+        if close_enough(w, _oracle(q, k, v, mask, scale=scale)[1]):
             check.fail(
                 f"{message} (d_k = {d_k}, so the scores should be multiplied by 1/sqrt(d_k) = "
                 f"{fmt_number(1 / math.sqrt(d_k))}).\n"
@@ -333,7 +630,7 @@ def _name_scale(check: Check, weights, q, k, v, mask=None) -> None:
     denominator = float((a * a).sum())
     if denominator > 0:
         scale = float((a * b).sum()) / denominator
-        if scale > 0 and _close(w, _oracle(q, k, v, mask, scale=scale)[1], atol=1e-4, rtol=1e-3):
+        if scale > 0 and close_enough(w, _oracle(q, k, v, mask, scale=scale)[1], atol=1e-4, rtol=1e-3):
             check.fail(
                 f"Your weights match a softmax of the scores multiplied by {fmt_number(scale)}, but the scale should "
                 f"be 1/sqrt(d_k) = {fmt_number(1 / math.sqrt(d_k))} (d_k = {d_k}).\n"
@@ -345,10 +642,9 @@ def _name_scale(check: Check, weights, q, k, v, mask=None) -> None:
 def _name_mask_mistake(check: Check, out, weights, q, k, v, mask, large: bool) -> None:
     """The weights are normalised but wrong with a mask: name the mask mistake if one fits."""
     w = weights.detach().double()
-    scale = 1 / math.sqrt(q.shape[-1])
     hidden = ~mask.expand(w.shape)
     leaked = w[hidden & (w.abs() > 1e-6)]
-    if _close(w, _oracle(q, k, v, ~mask)[1]):
+    if close_enough(w, _oracle(q, k, v, ~mask)[1]):
         check.fail(
             "Your weights attend exactly where the mask is False and ignore where it is True: the mask polarity "
             "is inverted.\n"
@@ -356,8 +652,8 @@ def _name_mask_mistake(check: Check, out, weights, q, k, v, mask, large: bool) -
             "where the mask is False: `scores.masked_fill(~mask, float('-inf'))` or `mask == 0`, not `mask == 1`."
         )
     free_out, free_w = _oracle(q, k, v, None)
-    if _close(w, free_w):
-        if _close(out, _oracle(q, k, v, mask)[0]):
+    if close_enough(w, free_w):
+        if close_enough(out, _oracle(q, k, v, mask)[0]):
             check.fail(
                 "Your output is right, but the weights you return are those from before the mask was applied "
                 "(they are not 0 where the mask is False).\nReturn the weights the output was computed with: "
@@ -377,14 +673,8 @@ def _name_mask_mistake(check: Check, out, weights, q, k, v, mask, large: bool) -
             f"a real score can be even lower. Fill with `float('-inf')` (or a huge negative number such as -1e9 "
             f"or `torch.finfo(scores.dtype).min`)."
         )
-    zeroed = torch.softmax((_scores(q, k) * scale).masked_fill(hidden, 0.0), dim=-1)
-    if _close(w, zeroed):
-        check.fail(
-            f"Your weights at masked positions are not 0 (nonzero values there: {fmt_values(leaked)}).\n"
-            f"Likely cause: the masked scores are set to 0 (or the scores are multiplied by the mask). A score of 0 "
-            f"still gets a share of the softmax; fill with a large negative number instead: -inf or -1e9."
-        )
-    if mask.dim() >= 3 and mask.shape[0] > 1 and _close(w, _oracle(q, k, v, mask[:1])[1]):
+    _name_fill_value(check, w, q, k, hidden, leaked)
+    if mask.dim() >= 3 and mask.shape[0] > 1 and close_enough(w, _oracle(q, k, v, mask[:1])[1]):
         check.fail(
             "Your weights use the mask of the first batch element for every batch element.\n"
             "Use the whole mask as it is given: it already broadcasts against the scores (..., L_q, L_k)."
@@ -398,163 +688,23 @@ def _name_mask_mistake(check: Check, out, weights, q, k, v, mask, large: bool) -
         )
 
 
-# --------------------------------------------------------------------------
-# The check.
 
 
-def _check_case(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool = False, large: bool = False):
-    out, weights = _call(check, fn, q, k, v, mask, how, batched_ok)
-    if how == "none":
-        again = check.call(fn, q, k, v)
-        same = isinstance(again, (tuple, list)) and len(again) == 2
-        same = same and all(
-            isinstance(a, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
-            and bool(torch.allclose(a.detach(), b.detach(), rtol=0, atol=0, equal_nan=True))
-            for a, b in zip(again, (out, weights))
-        )
-        if not same:
-            check.fail(
-                f"Your {_NAME} returned different results for the same inputs.\n"
-                f"Likely cause: dropout or another random step inside. This function should be deterministic: "
-                f"leave dropout to the module that calls it."
-            )
-    _require_finite(check, out, weights, mask, large)
-    ref_out, ref_w = _oracle(q, k, v, mask)
-    atol, rtol = (1e-4, 1e-3) if large else (_ATOL, _RTOL)
-    if not _close(weights, ref_w, atol, rtol):
-        _require_rows_sum_to_one(check, weights, q, k, mask, ref_w)
-        if mask is not None:
-            _name_mask_mistake(check, out, weights, q, k, v, mask, large)
-        if not large:
-            _name_scale(check, weights, q, k, v, mask)
-        check.close(
-            weights, ref_w, "the weights tensor", atol=atol, rtol=rtol,
-            hint=f"(inputs: query {fmt_shape(q.shape)}, key {fmt_shape(k.shape)}, value {fmt_shape(v.shape)}, "
-            f"{_mask_text(mask)})\nThe weights should be softmax(query @ key^T / sqrt(d_k)) over the last "
-            f"dimension, with the scores filled with -inf where the mask is False.",
-        )
-    if not _close(out, ref_out, atol, rtol):
-        hint = "Your weights are right, so the output should be `weights @ value`."
-        d_k = q.shape[-1]
-        if _close(out.detach().double() * math.sqrt(d_k), ref_out, atol, rtol):
-            hint = (
-                "Your weights are right, but the output is `weights @ value` divided by sqrt(d_k): the scaling "
-                "belongs to the scores (query @ key^T) only, not to the values or the output."
-            )
-        if mask is not None and _close(out, _oracle(q, k, v, None)[0], atol, rtol):
-            hint = (
-                "Your weights are right, but the output is the one you get without the mask: "
-                "compute the output from the masked weights (`weights @ value`), or pass the mask on."
-            )
-        check.close(out, ref_out, "the output", atol=atol, rtol=rtol, hint=hint)
-    return out, weights
-
-
-def _check_attention(check: Check, fn: Callable) -> None:
-    check.callable_(fn, _NAME)
-    g = generator(0)
-
-    # 1. (batch, heads, L, d) with every size different, no mask (the default).
-    # d_k = 6: sqrt(d_k) differs from d_k / 2, from every other size and from common hard-coded numbers (8 = sqrt(64)).
-    B, H, L_q, L_k, d_k, d_v = 2, 3, 5, 7, 6, 4
-    q = torch.randn(B, H, L_q, d_k, generator=g)
-    k = torch.randn(B, H, L_k, d_k, generator=g)
-    v = torch.randn(B, H, L_k, d_v, generator=g)
-    out, weights = _check_case(check, fn, q, k, v, None, "none")
-    check.ok("returns (output, weights) of shapes (..., L_q, d_v) and (..., L_q, L_k), with mask=None by default")
-    check.ok("each row of the weights is a softmax over the keys, scaled by 1/sqrt(d_k)")
-    check.ok("the output matches F.scaled_dot_product_attention (d_k != d_v, L_q != L_k)")
-
-    # 2. A padding-style mask (B, 1, 1, L_k), passed positionally.
-    allowed = torch.arange(L_k).expand(B, L_k) < torch.tensor([[5], [3]])
-    mask = allowed.reshape(B, 1, 1, L_k)
-    _check_case(check, fn, q, k, v, mask, "positional", batched_ok=True)
-    check.ok("a (B, 1, 1, L_k) mask hides keys where it is False (True means 'may attend')")
-
-    # 3. A per-query mask (B, 1, L_q, L_k), passed by keyword.
-    i = torch.arange(L_q).reshape(L_q, 1)
-    j = torch.arange(L_k).reshape(1, L_k)
-    mask = ((j <= i + 1) & allowed.reshape(B, 1, 1, L_k)).reshape(B, 1, L_q, L_k)
-    _check_case(check, fn, q, k, v, mask, "keyword", batched_ok=True)
-    check.ok("a (B, 1, L_q, L_k) mask passed as mask=... works")
-
-    # 4. 3-D inputs (batch, L, d) with an (L_q, L_k) mask shared by the batch.
-    B3, L_q3, L_k3, d_k3, d_v3 = 3, 6, 5, 2, 8
-    q3 = torch.randn(B3, L_q3, d_k3, generator=g)
-    k3 = torch.randn(B3, L_k3, d_k3, generator=g)
-    v3 = torch.randn(B3, L_k3, d_v3, generator=g)
-    mask3 = _rows_with_both(torch.rand(L_q3, L_k3, generator=g) < 0.6)
-    _check_case(check, fn, q3, k3, v3, mask3, "positional", batched_ok=True)
-    check.ok("works on 3-D inputs with an (L_q, L_k) mask")
-
-    # 5. Large scores (around +-800): a softmax without the max subtraction overflows.
-    ql = q.clone()
-    kl = k.clone()
-    ql[..., 0] = 44.0 * torch.tensor([1.0, -1.0, 1.0]).reshape(1, H, 1)
-    kl[..., 0] = 44.0
-    mask = allowed.reshape(B, 1, 1, L_k)
-    _check_case(check, fn, ql, kl, v, mask, "positional", batched_ok=True, large=True)
-    check.ok("numerically stable for large scores")
-
-    # 6. Self-attention: one tensor as query, key and value, so L_q == L_k (no mask given).
-    x = torch.randn(3, 6, 5, generator=g)
-    _check_square(check, fn, x)
-    check.ok("self-attention (query = key = value, L_q == L_k) without a mask hides nothing")
-
-    # 7. Gradients flow to query, key and value as in PyTorch's attention.
-    _check_gradients(check, fn, g)
-    check.ok("gradients reach query, key and value (as with F.scaled_dot_product_attention)")
-
-
-def _check_square(check: Check, fn: Callable, x: torch.Tensor) -> None:
-    result = check.call(fn, x, x, x)
-    out, weights = check.unpack(result, ("output", "weights"), f"Your {_NAME}")
-    L = x.shape[-2]
-    if isinstance(weights, torch.Tensor) and tuple(weights.shape) == (*x.shape[:-1], L):
-        causal = torch.ones(L, L, dtype=torch.bool).tril()
-        if not _close(weights, _oracle(x, x, x, None)[1]) and _close(weights, _oracle(x, x, x, causal)[1]):
-            check.fail(
-                f"When query and key have the same length and no mask is given, your weights hide the future "
-                f"(they are 0 above the diagonal): the function adds a causal mask on its own.\n"
-                f"Apply only the mask it is given (`mask=None` means every key may be attended); the decoder "
-                f"passes the causal mask explicitly."
-            )
-    _check_case(check, fn, x, x, x, None, "none")
-
-
-def _check_gradients(check: Check, fn: Callable, g: torch.Generator) -> None:
-    q0 = torch.randn(2, 3, 4, 3, generator=g, dtype=torch.float64)
-    k0 = torch.randn(2, 3, 5, 3, generator=g, dtype=torch.float64)
-    v0 = torch.randn(2, 3, 5, 2, generator=g, dtype=torch.float64)
-    mask = torch.tensor([[1, 1, 0, 1, 1], [1, 0, 1, 1, 0]], dtype=torch.bool).reshape(2, 1, 1, 5)
-    r = torch.randn(2, 3, 4, 2, generator=g, dtype=torch.float64)
-    leaves = [t.clone().requires_grad_(True) for t in (q0, k0, v0)]
-    (F.scaled_dot_product_attention(*leaves, attn_mask=mask) * r).sum().backward()
-    expected = [t.grad for t in leaves]
-    ours = [t.float().requires_grad_(True) for t in (q0, k0, v0)]
-    out, _ = _call(check, fn, *ours, mask, "positional", batched_ok=True)
-    if not out.requires_grad or out.grad_fn is None:
+def _name_fill_value(check: Check, w: torch.Tensor, q, k, hidden: torch.Tensor, leaked: torch.Tensor) -> None:
+    """Name a fill value that is not very negative: 0 (or 1e-9, a lost minus sign), or a large positive one."""
+    scores = _scores(q, k) / math.sqrt(q.shape[-1])
+    if close_enough(w, torch.softmax(scores.masked_fill(hidden, 0.0), dim=-1)):
         check.fail(
-            f"Your output does not require grad although query, key and value do: it is cut off from "
-            f"autograd, so nothing before the attention could ever be trained.\n"
-            f"Likely cause: the computation runs inside `torch.no_grad()`, or a tensor is `.detach()`ed, "
-            f"taken from `.data`, or rebuilt from numpy / Python numbers."
+            f"Your weights at masked positions are not 0 (nonzero values there: {fmt_values(leaked)}).\n"
+            f"Likely cause: the masked scores are set to 0 (or to a tiny number such as 1e-9: did you mean -1e9, "
+            f"with a minus sign?), or the scores are multiplied by the mask. A score of 0 still gets a share of the "
+            f"softmax; fill with a large negative number instead: -inf or -1e9."
         )
-    grads = torch.autograd.grad((out * r.float()).sum(), ours, allow_unused=True)
-    wrong = [
-        name
-        for name, got, want in zip(("query", "key", "value"), grads, expected)
-        if got is None or not _close(got, want, atol=1e-4, rtol=1e-3)
-    ]
-    if wrong == ["query", "key"]:
+    on_hidden = torch.softmax(scores.masked_fill(hidden, 1e9), dim=-1)
+    if close_enough(w, on_hidden, atol=1e-4, rtol=1e-3):
         check.fail(
-            "Your output is right, but no gradient (or a wrong one) reaches `query` and `key`: the weights are "
-            "cut off from autograd before `weights @ value`.\nLikely cause: `weights.detach()`, `.data`, or "
-            "computing the weights under `torch.no_grad()`. Keep the weights in the graph."
-        )
-    if wrong:
-        check.fail(
-            f"Your output is right, but the gradient with respect to {', '.join(wrong)} differs from "
-            f"F.scaled_dot_product_attention's.\nLikely cause: a `.detach()`, `.data` or `torch.no_grad()` on "
-            f"the way from {' and '.join(wrong)} to the output."
+            f"Your weights put all the weight on the keys the mask hides (values there: {fmt_values(w[hidden])}).\n"
+            f"Likely cause: the hidden scores are filled with a large positive number (such as 1e9 or "
+            f"`torch.finfo(...).max`): a minus sign is missing. Fill with -1e9, `float('-inf')` or "
+            f"`torch.finfo(scores.dtype).min`."
         )
