@@ -320,11 +320,23 @@ def _bind_names(fn: Callable, args: tuple, kwargs: dict) -> list[tuple[str, Any]
     """Pair each argument with its parameter name where the signature allows it."""
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
-        return list(bound.arguments.items())
-    except (TypeError, ValueError):
-        named = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
-        return named + list(kwargs.items())
+        signature = inspect.signature(target)
+        bound = signature.bind(*args, **kwargs)
+    except Exception:  # no signature, or one these arguments do not fit
+        bound = None
+    if bound is not None:
+        named: list[tuple[str, Any]] = []
+        for name, value in bound.arguments.items():
+            kind = signature.parameters[name].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                named += [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                named += list(value.items())
+            else:
+                named.append((name, value))
+        return named
+    named = [(f"argument {i + 1}", a) for i, a in enumerate(args)]
+    return named + list(kwargs.items())
 
 
 def _tensors_in(value: Any) -> list[torch.Tensor]:
