@@ -271,3 +271,19 @@ def test_last_result_is_remembered_per_implementation():
     run_check("add_remembered", _body, wrong)
     assert last_result("add_remembered", good) is None
     assert not last_result("add_remembered").passed and not last_result("add_remembered", wrong).passed
+
+
+def test_without_a_timer_signal_a_trace_function_stops_python_loops(monkeypatch):
+    """Windows and threads other than the main one have no SIGALRM: the fallback still ends loops."""
+    from course_utils.checks import _core
+
+    monkeypatch.setattr(_core, "_can_use_signal", lambda: False)
+
+    def endless(x, y):
+        n = 0
+        while True:
+            n += 1
+
+    start = time.monotonic()
+    expect(run_check("add", _fast_body, endless), "error", "did not return within 0.5 s")
+    assert time.monotonic() - start < 2 and sys.gettrace() is None
