@@ -287,3 +287,16 @@ def test_without_a_timer_signal_a_trace_function_stops_python_loops(monkeypatch)
     start = time.monotonic()
     expect(run_check("add", _fast_body, endless), "error", "did not return within 0.5 s")
     assert time.monotonic() - start < 2 and sys.gettrace() is None
+
+
+def test_a_combined_checker_blames_the_failing_component_first():
+    def check_component(fn):
+        return run_check("component", _body, fn)
+
+    def combined(check, fn):
+        check.require_component(check_component, fn, "add")
+        check.ok("the rest")
+
+    expect(run_check("combined", combined, lambda x, y: x - y), "failed", "your add fails its own checker: fix that first")
+    expect(run_check("combined", combined, stub), "not attempted", "uses your add, which is not done yet")
+    assert run_check("combined", combined, good).passed

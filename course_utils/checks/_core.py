@@ -609,6 +609,25 @@ class Check:
         """Stop: the learner's code crashed (``message`` says where and why)."""
         raise _LearnerError(message)
 
+    def require_component(self, checker: Callable[[Any], "CheckResult"], implementation: Any, name: str) -> None:
+        """Stop, blaming the earlier exercise ``name``, when its own checker does not pass on ``implementation``.
+
+        For combined checkers: a layer that fails because the learner's
+        multi-head attention is wrong should say so first, not show a
+        mismatch deep inside the layer.
+        """
+        result = checker(implementation)
+        if result.passed:
+            self.ok(f"builds on a {name} that passes its own checker")
+            return
+        first = result.headline()
+        if result.status is Status.NOT_ATTEMPTED:
+            self.not_attempted(f"This exercise uses your {name}, which is not done yet ({first}). Finish {name} first.")
+        self.fail(
+            f"Your {name} fails its own checker: fix that first, then run this checker again.\n"
+            f"Its first problem: {first}"
+        )
+
     # -- running the learner's code -------------------------------------------
 
     def call(
