@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import json
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,17 +14,53 @@ import torch
 from torch import nn
 
 import course_utils.checks as checks
+from course_utils._schema import cell_source, parse_cell
+from course_utils.contracts import CONTRACTS
 from course_utils.checks import CheckResult, Status
 
-CLASS_EXERCISES = {
-    "check_positional_encoding_module",
-    "check_multi_head_attention",
-    "check_feed_forward",
-    "check_encoder_layer",
-    "check_decoder_layer",
-    "check_transformer",
-}
 NAMES = sorted(checks._TOPICS)
+SOLUTIONS = Path(__file__).resolve().parent.parent / "solutions"
+
+
+def _checker_calls_in_solutions() -> dict[str, set[str]]:
+    """checker name -> the names it is called on in the solution notebooks (``check_x(X)``)."""
+    calls: dict[str, set[str]] = {}
+    for path in sorted(SOLUTIONS.glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            tree = parse_cell(cell_source(cell)) if cell["cell_type"] == "code" else None
+            for node in ast.walk(tree) if tree else ():
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in checks._TOPICS:
+                    args = [a.id for a in node.args[:1] if isinstance(a, ast.Name)]
+                    calls.setdefault(node.func.id, set()).update(args)
+    return calls
+
+
+CALLS = _checker_calls_in_solutions()
+
+
+def is_class_checker(name: str) -> bool:
+    """A class checker says so in its signature: ``check_x(X: type[nn.Module])``."""
+    parameter = next(iter(inspect.signature(getattr(checks, name)).parameters.values()))
+    return "type[" in str(parameter.annotation)
+
+
+CLASS_EXERCISES = {name for name in NAMES if is_class_checker(name)}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_registered_checker_is_called_in_a_solution_notebook(name):
+    assert CALLS.get(name), f"{name} is registered but no solution notebook calls it: add its checker cell"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_checker_of_a_class_says_so_in_its_signature(name):
+    kinds = {CONTRACTS[arg].kind for arg in CALLS.get(name, ()) if arg in CONTRACTS}
+    if "class" in kinds:
+        assert is_class_checker(name), f"{name} checks a class: annotate its argument `type[nn.Module]`"
+    if "function" in kinds:
+        assert not is_class_checker(name), f"{name} checks a function, but its argument is annotated as a class"
+
+
 
 
 def _stub_function(*args, **kwargs):
