@@ -30,6 +30,9 @@ C++ extensions bypass the mode.
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import weakref
 from typing import Any, Iterator
 
 import torch
@@ -45,15 +48,53 @@ _MAY_MIX = {torch.Tensor.to, torch.Tensor.type_as, torch.Tensor.copy_, torch.Ten
             torch.Tensor.__setitem__}
 
 
+_FACTORIES = {torch.full, torch.zeros, torch.ones, torch.empty, torch.tensor, torch.as_tensor, torch.arange,
+              torch.eye, torch.linspace, torch.rand, torch.randn, torch.randint, torch.triu, torch.tril,
+              torch.Tensor.cpu, torch.Tensor.to}
+_OURS = (os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(os.path.abspath(torch.__file__)))
+_origins: dict[int, tuple[weakref.ref, str]] = {}  # id of a CPU tensor -> (the tensor, weakly; its line)
+
+
 class DeviceMismatch(RuntimeError):
     """An operation mixed a tensor on the pretend GPU with a CPU tensor."""
 
-    def __init__(self, operation: str):
+    def __init__(self, operation: str, origin: str = ""):
         super().__init__(
             f"Expected all tensors to be on the same device, but found at least two devices, {PRETEND} and cpu! "
-            f"({operation})"
+            f"({operation})" + (f"; the CPU tensor was made {origin}" if origin else "")
         )
         self.operation = operation
+
+
+def _learner_line() -> str:
+    """``by `line` (in function)`` for the nearest frame outside this package and torch."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = os.path.abspath(frame.f_code.co_filename)
+        if not path.startswith(_OURS):
+            import linecache
+
+            line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+            return f"by `{line}` (in {frame.f_code.co_name})" if line else f"in {frame.f_code.co_name}"
+        frame = frame.f_back
+    return ""
+
+
+def _remember(out: Any) -> Any:
+    """Note where a CPU tensor made inside the block comes from."""
+    if isinstance(out, torch.Tensor) and not isinstance(out, OnDevice):
+        if len(_origins) > 10_000:  # entries of tensors long gone
+            _origins.clear()
+        _origins[id(out)] = (weakref.ref(out), _learner_line())
+    return out
+
+
+def _origin(tensors: list[torch.Tensor]) -> str:
+    for t in tensors:
+        ref, line = _origins.get(id(t), (None, ""))
+        if ref is not None and ref() is t:
+            return line
+    return ""
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -84,8 +125,9 @@ class OnDevice(torch.Tensor):
         if func == _IS_CUDA_GET:
             return True
         if func not in _MAY_MIX:
-            if any(not isinstance(t, OnDevice) and t.dim() > 0 for t in (*_tensors(args), *_tensors(kwargs))):
-                raise DeviceMismatch(f"in {_name(func)}")
+            cpu = [t for t in (*_tensors(args), *_tensors(kwargs)) if not isinstance(t, OnDevice) and t.dim() > 0]
+            if cpu:
+                raise DeviceMismatch(f"in {_name(func)}", _origin(cpu))
         return super().__torch_function__(func, types, args, kwargs)
 
 
@@ -120,16 +162,24 @@ class _Elsewhere(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = dict(kwargs or {})
         if func is torch.Tensor.to:
-            return _to(func, args, kwargs)
-        if func is torch.Tensor.cuda:
-            return on_device(plain(args[0]))
-        if func is torch.Tensor.cpu:
-            return plain(args[0])
-        if "device" in kwargs and _pretend(kwargs["device"]) is not None:
+            out = _to(func, args, kwargs)
+        elif func is torch.Tensor.cuda:
+            out = on_device(plain(args[0]))
+        elif func is torch.Tensor.cpu:
+            out = plain(args[0]).clone()
+        elif "device" in kwargs and _pretend(kwargs["device"]) is not None:
             away = _pretend(kwargs.pop("device"))
             out = func(*args, **kwargs)
-            return on_device(plain(out)) if away else plain(out) if isinstance(out, torch.Tensor) else out
-        return func(*args, **kwargs)
+            out = on_device(plain(out)) if away else plain(out) if isinstance(out, torch.Tensor) else out
+        else:
+            out = func(*args, **kwargs)
+        if func in _FACTORIES:
+            return _remember(out)
+        if isinstance(out, torch.Tensor) and not isinstance(out, OnDevice):  # a CPU tensor made from CPU tensors
+            origin = _origin([t for t in (*_tensors(args), *_tensors(kwargs)) if not isinstance(t, OnDevice)])
+            if origin:
+                _origins[id(out)] = (weakref.ref(out), origin)
+        return out
 
 
 def _to(func, args: tuple, kwargs: dict) -> torch.Tensor:
@@ -152,8 +202,11 @@ def _to(func, args: tuple, kwargs: dict) -> torch.Tensor:
 @contextlib.contextmanager
 def elsewhere() -> Iterator[None]:
     """Run a block in which :class:`OnDevice` tensors behave like tensors on a GPU."""
-    with _Elsewhere():
-        yield
+    try:
+        with _Elsewhere():
+            yield
+    finally:
+        _origins.clear()
 
 
 __all__ = ["PRETEND", "DeviceMismatch", "OnDevice", "elsewhere", "is_on_device", "on_device", "plain"]

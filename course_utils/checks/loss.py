@@ -5,25 +5,30 @@ The oracle is PyTorch itself,
 in double precision, for the loss and for its gradient with respect to the
 logits. Closed forms of common slips (smoothing spread over V-1 classes,
 padding counted, KL divergence...) are used only to name the cause once the
-values are known to be wrong.
+values are known to be wrong. Lesson 06's sizes (a vocabulary of hundreds, a
+batch of hundreds of positions) are checked too, and the loss runs once on a
+pretend GPU (``_devices``) so that a tensor built on the CPU is caught on any
+machine. A crash gets a hint tied to the construct that usually causes it
+(``F.one_hot`` without ``num_classes``, ``gather`` without ``unsqueeze``).
 """
 
 from __future__ import annotations
 
+import inspect
 import itertools
-import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
-from ._core import Check, CheckResult, fmt_number, fmt_shape, generator, run_check
+from . import _devices
+from ._core import Check, CheckResult, Raised, close_enough, fmt_number, fmt_shape, generator, run_check
 
 _ORACLE = "F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)"
 
 
 def _cases() -> list[dict]:
-    """Inputs with N != V, pad ids other than 0, and real targets equal to 0."""
+    """Inputs with N != V, pad ids other than 0, and real targets equal to 0; the first lacks the last class."""
     g = generator(6)
     cases = []
     for n, v, pad_id, smoothing in [(7, 5, 3, 0.1), (9, 6, 1, 0.0), (13, 8, 6, 0.3)]:
@@ -32,6 +37,8 @@ def _cases() -> list[dict]:
         target[0], target[1] = 0, pad_id  # a real 0 and a pad, whatever the draw gave
         target[n - 1] = pad_id
         target[2] = 0 if pad_id != 0 else 2
+        if not cases:  # the largest class never occurs: F.one_hot(target) is then too narrow
+            target[target == v - 1] = 0
         cases.append({"logits": logits, "target": target, "smoothing": smoothing, "pad_id": pad_id})
     return cases
 
@@ -43,6 +50,16 @@ def _large_case() -> dict:
     logits[torch.arange(6), torch.tensor([1, 4, 0, 6, 2, 5])] += 150.0
     target = torch.tensor([1, 3, 0, 2, 5, 5])
     return {"logits": logits, "target": target, "smoothing": 0.2, "pad_id": 5}
+
+
+def _lesson_case() -> dict:
+    """Lesson 06's sizes: hundreds of positions (a third of them padding) over a vocabulary of hundreds."""
+    g = generator(8)
+    n, v, pad_id = 320, 629, 0
+    logits = torch.randn(n, v, generator=g) * 3.0
+    target = torch.randint(4, v, (n,), generator=g)
+    target[torch.randperm(n, generator=g)[: n // 3]] = pad_id
+    return {"logits": logits, "target": target, "smoothing": 0.1, "pad_id": pad_id}
 
 
 def _describe_case(case: dict) -> str:
@@ -232,6 +249,179 @@ def check_label_smoothing_loss(label_smoothing_loss: Callable) -> CheckResult:
     return run_check("label_smoothing_loss", _check_label_smoothing_loss, label_smoothing_loss)
 
 
+def _check_label_smoothing_loss(check: Check, label_smoothing_loss: Callable) -> None:
+    check.callable_(label_smoothing_loss, "label_smoothing_loss")
+    cases = _cases()
+    values = _check_runs(check, label_smoothing_loss, cases)
+    oracles = [_oracle(case) for case in cases]
+    _check_values(check, cases, values, [loss for loss, _ in oracles])
+    check.ok(f"matches {_ORACLE}, with several smoothing values (0.0 included) and pad ids other than 0")
+    _check_large_logits(check, label_smoothing_loss)
+    _check_lesson_sizes(check, label_smoothing_loss)
+    _check_gradients(check, label_smoothing_loss, cases, [grad for _, grad in oracles])
+    _check_device(check, label_smoothing_loss, cases[0])
+
+
+def _loss(check: Check, label_smoothing_loss: Callable, case: dict, logits: torch.Tensor | None = None):
+    """One guarded call on copies of the case's inputs; a crash ends the check with a hint tied to its cause."""
+    logits = case["logits"].clone() if logits is None else logits
+    out = check.attempt(label_smoothing_loss, logits, case["target"].clone(), case["smoothing"], case["pad_id"],
+                        what="label_smoothing_loss")
+    if isinstance(out, Raised):
+        hint = _crash_hint(label_smoothing_loss, out)
+        if isinstance(out.exception, NotImplementedError) or not hint:
+            check.call(label_smoothing_loss, logits, case["target"].clone(), case["smoothing"], case["pad_id"],
+                       what="label_smoothing_loss")
+        check.error(out.message + "\n" + hint)
+    return _scalar(check, out, case)
+
+
+def _crash_hint(label_smoothing_loss: Callable, raised: Raised) -> str:
+    """The usual cause of a crash, when the learner's code shows it ("" otherwise)."""
+    text = str(raised.exception)
+    try:
+        source = inspect.getsource(label_smoothing_loss)
+    except (OSError, TypeError):
+        source = raised.message
+    if "one_hot" in source and ("must match the size" in text or "doesn't match" in text or "shape" in text):
+        return (
+            "Hint: `F.one_hot(target)` without `num_classes` makes max(target) + 1 columns, which is fewer than V "
+            "whenever the largest token id does not occur in this batch, so the target distribution no longer "
+            "lines up with the logits. Give the width explicitly: `F.one_hot(target, num_classes=logits.size(-1))`."
+        )
+    if "gather" in raised.message and "same number of dimensions" in text:
+        return (
+            "Hint: `gather(-1, index)` needs an index with as many dimensions as the tensor it reads: for log-probs "
+            "(N, V) and target (N,), use `log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)`."
+        )
+    return ""
+
+
+def _check_runs(check: Check, label_smoothing_loss: Callable, cases: list[dict]) -> list[torch.Tensor]:
+    """It runs, returns a scalar tensor, leaves its inputs alone (logits without grad here, so that an in-place
+    change shows up as such rather than as an autograd error); the values must be finite."""
+    values = []
+    for case in cases:
+        values.append(_loss(check, label_smoothing_loss, case).detach().double())
+        _check_untouched(check, label_smoothing_loss, case)
+    check.ok("returns a scalar tensor and leaves its inputs unchanged")
+    for case, value in zip(cases, values):
+        if not bool(torch.isfinite(value)):
+            check.fail(
+                f"The loss is {float(value)} for {_describe_case(case)}, with ordinary logits (between about -6 "
+                f"and 6).\nLikely causes: the log of a probability that is 0 (use F.log_softmax rather than "
+                f"torch.log(softmax(...))), or a division by zero when counting the non-pad tokens."
+            )
+    return values
+
+
+def _check_untouched(check: Check, label_smoothing_loss: Callable, case: dict) -> None:
+    """The engine's in-place guard (``_loss`` probes first, to tie a crash to its cause)."""
+    check.call(label_smoothing_loss, case["logits"].clone(), case["target"].clone(), case["smoothing"], case["pad_id"],
+               what="label_smoothing_loss")
+
+
+def _check_values(check: Check, cases: list[dict], values: list[torch.Tensor], losses: list[torch.Tensor]) -> None:
+    """Values against PyTorch; a mismatch is explained by the simplest combination of slips that fits."""
+    wrong = [i for i, (value, loss) in enumerate(zip(values, losses)) if not close_enough(value, loss)]
+    if not wrong:
+        return
+    table = "\n".join(
+        f"  {_describe_case(cases[i])}: expected {fmt_number(losses[i])}, got {fmt_number(values[i])}"
+        for i in range(len(cases))
+    )
+    head = f"Your loss does not match {_ORACLE}.\n{table}\n"
+    slips = _Slips(cases)
+    observed = torch.stack(values)
+    for combo, messages in _slips():
+        if close_enough(observed, torch.stack([slips.value(i, combo) for i in range(len(cases))])):
+            if len(messages) == 1:
+                check.fail(head + messages[0])
+            check.fail(head + "It matches a loss with these differences:\n" + "\n".join(f"- {m}" for m in messages))
+    hint = ""
+    if 1 not in wrong:  # the case with smoothing 0.0 is right
+        hint = "It is right when smoothing is 0, so look at how the smoothing mass is spread.\n"
+    check.fail(
+        head
+        + hint
+        + "The target distribution is (1-smoothing) * one_hot(target) + smoothing / V; the loss at a position "
+        "is -sum(q * log_softmax(logits)), and the result is the mean over the positions where target != pad_id."
+    )
+
+
+def _check_large_logits(check: Check, label_smoothing_loss: Callable) -> None:
+    """Numerically stable for logits far apart."""
+    large = _large_case()
+    value = _loss(check, label_smoothing_loss, large).detach().double()
+    expected, _ = _oracle(large)
+    if not close_enough(value, expected):
+        check.fail(
+            f"Your loss is wrong when the logits are far apart (differences of about 150, as a confident model "
+            f"produces): expected {fmt_number(expected)}, got {fmt_number(value)}.\n"
+            f"In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) is "
+            f"-inf (a small epsilon inside the log only moves the error). Compute the log-probabilities directly "
+            f"with F.log_softmax(logits, dim=-1), which subtracts the maximum first."
+        )
+    check.ok("stays exact for logits far apart (log_softmax, not log of softmax)")
+
+
+def _check_lesson_sizes(check: Check, label_smoothing_loss: Callable) -> None:
+    """Lesson 06's sizes: a vocabulary of hundreds and hundreds of positions."""
+    case = _lesson_case()
+    value = _loss(check, label_smoothing_loss, case).detach().double()
+    expected, _ = _oracle(case)
+    if not close_enough(value, expected):
+        check.fail(
+            f"Your loss is right on small inputs but not at lesson 06's sizes ({_describe_case(case)}): expected "
+            f"{fmt_number(expected)}, got {fmt_number(value)}.\nDoes your code depend on a fixed vocabulary size, a "
+            f"fixed number of positions, or a value remembered from an earlier call?"
+        )
+    check.ok("matches it at lesson 06's sizes too (V=629, 320 positions, a third of them padding)")
+
+
+def _check_gradients(check: Check, label_smoothing_loss: Callable, cases: list[dict], grads: list[torch.Tensor]) -> None:
+    """Gradients w.r.t. the logits, on a fresh clone that requires grad."""
+    for case, grad in zip(cases, grads):
+        x = case["logits"].clone().requires_grad_(True)
+        out = _loss(check, label_smoothing_loss, case, logits=x)
+        if not out.requires_grad:
+            check.fail(
+                "Your loss is not connected to the logits (its requires_grad is False), so `loss.backward()` cannot "
+                "train anything.\nLikely causes: `.detach()`, `.item()` or `torch.tensor(...)` on the result, or the "
+                "whole computation inside `torch.no_grad()` (only the target distribution may be built there)."
+            )
+        check.call(out.backward, what="loss.backward() on your loss", guard_inputs=False)
+        if x.grad is None:
+            check.fail("After `loss.backward()`, the logits have no gradient: the loss does not depend on them through autograd.")
+        check.close(
+            x.grad,
+            grad,
+            f"the gradient of your loss w.r.t. the logits ({_describe_case(case)})",
+            atol=1e-6,
+            rtol=1e-4,
+            hint="The loss values are right but the gradient is not: is part of the computation detached "
+            "(`.detach()`, `.data`) where it depends on the logits?",
+        )
+    check.ok("its gradient w.r.t. the logits matches PyTorch's")
+
+
+def _check_device(check: Check, label_smoothing_loss: Callable, case: dict) -> None:
+    """On a pretend GPU every tensor the loss creates must follow the logits' device."""
+    logits, target = _devices.on_device(case["logits"].clone()), _devices.on_device(case["target"].clone())
+    with _devices.elsewhere():
+        out = check.attempt(label_smoothing_loss, logits, target, case["smoothing"], case["pad_id"],
+                            what="label_smoothing_loss")
+    where = f"(logits and target on {_devices.PRETEND}, pretended on this machine)"
+    if isinstance(out, Raised):
+        check.fail(
+            f"label_smoothing_loss mixes CPU tensors with the logits on the GPU {where}:\n{out.message}\n"
+            "On Colab's GPU this line fails with \"Expected all tensors to be on the same device\". Create every "
+            "tensor on the logits' device: `torch.full(..., device=logits.device)`, `torch.arange(V, "
+            "device=logits.device)`, or `torch.full_like(logits, ...)`, `logits.new_full(...)`."
+        )
+    check.ok("creates its tensors on the logits' device, so it runs on a GPU too")
+
+
 def _scalar(check: Check, value, case: dict) -> torch.Tensor:
     n = case["logits"].shape[0]
     if isinstance(value, (float, int)) and not isinstance(value, bool):
@@ -262,100 +452,6 @@ def _scalar(check: Check, value, case: dict) -> torch.Tensor:
             f"for logits of shape {fmt_shape(case['logits'].shape)}.\n{cause}"
         )
     return value
-
-
-def _check_label_smoothing_loss(check: Check, label_smoothing_loss: Callable) -> None:
-    check.callable_(label_smoothing_loss, "label_smoothing_loss")
-    cases = _cases()
-
-    # 1. It runs, returns a scalar tensor, leaves its inputs alone (logits without grad here, so that an
-    #    in-place change shows up as such rather than as an autograd error).
-    values = []
-    for case in cases:
-        out = check.call(
-            label_smoothing_loss, case["logits"].clone(), case["target"].clone(), case["smoothing"], case["pad_id"]
-        )
-        values.append(_scalar(check, out, case).detach().double())
-    check.ok("returns a scalar tensor and leaves its inputs unchanged")
-    for case, value in zip(cases, values):
-        if not bool(torch.isfinite(value)):
-            check.fail(
-                f"The loss is {float(value)} for {_describe_case(case)}, with ordinary logits (between about -6 "
-                f"and 6).\nLikely causes: the log of a probability that is 0 (use F.log_softmax rather than "
-                f"torch.log(softmax(...))), or a division by zero when counting the non-pad tokens."
-            )
-
-    # 2. Values, against PyTorch.
-    oracles = [_oracle(case) for case in cases]
-    wrong = [i for i, (value, (loss, _)) in enumerate(zip(values, oracles)) if not _close(value, loss)]
-    if wrong:
-        table = "\n".join(
-            f"  {_describe_case(cases[i])}: expected {fmt_number(oracles[i][0])}, got {fmt_number(values[i])}"
-            for i in range(len(cases))
-        )
-        head = f"Your loss does not match {_ORACLE}.\n{table}\n"
-        slips = _Slips(cases)
-        for combo, messages in _slips():
-            if all(_close(values[i], slips.value(i, combo)) for i in range(len(cases))):
-                if len(messages) == 1:
-                    check.fail(head + messages[0])
-                check.fail(head + "It matches a loss with these differences:\n" + "\n".join(f"- {m}" for m in messages))
-        hint = ""
-        if 1 not in wrong:  # the case with smoothing 0.0 is right
-            hint = "It is right when smoothing is 0, so look at how the smoothing mass is spread.\n"
-        check.fail(
-            head
-            + hint
-            + "The target distribution is (1-smoothing) * one_hot(target) + smoothing / V; the loss at a position "
-            "is -sum(q * log_softmax(logits)), and the result is the mean over the positions where target != pad_id."
-        )
-    check.ok(f"matches {_ORACLE}, with several smoothing values (0.0 included) and pad ids other than 0")
-
-    # 3. Numerically stable for logits far apart.
-    large = _large_case()
-    out = check.call(label_smoothing_loss, large["logits"].clone(), large["target"].clone(), large["smoothing"], large["pad_id"])
-    value = _scalar(check, out, large).detach().double()
-    expected, _ = _oracle(large)
-    if not _close(value, expected):
-        check.fail(
-            f"Your loss is wrong when the logits are far apart (differences of about 150, as a confident model "
-            f"produces): expected {fmt_number(expected)}, got {fmt_number(value)}.\n"
-            f"In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) is "
-            f"-inf (a small epsilon inside the log only moves the error). Compute the log-probabilities directly "
-            f"with F.log_softmax(logits, dim=-1), which subtracts the maximum first."
-        )
-    check.ok("stays exact for logits far apart (log_softmax, not log of softmax)")
-
-    # 4. Gradients w.r.t. the logits, on a fresh clone that requires grad.
-    for case, (_, grad) in zip(cases, oracles):
-        x = case["logits"].clone().requires_grad_(True)
-        out = check.call(label_smoothing_loss, x, case["target"].clone(), case["smoothing"], case["pad_id"])
-        out = _scalar(check, out, case)
-        if not out.requires_grad:
-            check.fail(
-                "Your loss is not connected to the logits (its requires_grad is False), so `loss.backward()` cannot "
-                "train anything.\nLikely causes: `.detach()`, `.item()` or `torch.tensor(...)` on the result, or the "
-                "whole computation inside `torch.no_grad()` (only the target distribution may be built there)."
-            )
-        check.call(out.backward, what="loss.backward() on your loss", guard_inputs=False)
-        if x.grad is None:
-            check.fail("After `loss.backward()`, the logits have no gradient: the loss does not depend on them through autograd.")
-        check.close(
-            x.grad,
-            grad,
-            f"the gradient of your loss w.r.t. the logits ({_describe_case(case)})",
-            atol=1e-6,
-            rtol=1e-4,
-            hint="The loss values are right but the gradient is not: is part of the computation detached "
-            "(`.detach()`, `.data`) where it depends on the logits?",
-        )
-    check.ok("its gradient w.r.t. the logits matches PyTorch's")
-
-
-def _close(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    """torch.allclose(atol=1e-5, rtol=1e-4) for two scalars, in Python floats (it runs hundreds of times)."""
-    a, e = float(actual), float(expected)
-    return math.isfinite(a) and abs(a - e) <= 1e-5 + 1e-4 * abs(e)
 
 
 __all__ = ["check_label_smoothing_loss"]
