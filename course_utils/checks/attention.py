@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import contracts
-from . import _devices
 from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, fmt_number, fmt_shape, fmt_values,
                     generator, run_check)
+from ._placement import real_gpu, require_on_gpu, run_on_gpu
 
 _NAME = "scaled_dot_product_attention"
 _SIGNATURE = contracts.contract(_NAME).signature.split(" ->")[0]  # how the course calls it
@@ -180,46 +180,23 @@ def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
 
 
 def _device_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
-    """Inputs on a GPU: a pretended one (``_devices``) everywhere, and the real one when there is one."""
+    """Inputs on a GPU: a pretended one everywhere, and the real one when there is one."""
     q, k, v, mask = _small_inputs(g, torch.float32)
-    with _devices.elsewhere():
-        result = check.attempt(fn, *(_devices.on_device(t) for t in (q, k, v, mask)))
-    where = f"(inputs on {_devices.PRETEND}, pretended on this machine)"
+    inputs = "query, key and value"
+    result = run_on_gpu(check, fn, q, k, v, mask, what=_NAME, inputs=inputs)
     if isinstance(result, Raised):
-        if isinstance(result.exception, _devices.DeviceMismatch):
-            line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("at ")), "")
-            check.fail(
-                f"Your {_NAME} creates a tensor on the CPU although its inputs are on a GPU {where}: "
-                f"{result.exception.operation} mixed the two{' (' + line + ')' if line else ''}.\n"
-                f"On Colab's GPU this is the error \"Expected all tensors to be on the same device\". Create every "
-                f"new tensor on the inputs' device: `torch.zeros(..., device=query.device)`, "
-                f"`scores.new_zeros(...)` or `torch.zeros_like(scores)`."
-            )
         return  # an error that only the pretended device provokes says nothing about a real one
-    items = result if isinstance(result, (tuple, list)) and len(result) == 2 else ()
-    cpu = [name for name, t in zip(("output", "weights"), items) if not _devices.is_on_device(t)]
-    if cpu:
-        check.fail(
-            f"With inputs on a GPU {where}, your {_NAME} returns the {' and the '.join(cpu)} on the CPU.\n"
-            f"The next layer would then mix devices. Likely cause: `.cpu()`, `.numpy()` or `torch.tensor(...)` on "
-            f"the way; keep every step on the inputs' device."
-        )
-    _real_device_check(check, fn, q, k, v, mask)
+    items = result if isinstance(result, (tuple, list)) and len(result) == 2 else (None, None)
+    require_on_gpu(check, _NAME, inputs, {"the output": items[0], "the weights": items[1]})
+    device = real_gpu()
+    if device is not None:
+        out, weights = _call(check, fn, *(t.to(device) for t in (q, k, v, mask)), "positional", batched_ok=True)
+        ref_out, ref_w = _oracle(q, k, v, mask)
+        if out.device.type != device or weights.device.type != device:
+            check.fail(f"With inputs on {device}, your {_NAME} returns tensors on {out.device} and {weights.device}.")
+        check.close(out.cpu(), ref_out, f"the output on {device}")
+        check.close(weights.cpu(), ref_w, f"the weights on {device}")
     check.ok("inputs on a GPU give outputs on that GPU (no tensor is created on the CPU)")
-
-
-def _real_device_check(check: Check, fn: Callable, q, k, v, mask) -> None:
-    """When this machine has a GPU (cuda or mps), run there too and compare with the oracle."""
-    device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else None
-    if device is None:
-        return
-    moved = [t.to(device) for t in (q, k, v, mask)]
-    out, weights = _call(check, fn, *moved, "positional", batched_ok=True)
-    ref_out, ref_w = _oracle(q, k, v, mask)
-    if out.device.type != device or weights.device.type != device:
-        check.fail(f"With inputs on {device}, your {_NAME} returns tensors on {out.device} and {weights.device}.")
-    check.close(out.cpu(), ref_out, f"the output on {device}")
-    check.close(weights.cpu(), ref_w, f"the weights on {device}")
 
 
 # --------------------------------------------------------------------------

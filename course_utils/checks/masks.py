@@ -7,6 +7,12 @@ pad ids (including a pad id other than 0 with real tokens equal to 0). When
 the values are wrong, a list of known mistakes is tried only to *name* the
 cause. The target mask is also used as ``attn_mask`` in PyTorch's attention
 to show what leaks when it is wrong.
+
+What the rest of the course relies on (``contracts.CONTRACTS``) is checked as
+well: lengths of 64 and more, a batch of the same shape as an earlier one but
+other padding (a mask cached between calls), tokens on a GPU (pretended where
+there is none: the mask must come back on the tokens' device), and, for the
+target mask, the learner's own padding and causal masks first, when it uses them.
 """
 
 from __future__ import annotations
@@ -16,12 +22,21 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ._core import Check, CheckResult, generator, run_check
+from ._core import Check, CheckResult, Raised, Status, generator, run_check
+from ._placement import plain, require_on_gpu, run_on_gpu
 
 _BOOL_NOTE = (
     "Masks are boolean (True = may attend): build them with comparisons such as `tokens != pad_id` "
     "or `torch.tril(...)` on a bool tensor, or convert with `.bool()`."
 )
+
+def _long_batch() -> torch.Tensor:
+    """(2, 70): 66 real tokens then 4 pads, and 12 real tokens then 58 pads (lesson 06's lengths and more)."""
+    tokens = torch.arange(70).repeat(2, 1) % 17 + 1  # (2, 70), no token equal to the pad id 0
+    tokens[0, 66:] = 0
+    tokens[1, 12:] = 0
+    return tokens
+
 
 # Token batches: (tokens, pad_id). Mostly right-padded; the last batch is padded on the left, so a
 # mask that marks "the first n positions" or trusts the first token to be real is caught.
@@ -31,7 +46,10 @@ _BATCHES = [
     (torch.tensor([[6, 0, 2, 1, 1], [0, 4, 0, 0, 2], [9, 2, 1, 1, 1], [5, 5, 1, 1, 1]]), 1),
     (torch.tensor([[2, 2, 0, 5, 1], [2, 0, 4, 4, 7], [6, 1, 0, 3, 9]]), 2),  # left padding, pad id 2
     (torch.tensor([[2]]), 0),  # one sentence of one token
+    (torch.tensor([[1, 7, 4, 0, 0, 0], [1, 5, 2, 9, 9, 2], [1, 0, 0, 0, 0, 0]]), 0),  # the first batch's shape
+    (_long_batch(), 0),
 ]
+_SIZES = (5, 4, 1, 8, 64, 130)  # causal masks: small, one, lesson 06's max_len and more
 
 _PREFIX_NOTE = (
     "Your mask marks the first n positions of each sentence as real (n = its number of real tokens), which "
@@ -53,17 +71,17 @@ def _where_padding(tokens: torch.Tensor, pad_id: int) -> str:
 
 def check_padding_mask(make_padding_mask: Callable) -> CheckResult:
     """Check ``make_padding_mask(tokens, pad_id) -> bool (B, 1, 1, L)``, True at real tokens."""
-    return run_check("make_padding_mask", _check_padding, make_padding_mask)
+    return run_check("make_padding_mask", _check_make_padding_mask, make_padding_mask)
 
 
 def check_causal_mask(make_causal_mask: Callable) -> CheckResult:
     """Check ``make_causal_mask(size) -> bool (size, size)``, True on and below the diagonal."""
-    return run_check("make_causal_mask", _check_causal, make_causal_mask)
+    return run_check("make_causal_mask", _check_make_causal_mask, make_causal_mask)
 
 
 def check_target_mask(make_target_mask: Callable) -> CheckResult:
     """Check ``make_target_mask(tokens, pad_id) -> bool (B, 1, L, L)``: padding on the key axis AND causal."""
-    return run_check("make_target_mask", _check_target, make_target_mask)
+    return run_check("make_target_mask", _check_make_target_mask, make_target_mask)
 
 
 # --------------------------------------------------------------------------
@@ -106,7 +124,35 @@ def _below(size: int, diagonal: int = 0) -> torch.Tensor:
 
 
 def _inputs_text(tokens: torch.Tensor, pad_id: int) -> str:
+    if tokens.numel() > 24:
+        return f"a batch of shape {tuple(tokens.shape)} with {int((tokens == pad_id).sum())} pads, pad_id = {pad_id}"
     return f"tokens = {tokens.tolist()}, pad_id = {pad_id}"
+
+
+def _stale(earlier: list, tokens: torch.Tensor, build: Callable) -> list[tuple[torch.Tensor, str]]:
+    """The masks of earlier calls on batches of the same shape, as named mistakes."""
+    return [
+        (build(old, old_pad),
+         f"Your mask is the one of an earlier call ({_inputs_text(old, old_pad)}), not of these tokens: something is "
+         f"kept between calls (a cache keyed on the batch's shape, or a global). Build the mask from each call's "
+         f"own tokens.")
+        for old, old_pad in earlier
+        if old.shape == tokens.shape and not torch.equal(old, tokens)
+    ]
+
+
+def _long_hint(length: int) -> str:
+    if length < 64:
+        return ""
+    return (f"This batch is long (L = {length}): if shorter ones worked, a size is fixed somewhere (a table of "
+            f"positions built once for a few). Build everything from the tokens' own shape.")
+
+
+def _device_stage(check: Check, fn: Callable, what: str, tokens: torch.Tensor, pad_id: int) -> None:
+    """Tokens on a GPU (pretended where there is none): the mask comes back on that GPU."""
+    result = run_on_gpu(check, fn, tokens.clone(), pad_id, what=what, inputs="the tokens")
+    if not isinstance(result, Raised):
+        require_on_gpu(check, what, "the tokens", {"the mask": result})
 
 
 # --------------------------------------------------------------------------
@@ -122,6 +168,11 @@ def _padding_shape_hint(shape: torch.Size, B: int, L: int) -> str:
         )
     if shape in ((B, 1, L), (1, B, L)):
         return "One axis short: the scores have a head axis and a query axis, so the mask needs shape (B, 1, 1, L)."
+    if len(shape) == 4 and shape[:3] == (B, 1, 1) and shape[3] < L:
+        return (
+            f"It has {shape[3]} positions for tokens of length {L}: a size is fixed somewhere (a table of positions "
+            f"built for a few). Build the mask from the tokens themselves, `tokens != pad_id`."
+        )
     if shape == (B, 1, L, 1):
         return (
             "This puts the tokens on the query axis; padding hides *keys*, so the tokens go on the last axis: "
@@ -130,47 +181,63 @@ def _padding_shape_hint(shape: torch.Size, B: int, L: int) -> str:
     return "Shape (B, 1, 1, L): one row per sentence, the tokens on the last (key) axis."
 
 
-def _check_padding(check: Check, make_padding_mask: Callable) -> None:
+def _check_make_padding_mask(check: Check, make_padding_mask: Callable) -> None:
     check.callable_(make_padding_mask, "make_padding_mask")
-    for tokens, pad_id in _BATCHES:
-        B, L = tokens.shape
-        tokens = tokens.clone()
-        value = check.call(make_padding_mask, tokens, pad_id)
-        hint = _padding_shape_hint(getattr(value, "shape", ()), B, L)
-        mask = _as_mask(check, value, "the padding mask", (B, 1, 1, L), hint)
-        expected = (tokens != pad_id).reshape(B, 1, 1, L)
-        if not torch.equal(mask, expected):
-            candidates = [
-                (~expected, "Your mask is True at the padding and False at the real tokens: the polarity is inverted. "
-                            "True means 'may attend', so it must be True at real tokens (`tokens != pad_id`)."),
-                ((tokens != 0).reshape(B, 1, 1, L),
-                 f"Your mask treats the token 0 as padding, but here pad_id = {pad_id} and 0 is a real token. "
-                 f"Likely cause: the pad id 0 is hard-coded; compare with the `pad_id` argument."),
-                ((tokens == 0).reshape(B, 1, 1, L),
-                 f"Your mask is True where the token is 0: the pad id 0 is hard-coded (here pad_id = {pad_id}) and the "
-                 f"polarity is inverted. Use `tokens != pad_id`: True at real tokens."),
-                (torch.ones_like(expected), "Your mask is True everywhere, so padding is never hidden. It must be False "
-                                            "where the token equals pad_id."),
-                (_prefix(tokens, pad_id).reshape(B, 1, 1, L),
-                 _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
-            ]
-            cause = _name_mistake(mask, candidates) or "True must mark the real tokens (those different from pad_id)."
-            check.fail(
-                f"The padding mask has the wrong values for {_inputs_text(tokens, pad_id)}.\n"
-                f"{_describe_cells(mask, expected, 'batch, 1, 1, key')}\n{cause}"
-            )
-        check.stop_if_problems()
+    for i, (tokens, pad_id) in enumerate(_BATCHES):
+        _padding_case(check, make_padding_mask, tokens.clone(), pad_id, _BATCHES[:i])
     check.ok("returns a bool mask of shape (B, 1, 1, L)")
     check.ok("True at real tokens, False at padding, for any pad id (also when real tokens equal 0)")
-    check.ok("works for several batch sizes and lengths, including a single token")
+    check.ok("works for several batch sizes and lengths, from a single token to 70, and for a new batch of an "
+             "earlier batch's shape")
+    _device_stage(check, make_padding_mask, "make_padding_mask", *_BATCHES[0])
+    check.ok("tokens on a GPU give a mask on that GPU")
+
+
+def _padding_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, earlier: list) -> None:
+    B, L = tokens.shape
+    value = check.call(fn, tokens, pad_id, hint=_long_hint(L))
+    hint = _padding_shape_hint(getattr(value, "shape", ()), B, L)
+    mask = _as_mask(check, value, "the padding mask", (B, 1, 1, L), hint)
+    expected = (tokens != pad_id).reshape(B, 1, 1, L)
+    if torch.equal(mask, expected):
+        return
+    candidates = _stale(earlier, tokens, lambda t, p: (t != p).reshape(B, 1, 1, L)) + [
+        (~expected, "Your mask is True at the padding and False at the real tokens: the polarity is inverted. "
+                    "True means 'may attend', so it must be True at real tokens (`tokens != pad_id`)."),
+        ((tokens != 0).reshape(B, 1, 1, L),
+         f"Your mask treats the token 0 as padding, but here pad_id = {pad_id} and 0 is a real token. "
+         f"Likely cause: the pad id 0 is hard-coded; compare with the `pad_id` argument."),
+        ((tokens == 0).reshape(B, 1, 1, L),
+         f"Your mask is True where the token is 0: the pad id 0 is hard-coded (here pad_id = {pad_id}) and the "
+         f"polarity is inverted. Use `tokens != pad_id`: True at real tokens."),
+        (torch.ones_like(expected), "Your mask is True everywhere, so padding is never hidden. It must be False "
+                                    "where the token equals pad_id."),
+        (_prefix(tokens, pad_id).reshape(B, 1, 1, L), _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
+    ]
+    cause = _name_mistake(mask, candidates) or "True must mark the real tokens (those different from pad_id)."
+    check.fail(
+        f"The padding mask has the wrong values for {_inputs_text(tokens, pad_id)}.\n"
+        f"{_describe_cells(mask, expected, 'batch, 1, 1, key')}\n{cause}"
+    )
 
 
 # --------------------------------------------------------------------------
 # Causal mask.
 
 
-def _causal_shape_hint(shape: torch.Size, size: int) -> str:
+def _causal_shape_hint(shape: torch.Size, size: int, earlier: tuple[int, ...] = ()) -> str:
     shape = tuple(shape)
+    if len(shape) == 2 and shape[0] == shape[1] and shape[0] in earlier:
+        return (
+            f"It has the shape of the mask for size = {shape[0]}, an earlier call: is the size hard-coded, or the "
+            f"mask kept (cached) from an earlier call? Build it from each call's own `size` (a cache is fine only "
+            f"when it is keyed by the size, such as `functools.lru_cache`)."
+        )
+    if len(shape) == 2 and shape[0] == shape[1] and shape[0] < size and all(n <= shape[0] for n in earlier):
+        return (
+            f"It was called with size = {size} but has {shape[0]} rows: it looks built for {shape[0]} positions "
+            f"(a fixed-size table, sliced), and right only below that. Build it from `size`."
+        )
     if len(shape) > 2 and shape[-2:] == (size, size) and all(d == 1 for d in shape[:-2]):
         return (
             "It has extra leading axes of size 1. Return just (size, size): broadcasting adds the batch and "
@@ -181,39 +248,43 @@ def _causal_shape_hint(shape: torch.Size, size: int) -> str:
     return "One row per query position, one column per key position: (size, size)."
 
 
-def _check_causal(check: Check, make_causal_mask: Callable) -> None:
+def _check_make_causal_mask(check: Check, make_causal_mask: Callable) -> None:
     check.callable_(make_causal_mask, "make_causal_mask")
-    for size in (5, 4, 1, 8):
-        value = check.call(make_causal_mask, size)
-        hint = _causal_shape_hint(getattr(value, "shape", ()), size)
-        mask = _as_mask(check, value, "the causal mask", (size, size), hint)
-        ones = torch.ones(size, size, dtype=torch.bool)
-        expected = _below(size)
-        if not torch.equal(mask, expected):
-            candidates = [
-                (_below(size, -1),
-                 "The diagonal is False, so a position cannot attend to itself (and the first row is empty, which "
-                 "gives NaN in a softmax). Keep the diagonal: True on *and* below it."),
-                (_below(size, 1),
-                 "Each position can also see the next one (True just above the diagonal): an off-by-one that leaks "
-                 "one future token. Only the diagonal and below should be True."),
-                (~_below(size, -1),
-                 "Your mask is True on and *above* the diagonal: upper-triangular (or transposed), so each position "
-                 "sees the future and not the past. Row i (the query) must be True for columns j <= i: lower-triangular."),
-                (~_below(size),
-                 "Your mask is True strictly above the diagonal and False elsewhere: the polarity is inverted. "
-                 "True means 'may attend': the past and the position itself, on and below the diagonal."),
-                (ones, "Your mask is True everywhere, so nothing is hidden: every position sees the future."),
-            ]
-            cause = _name_mistake(mask, candidates) or "Row i (a query) must be True exactly for the columns j <= i."
-            check.fail(
-                f"The causal mask has the wrong values for size = {size}.\n"
-                f"{_describe_cells(mask, expected, 'query, key')}\n{cause}"
-            )
-        check.stop_if_problems()
+    for i, size in enumerate(_SIZES):
+        _causal_case(check, make_causal_mask, size, _SIZES[:i])
     check.ok("returns a bool mask of shape (size, size)")
     check.ok("True on and below the diagonal (each position sees itself and the past)")
-    check.ok("works for sizes 1, 4, 5 and 8")
+    check.ok(f"works for sizes {', '.join(str(n) for n in sorted(_SIZES))}, called one after the other")
+
+
+def _causal_case(check: Check, fn: Callable, size: int, earlier: tuple[int, ...]) -> None:
+    value = check.call(fn, size, hint=_long_hint(size))
+    hint = _causal_shape_hint(getattr(value, "shape", ()), size, earlier)
+    mask = _as_mask(check, value, "the causal mask", (size, size), hint)
+    expected = _below(size)
+    if torch.equal(mask, expected):
+        return
+    ones = torch.ones(size, size, dtype=torch.bool)
+    candidates = [
+        (_below(size, -1),
+         "The diagonal is False, so a position cannot attend to itself (and the first row is empty, which "
+         "gives NaN in a softmax). Keep the diagonal: True on *and* below it."),
+        (_below(size, 1),
+         "Each position can also see the next one (True just above the diagonal): an off-by-one that leaks "
+         "one future token. Only the diagonal and below should be True."),
+        (~_below(size, -1),
+         "Your mask is True on and *above* the diagonal: upper-triangular (or transposed), so each position "
+         "sees the future and not the past. Row i (the query) must be True for columns j <= i: lower-triangular."),
+        (~_below(size),
+         "Your mask is True strictly above the diagonal and False elsewhere: the polarity is inverted. "
+         "True means 'may attend': the past and the position itself, on and below the diagonal."),
+        (ones, "Your mask is True everywhere, so nothing is hidden: every position sees the future."),
+    ]
+    cause = _name_mistake(mask, candidates) or "Row i (a query) must be True exactly for the columns j <= i."
+    check.fail(
+        f"The causal mask has the wrong values for size = {size}.\n"
+        f"{_describe_cells(mask, expected, 'query, key')}\n{cause}"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -261,67 +332,102 @@ def _leaks(mask: torch.Tensor, tokens: torch.Tensor, pad_id: int) -> list[str]:
     return found
 
 
-def _check_target(check: Check, make_target_mask: Callable) -> None:
+def _check_make_target_mask(check: Check, make_target_mask: Callable) -> None:
     check.callable_(make_target_mask, "make_target_mask")
-    for tokens, pad_id in _BATCHES:
-        B, L = tokens.shape
-        tokens = tokens.clone()
-        value = check.call(make_target_mask, tokens, pad_id)
-        hint = _target_shape_hint(getattr(value, "shape", ()), B, L)
-        mask = _as_mask(check, value, "the target mask", (B, 1, L, L), hint)
-        keys = (tokens != pad_id).reshape(B, 1, 1, L)
-        queries = (tokens != pad_id).reshape(B, 1, L, 1)
-        causal = _below(L)
-        expected = keys & causal
-        if not torch.equal(mask, expected):
-            everything = torch.ones(B, 1, L, L, dtype=torch.bool)
-            candidates = [
-                (~expected, "The whole mask is inverted: True means 'may attend' (a real, earlier-or-same key)."),
-                (queries & causal,
-                 "Your mask hides the rows of padded positions (the padding is applied on the query axis), so "
-                 "those rows are all False: they have nothing to attend to, which gives NaN in a softmax with -inf. "
-                 "Padding hides *keys* only (the key axis, columns): the padding mask has shape (B, 1, 1, L) and "
-                 "broadcasts over the rows."),
-                (keys | causal,
-                 "The padding and causal parts are combined with OR: a position may then attend to anything that "
-                 "is either real or in the past. Combine them with AND (`&`): both must allow it."),
-                (keys & everything,
-                 "Only the padding part is there: every position still sees the future. AND it with the causal mask."),
-                (causal & everything,
-                 "Only the causal part is there: padded keys can still be attended. AND it with the padding mask "
-                 "(True at tokens != pad_id, on the key axis)."),
-                ((tokens != 0).reshape(B, 1, 1, L) & causal,
-                 f"Here pad_id = {pad_id} and 0 is a real token, but your mask hides the token 0: the pad id 0 is "
-                 f"hard-coded. Compare with the `pad_id` argument."),
-                (~keys & causal, "The padding part is inverted: it keeps padded keys and hides real ones. "
-                                 "True must mark real tokens (`tokens != pad_id`)."),
-                (keys & ~causal, "The causal part is inverted: True must be on and below the diagonal."),
-                (keys & ~_below(L, -1),
-                 "The causal part is upper-triangular (transposed): each position sees the future instead of "
-                 "the past. Use the lower triangle, True where key position <= query position."),
-                (keys & _below(L, -1),
-                 "The causal part hides the diagonal: a position must be able to attend to itself."),
-                (keys & queries & causal,
-                 "Your mask also hides the rows of padded positions (padding on the query axis as well as on the "
-                 "key axis), so those rows are all False: a softmax over a row of -inf gives NaN, which then "
-                 "spreads. Padding hides *keys* only: AND the causal mask with a (B, 1, 1, L) padding mask."),
-                (_prefix(tokens, pad_id).reshape(B, 1, 1, L) & causal,
-                 _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
-            ]
-            cause = _name_mistake(mask, candidates)
-            if cause is None:
-                leaks = _leaks(mask, tokens, pad_id)
-                cause = (
-                    "Used as attn_mask in F.scaled_dot_product_attention: " + "; ".join(leaks) + "."
-                    if leaks else "It must be True exactly where the key is a real token and not after the query."
-                )
-            check.fail(
-                f"The target mask has the wrong values for {_inputs_text(tokens, pad_id)}.\n"
-                f"{_describe_cells(mask, expected, 'batch, 1, query, key')}\n{cause}"
-            )
-        check.stop_if_problems()
-        if _leaks(mask, tokens, pad_id):  # cannot happen for the expected mask; kept as an end-to-end guard
-            check.fail("Used as attn_mask, your target mask lets the future or the padding leak into the output.")
+    _components_first(check, make_target_mask)
+    for i, (tokens, pad_id) in enumerate(_BATCHES):
+        _target_case(check, make_target_mask, tokens.clone(), pad_id, _BATCHES[:i])
     check.ok("returns a bool mask of shape (B, 1, L, L)")
     check.ok("padding on the key axis AND causal, for any pad id (also when real tokens equal 0)")
-    check.ok("used as attn_mask in F.scaled_dot_product_attention, earlier outputs ignore later tokens and padding")
+    check.ok("works for lengths from 1 to 70, and for a new batch of an earlier batch's shape")
+    _device_stage(check, make_target_mask, "make_target_mask", *_BATCHES[0])
+    check.ok("tokens on a GPU give a mask on that GPU")
+
+
+def _components_first(check: Check, fn: Callable) -> None:
+    """If the learner's make_target_mask calls their own padding or causal mask, check those first."""
+    used = getattr(getattr(fn, "__code__", None), "co_names", ())
+    names = getattr(fn, "__globals__", {})
+    parts = [(name, checker) for name, checker in (("make_padding_mask", check_padding_mask),
+                                                   ("make_causal_mask", check_causal_mask))
+             if name in used and callable(names.get(name))]
+    for name, checker in parts:
+        part = names[name]
+        result = checker(part)
+        if result.status is Status.NOT_ATTEMPTED:
+            check.not_attempted(
+                f"Your make_target_mask uses your {name}, which is not written yet: do that exercise first.\n"
+                + result.messages[0]
+            )
+        if not result.passed:
+            check.fail(
+                f"Your make_target_mask uses your {name}, which fails its own checker: fix that first "
+                f"(run check_{name.removeprefix('make_')}({name}) for the details).\n{result.messages[0]}"
+            )
+    if parts:
+        check.ok(f"your {' and '.join(name for name, _ in parts)}, which it uses, pass their own checkers")
+
+
+def _target_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, earlier: list) -> None:
+    B, L = tokens.shape
+    value = check.call(fn, tokens, pad_id, hint=_long_hint(L))
+    hint = _target_shape_hint(getattr(value, "shape", ()), B, L)
+    mask = _as_mask(check, value, "the target mask", (B, 1, L, L), hint)
+    keys = (tokens != pad_id).reshape(B, 1, 1, L)
+    expected = keys & _below(L)
+    if torch.equal(mask, expected):
+        return
+    stale = _stale(earlier, tokens, lambda t, p: (t != p).reshape(B, 1, 1, L) & _below(L))
+    cause = _name_mistake(mask, stale + _target_mistakes(tokens, pad_id))
+    if cause is None:
+        leaks = _leaks(mask, tokens, pad_id)
+        cause = (
+            "Used as attn_mask in F.scaled_dot_product_attention: " + "; ".join(leaks) + "."
+            if leaks else "It must be True exactly where the key is a real token and not after the query."
+        )
+    check.fail(
+        f"The target mask has the wrong values for {_inputs_text(tokens, pad_id)}.\n"
+        f"{_describe_cells(mask, expected, 'batch, 1, query, key')}\n{cause}"
+    )
+
+
+def _target_mistakes(tokens: torch.Tensor, pad_id: int) -> list[tuple[torch.Tensor, str]]:
+    B, L = tokens.shape
+    keys = (tokens != pad_id).reshape(B, 1, 1, L)
+    queries = (tokens != pad_id).reshape(B, 1, L, 1)
+    causal = _below(L)
+    expected = keys & causal
+    everything = torch.ones(B, 1, L, L, dtype=torch.bool)
+    return [
+        (~expected, "The whole mask is inverted: True means 'may attend' (a real, earlier-or-same key)."),
+        (queries & causal,
+         "Your mask hides the rows of padded positions (the padding is applied on the query axis), so "
+         "those rows are all False: they have nothing to attend to, which gives NaN in a softmax with -inf. "
+         "Padding hides *keys* only (the key axis, columns): the padding mask has shape (B, 1, 1, L) and "
+         "broadcasts over the rows."),
+        (keys | causal,
+         "The padding and causal parts are combined with OR: a position may then attend to anything that "
+         "is either real or in the past. Combine them with AND (`&`): both must allow it."),
+        (keys & everything,
+         "Only the padding part is there: every position still sees the future. AND it with the causal mask."),
+        (causal & everything,
+         "Only the causal part is there: padded keys can still be attended. AND it with the padding mask "
+         "(True at tokens != pad_id, on the key axis)."),
+        ((tokens != 0).reshape(B, 1, 1, L) & causal,
+         f"Here pad_id = {pad_id} and 0 is a real token, but your mask hides the token 0: the pad id 0 is "
+         f"hard-coded. Compare with the `pad_id` argument."),
+        (~keys & causal, "The padding part is inverted: it keeps padded keys and hides real ones. "
+                         "True must mark real tokens (`tokens != pad_id`)."),
+        (keys & ~causal, "The causal part is inverted: True must be on and below the diagonal."),
+        (keys & ~_below(L, -1),
+         "The causal part is upper-triangular (transposed): each position sees the future instead of "
+         "the past. Use the lower triangle, True where key position <= query position."),
+        (keys & _below(L, -1),
+         "The causal part hides the diagonal: a position must be able to attend to itself."),
+        (keys & queries & causal,
+         "Your mask also hides the rows of padded positions (padding on the query axis as well as on the "
+         "key axis), so those rows are all False: a softmax over a row of -inf gives NaN, which then "
+         "spreads. Padding hides *keys* only: AND the causal mask with a (B, 1, 1, L) padding mask."),
+        (_prefix(tokens, pad_id).reshape(B, 1, 1, L) & causal,
+         _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
+    ]
