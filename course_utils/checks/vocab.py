@@ -18,12 +18,15 @@ course's own implementations. The test vocabulary gives ordinary tokens ids
 that are not in the dictionary's insertion order, so looking a token up by
 its position in the dict is told apart from looking up its id; encode and
 decode also run against a second vocabulary, so a vocabulary kept outside the
-function (or remembered from the first call) is caught.
+function (or remembered from the first call) is caught. The data holds
+sentences longer than 10 tokens and the specials ``<unk>`` and ``<eos>`` written
+as words (they keep their ids), and pad_batch meets lesson 06's lengths.
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import operator
 from collections import Counter
 from collections.abc import Mapping
@@ -31,7 +34,7 @@ from typing import Any, Callable
 
 import torch
 
-from ._core import Check, CheckResult, describe, fmt_shape, run_check
+from ._core import Check, CheckResult, Raised, describe, fmt_shape, run_check
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 _SPECIAL_IDS = {PAD: 0, BOS: 1, EOS: 2, UNK: 3}
@@ -73,7 +76,8 @@ def _as_int(value: Any) -> int | None:
 
 def _show(items, limit: int = 8) -> str:
     items = list(items)
-    text = ", ".join(repr(i) for i in items[:limit])
+    plain = (str, int, float, list, tuple, type(None))
+    text = ", ".join(repr(i) if isinstance(i, plain) else describe(i) for i in items[:limit])
     return "[" + text + (", ..." if len(items) > limit else "") + "]"
 
 
@@ -154,9 +158,15 @@ _SHARED_STATE = (
 )
 
 
-def _expected_tokens(min_freq: int) -> set[str]:
-    counts = Counter(t for s in _SENTENCES for t in s)
-    return {t for t, c in counts.items() if c >= min_freq}
+# Checked last, once the rest holds: a sentence of 13 tokens with two specials written as words.
+_LONG_SENTENCE = ["ein", "<unk>", "steht", "im", "text", ",", "und", "ein", "<eos>", "mitten", "im", "satz", ":"]
+_LITERAL_SPECIALS = {t for t in _LONG_SENTENCE if t in _SPECIAL_IDS}
+
+
+def _expected_tokens(min_freq: int, sentences: list[list[str]] = _SENTENCES) -> set[str]:
+    """The ordinary tokens seen at least min_freq times (a special in the data is not a new token)."""
+    counts = Counter(t for s in sentences for t in s)
+    return {t for t, c in counts.items() if c >= min_freq} - set(_SPECIAL_IDS)
 
 
 def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
@@ -193,6 +203,23 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
     _ids_contiguous(check, vocab, " (without min_freq)")
     check.ok("without min_freq, every token is kept (min_freq defaults to 1)")
     check.ok("leaves the sentences it is given unchanged")
+    _check_literal_specials(check, build_vocab)
+
+
+def _check_literal_specials(check: Check, build_vocab: Callable) -> None:
+    """A corpus may hold '<unk>' or '<eos>' as words, and sentences longer than 10 tokens: the specials keep their ids."""
+    sentences = copy.deepcopy(_SENTENCES) + [list(_LONG_SENTENCE)]
+    when = f" (when a sentence contains {' and '.join(repr(t) for t in sorted(_LITERAL_SPECIALS))} as words)"
+    vocab = _vocab_result(check, _guarded(check, build_vocab, (sentences,), "build_vocab"), "build_vocab(token_lists)")
+    _specials_in_place(check, vocab, when)
+    missing = _expected_tokens(1, sentences) - set(vocab)
+    if missing:
+        check.fail(
+            f"build_vocab(token_lists) misses tokens of a sentence of {len(_LONG_SENTENCE)} tokens: "
+            f"{_show(sorted(missing))}.\nKeep every token of every sentence, whatever its length."
+        )
+    _ids_contiguous(check, vocab, when)
+    check.ok("specials written as words in the data keep their ids; sentences longer than 10 tokens are counted whole")
 
 
 def _no_growth_on_lookup(check: Check, vocab: Any, call: str) -> None:
@@ -268,7 +295,13 @@ def _specials_in_place(check: Check, vocab: dict, when: str = "") -> None:
     if wrong:
         actual = ", ".join(f"{s}={vocab[s]}" for s in _SPECIAL_IDS)
         hint = "Give them ids in this order: <pad>=0, <bos>=1, <eos>=2, <unk>=3"
-        if all(v >= 4 for v in wrong.values()):
+        if when.startswith(" (when a sentence contains") and all(v >= 4 for v in wrong.values()):
+            hint = (
+                f"The sentences contain {', '.join(repr(t) for t in sorted(wrong))} literally, as a word, and your "
+                f"build_vocab numbered it again as a new token, which moved the special. Skip tokens that are "
+                f"already in the vocabulary (`if token not in vocab`), so the specials keep 0, 1, 2, 3"
+            )
+        elif all(v >= 4 for v in wrong.values()):
             hint = "The specials come first, before any ordinary token"
         elif sorted(vocab[s] for s in _SPECIAL_IDS) == [0, 1, 2, 3]:
             hint = "They are in the wrong order (a set does not keep order); number them as a list: <pad>=0, <bos>=1, <eos>=2, <unk>=3"
@@ -437,6 +470,9 @@ def _ids_result(check: Check, value: Any, call: str) -> list[int]:
         )
     if not isinstance(value, list):
         check.fail(f"{call} should return a list of ints, but returned {describe(value)}.")
+    odd = [v for v in value if not isinstance(v, (str, torch.Tensor, type(None))) and _as_int(v) is None]
+    if odd:
+        check.fail(f"{call} should return integer ids, but returned {_show(value)}.")
     if any(v is None for v in value):
         check.fail(
             f"{call} returned None in place of some ids: {_show(value)}.\n"
@@ -509,7 +545,13 @@ def _check_encode(check: Check, encode: Callable) -> None:
             cause = "Expected [vocab['<bos>']] + [vocab[t] for each token] + [vocab['<eos>']]."
         check.fail(f"encode returned the wrong ids.\n{shown}\n{cause}")
     check.ok("adds <bos> first and <eos> last, and looks the ids up in the vocabulary (not by position)")
+    _encode_second_vocabulary(check, encode, tokens)
+    _encode_unknown_tokens(check, encode)
+    _encode_edge_cases(check, encode)
+    check.ok("leaves its inputs (tokens, vocab) unchanged")
 
+
+def _encode_second_vocabulary(check: Check, encode: Callable, tokens: list[str]) -> None:
     v2 = _VOCAB_2
     want = [v2[BOS]] + [v2[t] for t in tokens] + [v2[EOS]]
     got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v2)), "encode"), "encode(tokens, vocab)")
@@ -520,18 +562,17 @@ def _check_encode(check: Check, encode: Callable) -> None:
         )
     check.ok("uses the vocabulary it is given (also a second, different one)")
 
-    # unknown tokens
+
+def _encode_unknown_tokens(check: Check, encode: Callable) -> None:
+    v = _VOCAB
     unknown = ["die", "ente", "sieht", "den", "hund", "."]
     want = [v[BOS], v["die"], v[UNK], v["sieht"], v[UNK], v["hund"], v["."], v[EOS]]
-    try:  # a KeyError on an unknown token deserves a diagnosis, not just a traceback
-        encode(list(unknown), dict(v))
-    except KeyError as exc:
+    probe = check.attempt(encode, list(unknown), dict(v), what="encode")
+    if isinstance(probe, Raised) and isinstance(probe.exception, KeyError):  # a diagnosis, not just a traceback
         check.fail(
-            f"encode raised KeyError: {exc} for a token that is not in the vocabulary.\n"
+            f"encode raised KeyError: {probe.exception} for a token that is not in the vocabulary.\n"
             f"Unknown tokens must become the id of <unk>: `vocab.get(token, vocab['<unk>'])`."
         )
-    except Exception:
-        pass  # reported by the guarded call below
     got = _ids_result(check, _guarded(check, encode, (list(unknown), dict(v)), "encode"), "encode(tokens, vocab)")
     if got != want:
         shown = f"  tokens:   {unknown}  ('ente' and 'den' are not in the vocabulary)\n  expected: {want}\n  actual:   {got}"
@@ -555,11 +596,35 @@ def _check_encode(check: Check, encode: Callable) -> None:
         )
     check.ok("maps tokens missing from the vocabulary to <unk> and never changes the vocabulary")
 
+
+_LONG_TOKENS = ["der", "hund", "schläft", "nicht", "und", "die", "katze", "sieht", "die", "maus", "nicht", "im", "garten", "."]
+
+
+def _encode_edge_cases(check: Check, encode: Callable) -> None:
+    """An empty sentence, a sentence of 14 tokens, and a special token written as a word."""
+    v = _VOCAB
     got = _ids_result(check, _guarded(check, encode, ([], dict(v)), "encode"), "encode([], vocab)")
     if got != [v[BOS], v[EOS]]:
         check.fail(f"encode([], vocab) should be [{v[BOS]}, {v[EOS]}] (just <bos> and <eos>), but it is {got}.")
     check.ok("an empty sentence becomes [<bos>, <eos>]")
-    check.ok("leaves its inputs (tokens, vocab) unchanged")
+    want = [v[BOS]] + [v.get(t, v[UNK]) for t in _LONG_TOKENS] + [v[EOS]]
+    got = _ids_result(check, _guarded(check, encode, (list(_LONG_TOKENS), dict(v)), "encode"), "encode(tokens, vocab)")
+    if got != want:
+        check.fail(
+            f"encode returned {len(got)} ids for a sentence of {len(_LONG_TOKENS)} tokens; it should return "
+            f"{len(want)}: <bos>, one id for every token, <eos>.\n  tokens:   {_LONG_TOKENS}\n  expected: {want}\n"
+            f"  actual:   {got}\nEncode every token, however long the sentence (no fixed length, no cut)."
+        )
+    literal = ["der", EOS, "hund", "."]
+    want = [v[BOS], v["der"], v[EOS], v["hund"], v["."], v[EOS]]
+    got = _ids_result(check, _guarded(check, encode, (list(literal), dict(v)), "encode"), "encode(tokens, vocab)")
+    if got != want:
+        check.fail(
+            f"encode({literal}, vocab) should be {want}, but it is {got}.\nThe sentence contains '<eos>' as a word: "
+            f"it is in the vocabulary, so it is looked up like any other token, vocab[token] (only the first and "
+            f"last ids are added by encode)."
+        )
+    check.ok("encodes sentences of any length, and special tokens written as words like any other token")
 
 
 def _tokens_result(check: Check, value: Any, call: str) -> list[str]:
@@ -659,11 +724,11 @@ def _check_decode(check: Check, decode: Callable) -> None:
 
 def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
     check.callable_(pad_batch, "pad_batch")
-    # The longest sequence is not the first; 0 is a real token; pad_id is not 0.
-    sequences = [[5, 0, 7], [8, 6, 9, 4, 3, 12], [0], [2, 2]]
+    # The longest sequence is neither the first nor the largest in list order (max(sequences) is [9, 2]);
+    # 0 is a real token; pad_id is not 0.
+    sequences = [[5, 0, 7], [8, 6, 9, 4, 3, 12], [0], [9, 2]]
     pad_id = 13
-    B, L = len(sequences), max(len(s) for s in sequences)
-    out = _guarded(check, pad_batch, (copy.deepcopy(sequences), pad_id), "pad_batch")
+    out = _pad(check, pad_batch, sequences, pad_id)
     if isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor):
         check.fail(
             f"pad_batch returned a tuple of two things (a {describe(out[0])} and a {describe(out[1])}), perhaps "
@@ -676,39 +741,7 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
         )
     if not isinstance(out, torch.Tensor):
         check.fail(f"pad_batch should return a torch.Tensor, but returned {describe(out)}." + ("\nDid you forget a `return` statement?" if out is None else ""))
-    shape = tuple(out.shape)
-    if shape != (B, L):
-        shown = f"  sequences: {sequences} (B = {B}, longest = {L})\n  expected shape: {fmt_shape((B, L))}\n  actual shape:   {fmt_shape(shape)}"
-        shortest = min(len(s) for s in sequences)
-        if len(shape) == 3 and shape[:2] == (B, L):
-            cause = (
-                f"The result has 3 dimensions: the batch should be 2-D, (B, L_max), one id per position. "
-                f"Remove the extra dimension of size {shape[2]} (no unsqueeze, no list around each id)."
-            )
-        elif len(shape) != 2:
-            cause = f"The result should be 2-D, (B, L_max), but it has {len(shape)} dimension(s)."
-        elif shape == (L, B):
-            cause = "The result is transposed: one row per sequence, so (B, L_max). With pad_sequence, pass batch_first=True."
-        elif shape[0] == B and shape[1] == len(sequences[0]):
-            cause = "The width is the length of the first sequence; it should be the length of the longest one."
-        elif shape[0] == B and shape[1] == shortest:
-            cause = (
-                "The width is the length of the shortest sequence: the longer ones were cut. `zip(*sequences)` stops at "
-                "the shortest sequence; pad every sequence up to the longest instead "
-                "(for example itertools.zip_longest(..., fillvalue=pad_id))."
-            )
-        elif shape[0] == B and shape[1] > L:
-            cause = f"There are {shape[1] - L} column(s) too many: pad to exactly the longest length, max(len(s) for s in sequences)."
-        elif shape[0] == B and shape[1] < L:
-            cause = (
-                f"The rows are cut to a fixed maximum of {shape[1]} ids, but the longest sequence has {L}: pad_batch "
-                f"pads to the longest sequence and never drops ids."
-            )
-        elif len(shape) == 2 and shape[0] < B:
-            cause = "Some sequences are missing: every sequence gets its own row."
-        else:
-            cause = "Expected one row per sequence and as many columns as the longest sequence has ids."
-        check.fail(f"pad_batch returned the wrong shape.\n{shown}\n{cause}")
+    _pad_shape(check, out, sequences)
     check.ok("returns a tensor of shape (B, L_max): one row per sequence, as wide as the longest")
     if out.dtype != torch.long:
         check.fail(
@@ -718,45 +751,111 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
     check.ok("dtype is torch.long")
     _pad_values(check, out, sequences, pad_id)
     check.ok("keeps every id in place and pads on the right with pad_id (also when pad_id is not 0 and 0 is a real id)")
+    _check_more_batches(check, pad_batch)
+    check.ok("leaves the input lists unchanged")
 
-    # pad_id 0; an empty sequence (first: a dtype taken from the first row is float then);
-    # sequences of equal length; one sequence of length 1
+
+_MAX_OF_LISTS = (
+    "Hint: `max(sequences)` is not the longest sequence: Python compares lists element by element, so it returns "
+    "the largest in dictionary order ({largest} here, {n} ids, while the longest has {longest}). Use "
+    "`max(len(s) for s in sequences)` (or `max(sequences, key=len)`)."
+)
+
+
+def _pad(check: Check, pad_batch: Callable, sequences: list, pad_id: int, what: str = "") -> Any:
+    """One guarded call; a crash ends the check with a hint tied to its usual cause."""
+    out = check.attempt(pad_batch, copy.deepcopy(sequences), pad_id, what="pad_batch")
+    if not isinstance(out, Raised) or isinstance(out.exception, NotImplementedError):
+        return _guarded(check, pad_batch, (copy.deepcopy(sequences), pad_id), "pad_batch")
+    largest, longest = max(sequences), max(len(s) for s in sequences)
+    if "max(" in _source(pad_batch) and len(largest) != longest and "key=len" not in _source(pad_batch):
+        check.error(out.message + "\n" + _MAX_OF_LISTS.format(largest=largest, n=len(largest), longest=longest))
+    if what == "an empty sequence":
+        exc = out.exception
+        check.fail(
+            f"pad_batch({sequences}, pad_id={pad_id}) raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n"
+            f"An empty sequence becomes a row of pad ids. If you build a tensor per sequence, "
+            f"note that torch.tensor([]) is a float tensor: pass dtype=torch.long."
+        )
+    check.error(out.message)
+
+
+def _source(fn: Callable) -> str:
+    try:
+        return inspect.getsource(fn)
+    except (OSError, TypeError):
+        return ""
+
+
+def _pad_shape(check: Check, out: torch.Tensor, sequences: list, what: str = "") -> None:
+    """Fail with the likely cause unless ``out`` is (B, L_max)."""
+    B, L = len(sequences), max(len(s) for s in sequences)
+    shape = tuple(out.shape)
+    if shape == (B, L):
+        return
+    shown = f"  sequences: {_show(sequences, 4)} (B = {B}, longest = {L})\n  expected shape: {fmt_shape((B, L))}\n  actual shape:   {fmt_shape(shape)}"
+    shortest = min(len(s) for s in sequences)
+    if len(shape) == 3 and shape[:2] == (B, L):
+        cause = (
+            f"The result has 3 dimensions: the batch should be 2-D, (B, L_max), one id per position. "
+            f"Remove the extra dimension of size {shape[2]} (no unsqueeze, no list around each id)."
+        )
+    elif len(shape) != 2:
+        cause = f"The result should be 2-D, (B, L_max), but it has {len(shape)} dimension(s)."
+    elif shape == (L, B):
+        cause = "The result is transposed: one row per sequence, so (B, L_max). With pad_sequence, pass batch_first=True."
+    elif shape[0] == B and shape[1] == len(max(sequences)) != L:
+        cause = _MAX_OF_LISTS.format(largest=max(sequences), n=shape[1], longest=L)[len("Hint: "):]
+    elif shape[0] == B and shape[1] == len(sequences[0]):
+        cause = "The width is the length of the first sequence; it should be the length of the longest one."
+    elif shape[0] == B and shape[1] == shortest:
+        cause = (
+            "The width is the length of the shortest sequence: the longer ones were cut. `zip(*sequences)` stops at "
+            "the shortest sequence; pad every sequence up to the longest instead "
+            "(for example itertools.zip_longest(..., fillvalue=pad_id))."
+        )
+    elif shape[0] == B and shape[1] > L:
+        cause = f"There are {shape[1] - L} column(s) too many: pad to exactly the longest length, max(len(s) for s in sequences)."
+    elif shape[0] == B and shape[1] < L:
+        cause = (
+            f"The rows are cut to a fixed maximum of {shape[1]} ids, but the longest sequence has {L}: pad_batch "
+            f"pads to the longest sequence and never drops ids."
+        )
+    elif shape[0] < B:
+        cause = "Some sequences are missing: every sequence gets its own row."
+    else:
+        cause = "Expected one row per sequence and as many columns as the longest sequence has ids."
+    check.fail(f"pad_batch returned the wrong shape" + (f" with {what}" if what else "") + f".\n{shown}\n{cause}")
+
+
+def _check_more_batches(check: Check, pad_batch: Callable) -> None:
+    """pad_id 0; an empty sequence (first: a dtype taken from the first row is float then); equal lengths;
+    a single sequence of length 1; lesson 06's lengths."""
+    long = [list(range(3, 73)), [5, 6]]  # 70 ids: lesson 06 pads sentences up to max_len = 64 and beyond
     for seqs, pid, what in (
         ([[4, 5], [6]], 0, "pad_id = 0"),
         ([[], [3, 4], [5]], 9, "an empty sequence"),
         ([[1, 2, 3], [4, 5, 6]], 7, "sequences of equal length"),
         ([[6]], 2, "a single sequence of length 1"),
+        (long, 1, "a sequence of 70 ids"),
     ):
-        try:
-            out = pad_batch(copy.deepcopy(seqs), pid)
-        except Exception as exc:
-            if what == "an empty sequence" and not isinstance(exc, NotImplementedError):
-                check.fail(
-                    f"pad_batch({seqs}, pad_id={pid}) raised {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}\n"
-                    f"An empty sequence becomes a row of pad ids. If you build a tensor per sequence, "
-                    f"note that torch.tensor([]) is a float tensor: pass dtype=torch.long."
-                )
-            out = _guarded(check, pad_batch, (copy.deepcopy(seqs), pid), "pad_batch")  # reports the error
-        want_shape = (len(seqs), max(len(s) for s in seqs))
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != want_shape or out.dtype != torch.long:
-            got = f"a tensor of shape {fmt_shape(out.shape)}, dtype {str(out.dtype).replace('torch.', '')}" if isinstance(out, torch.Tensor) else describe(out)
+        out = _pad(check, pad_batch, seqs, pid, what)
+        if not isinstance(out, torch.Tensor):
+            check.fail(f"With {what}, pad_batch should return a torch.long tensor, but returned {describe(out)}.")
+        if what == "an empty sequence" and out.dim() == 2 and out.shape[0] == len(seqs) - 1:
             check.fail(
-                f"With {what}, pad_batch({seqs}, pad_id={pid}) should return a torch.long tensor of shape "
-                f"{fmt_shape(want_shape)}, but returned {got}."
-                + (
-                    "\nAn empty sequence must still get its row (all pad ids)."
-                    if what == "an empty sequence" and not (isinstance(out, torch.Tensor) and tuple(out.shape) == want_shape)
-                    else ""
-                )
-                + (
-                    "\ntorch.tensor([]) is a float tensor: pass dtype=torch.long when you make a tensor from a sequence."
-                    if isinstance(out, torch.Tensor) and out.dtype != torch.long
-                    else ""
-                )
+                f"With {what}, pad_batch({seqs}, pad_id={pid}) returned a tensor of shape {fmt_shape(out.shape)}.\n"
+                f"An empty sequence must still get its row (all pad ids)."
+            )
+        _pad_shape(check, out, seqs, what)
+        if out.dtype != torch.long:
+            check.fail(
+                f"With {what}, pad_batch({_show(seqs, 4)}, pad_id={pid}) returned dtype "
+                f"{str(out.dtype).replace('torch.', '')}, not torch.long.\n"
+                f"torch.tensor([]) is a float tensor: pass dtype=torch.long when you make a tensor from a sequence."
             )
         _pad_values(check, out, seqs, pid, what)
-    check.ok("handles pad_id = 0, an empty sequence, equal lengths and a single sequence of length 1")
-    check.ok("leaves the input lists unchanged")
+    check.ok("handles pad_id = 0, an empty sequence, equal lengths, a single sequence of length 1, and 70 ids")
 
 
 def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, what: str = "") -> None:
