@@ -132,10 +132,66 @@ _ALL = (
              used_by=("04: the heads plot and the nn.MultiheadAttention comparison", "05: EncoderLayer, DecoderLayer",
                       "06: cross_attention_weights (W_q, W_k, forward's (query, key, value, mask))", "07")),
     # -- lesson 05 ---------------------------------------------------------------
-    Contract("FeedForward", "05_transformer", "class", "FeedForward(d_model, d_ff, dropout)"),
-    Contract("EncoderLayer", "05_transformer", "class", "EncoderLayer(d_model, num_heads, d_ff, dropout)"),
-    Contract("DecoderLayer", "05_transformer", "class", "DecoderLayer(d_model, num_heads, d_ff, dropout)"),
-    Contract("Transformer", "05_transformer", "class", "Transformer(...)"),
+    Contract("FeedForward", "05_transformer", "class",
+             "FeedForward(d_model, d_ff, dropout=0.0); forward(x (B, L, d_model)) -> (B, L, d_model)",
+             submodules=("linear1", "linear2"),
+             promises=(
+                 "linear1 = nn.Linear(d_model, d_ff) and linear2 = nn.Linear(d_ff, d_model), with biases",
+                 "computes linear2(dropout(relu(linear1(x)))), position by position",
+                 "in training mode, dropout with rate `dropout` on the hidden activations only; eval deterministic",
+             ),
+             used_by=("05: EncoderLayer, DecoderLayer", "07: copying the weights into nn.Transformer")),
+    Contract("EncoderLayer", "05_transformer", "class",
+             "EncoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, mask=None) -> (B, L, d_model)",
+             submodules=("self_attn", "feed_forward", "norm1", "norm2"),
+             promises=(
+                 "self_attn is a MultiHeadAttention and feed_forward a FeedForward, each passing its own checker",
+                 "norm1 and norm2 are LayerNorm(d_model) (over the last axis, with gain and bias); norm1 ends the "
+                 "first sublayer, norm2 the second",
+                 "post-LN: x = norm1(x + dropout(self_attn(x, x, x, mask))); x = norm2(x + dropout(feed_forward(x)))",
+                 "in training mode, dropout with rate `dropout` on each sublayer's output before the residual "
+                 "addition (plus the sublayers' own), nowhere else, a fresh mask each time; eval deterministic",
+                 "no causal mask: every position sees every unmasked position",
+             ),
+             used_by=("05: Transformer", "06: training", "07: copying the weights into nn.Transformer")),
+    Contract("DecoderLayer", "05_transformer", "class",
+             "DecoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, memory, src_mask=None, tgt_mask=None) "
+             "-> (B, L_tgt, d_model)",
+             submodules=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3"),
+             promises=(
+                 "self_attn and cross_attn are two MultiHeadAttentions, feed_forward a FeedForward, each passing "
+                 "its own checker",
+                 "norm1, norm2, norm3 are LayerNorm(d_model), one per sublayer, in that order",
+                 "post-LN: masked self-attention with tgt_mask, cross-attention (query x, key and value memory) "
+                 "with src_mask, feed-forward",
+                 "in training mode, dropout with rate `dropout` on each sublayer's output before the residual "
+                 "addition, nowhere else, a fresh mask each time; eval deterministic",
+             ),
+             used_by=("05: Transformer", "06: cross_attention_weights reads decoder_layers[-1].cross_attn",
+                      "07: copying the weights into nn.Transformer")),
+    Contract("Transformer", "05_transformer", "class",
+             "Transformer(src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048, "
+             "dropout=0.1, max_len=5000, pad_id=0); forward(src, tgt) -> logits (B, L_tgt, tgt_vocab_size)",
+             attributes=("d_model", "pad_id"),
+             methods=("encode", "decode"),
+             submodules=("src_embed", "tgt_embed", "positional_encoding", "encoder_layers", "decoder_layers",
+                         "generator"),
+             promises=(
+                 "encode(src) -> memory (B, L_src, d_model); decode(tgt, memory, src) -> logits; "
+                 "forward(src, tgt) == decode(tgt, encode(src), src)",
+                 "src_embed and tgt_embed are nn.Embedding, positional_encoding your PositionalEncoding, "
+                 "encoder_layers and decoder_layers nn.ModuleLists of num_layers EncoderLayer / DecoderLayer, "
+                 "generator nn.Linear(d_model, tgt_vocab_size); each component passes its own checker",
+                 "every weight matrix and embedding table (every parameter with 2 or more dimensions) is initialised "
+                 "with Xavier/Glorot (uniform or normal)",
+                 "embeddings scaled by sqrt(d_model) on both sides, then the positional encoding; masks built from pad_id",
+                 "in training mode, dropout with rate `dropout` on the embeddings plus positional encoding of both "
+                 "sides and inside the layers, nowhere else; eval deterministic",
+                 "raw logits (no softmax); sentences up to max_len; .to(dtype) and .to(device) move every tensor",
+             ),
+             used_by=("05: the parameter breakdown (src_embed, tgt_embed, encoder_layers, decoder_layers, generator)",
+                      "06: build_model, training, checkpoints, greedy decoding, the cross-attention plot",
+                      "benchmarks/bench.py", "07: the key/value cache and nn.Transformer copy")),
     # -- lesson 06 ---------------------------------------------------------------
     Contract("noam_lr", "06_training", "function", "noam_lr(step, d_model, warmup_steps) -> float",
              promises=("the paper's d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), as a plain number",

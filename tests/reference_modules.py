@@ -59,7 +59,8 @@ class MultiHeadAttention(nn.Module):
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
         if mask is not None:
             scores = scores.masked_fill(~mask, float("-inf"))
-        weights = self.dropout(scores.softmax(dim=-1))
+        self.attention_weights = scores.softmax(dim=-1)  # (B, H, L_q, L_k)
+        weights = self.dropout(self.attention_weights)
         out = (weights @ v).transpose(1, 2).reshape(query.shape[0], query.shape[1], -1)
         return self.W_o(out)
 
@@ -69,6 +70,7 @@ class EinsumAttention(MultiHeadAttention):
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         nn.Module.__init__(self)
+        assert d_model % num_heads == 0, "num_heads must divide d_model"
         self.num_heads, self.d_k = num_heads, d_model // num_heads
         self.W_o = nn.Linear(d_model, d_model)
         self.W_v = nn.Linear(d_model, d_model)
@@ -81,7 +83,8 @@ class EinsumAttention(MultiHeadAttention):
         scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / self.d_k**0.5
         if mask is not None:
             scores = torch.where(mask, scores, torch.full_like(scores, -1e9))
-        weights = self.drop(torch.softmax(scores, -1))
+        self.attention_weights = torch.softmax(scores, -1)  # (B, H, L_q, L_k)
+        weights = self.drop(self.attention_weights)
         out = torch.einsum("bhqk,bhkd->bqhd", weights, v).flatten(2)
         return self.W_o(out)
 
@@ -91,13 +94,19 @@ class FusedAttention(MultiHeadAttention):
 
     def forward(self, query, key, value, mask=None):
         q, k, v = self.split(self.W_q(query)), self.split(self.W_k(key)), self.split(self.W_v(value))
+        with torch.no_grad():  # the fused kernel does not return its weights: computed for the record
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+            scores = scores if mask is None else scores.masked_fill(~mask, float("-inf"))
+            self.attention_weights = scores.softmax(-1)  # (B, H, L_q, L_k)
         p = self.dropout.p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         return self.W_o(out.transpose(1, 2).flatten(2))
 
 
 class TorchAttention(nn.Module):
-    """Wraps nn.MultiheadAttention: not the contract's layout (no W_q...), still correct."""
+    """Wraps nn.MultiheadAttention: computes the right values, but not the contract's layout (no W_q...).
+
+    Lesson 06 reads `cross_attn.W_q` and `W_k`: layers built on it fail their checkers now."""
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         super().__init__()
@@ -162,18 +171,20 @@ class EncoderLayer(nn.Module):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x, mask=None):
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+        return self.norm2(x + self.dropout(self.feed_forward(x)))
 
 
 class BlockEncoderLayer(nn.Module):
-    """Norms registered first, in a ModuleList of connection blocks; einsum attention; Sequential FFN."""
+    """Norms registered first, in a ModuleList of connection blocks; einsum attention; Sequential FFN.
+
+    Right values, but not the contract's names (self_attn, feed_forward, norm1, norm2): fails now."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
@@ -201,7 +212,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(d_model, num_heads)
         self.cross_attn = MultiHeadAttention(d_model, num_heads)
-        self.ffn = FeedForward(d_model, d_ff, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.norm3 = nn.LayerNorm(d_model)
@@ -210,7 +221,7 @@ class DecoderLayer(nn.Module):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
         x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, src_mask)))
-        return self.norm3(x + self.dropout(self.ffn(x)))
+        return self.norm3(x + self.dropout(self.feed_forward(x)))
 
 
 class ParameterFeedForwardLinear(SequentialFeedForward):
@@ -218,7 +229,7 @@ class ParameterFeedForwardLinear(SequentialFeedForward):
 
 
 class BlockDecoderLayer(nn.Module):
-    """Cross-attention registered before self-attention; connection blocks in a ModuleList."""
+    """Cross-attention registered before self-attention; connection blocks in a ModuleList (not the contract's names)."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()

@@ -165,7 +165,7 @@ WRONG_FEED_FORWARDS = {
     "relu after both": (_ffn(lambda self, x: torch.relu(self.linear2(self.dropout(torch.relu(self.linear1(x)))))), ["after the second linear layer too"]),
     "residual inside": (_ffn(lambda self, x: x + self.linear2(self.dropout(torch.relu(self.linear1(x))))), ["residual"]),
     "ignores d_ff": (_ffn(FeedForward.forward, hidden=lambda d, f: 4 * d), ["is the hidden size d_ff"]),
-    "second linear missing": (OneLinearFeedForward, ["second linear layer", "missing"]),
+    "second linear missing": (OneLinearFeedForward, ["no submodule `linear2`"]),
     "no bias": (NoBiasFeedForward, ["without biases"]),
     "mixes positions": (_ffn(lambda self, x: FeedForward.forward(self, x - x.mean(dim=1, keepdim=True))), ["mixes positions"]),
     "dropout in eval": (_ffn(lambda self, x: self.linear2(F.dropout(torch.relu(self.linear1(x)), self.p))), ["eval mode"]),
@@ -184,10 +184,18 @@ WRONG_FEED_FORWARDS = {
 }
 
 
-@pytest.mark.parametrize("impl", [FeedForward, SequentialFeedForward, ParameterFeedForward, ReversedFeedForward,
-                                  ConvFeedForward, DropBeforeReluFeedForward, Float64FeedForward])
+@pytest.mark.parametrize("impl", [FeedForward, DropBeforeReluFeedForward, Float64FeedForward])
 def test_feed_forward_accepts_correct_variants(impl):
     expect(check_feed_forward(impl), "passed")
+
+
+# Right values, other names: the names are part of the exercise now (lesson 07 copies linear1 and linear2).
+RENAMED_FEED_FORWARDS = [SequentialFeedForward, ParameterFeedForward, ReversedFeedForward, ConvFeedForward]
+
+
+@pytest.mark.parametrize("impl", RENAMED_FEED_FORWARDS)
+def test_feed_forward_names_are_part_of_the_contract(impl):
+    expect(check_feed_forward(impl), "failed", "no submodules `linear1`, `linear2`", "names are part of the exercise")
 
 
 @pytest.mark.parametrize("name", WRONG_FEED_FORWARDS)
@@ -247,7 +255,7 @@ class NoFeedForwardEncoderLayer(nn.Module):
 class NoNormEncoderLayer(EncoderLayer):
     def forward(self, x, mask=None):
         x = x + self.dropout(self.self_attn(x, x, x, mask))
-        return x + self.dropout(self.ffn(x))
+        return x + self.dropout(self.feed_forward(x))
 
 
 class NoNormModuleEncoderLayer(NoNormEncoderLayer):
@@ -273,7 +281,7 @@ class InlineNormEncoderLayer(EncoderLayer):
     def forward(self, x, mask=None):
         shape = x.shape[-1:]
         x = F.layer_norm(x + self.dropout(self.self_attn(x, x, x, mask)), shape, self.gains[0], self.biases[0])
-        return F.layer_norm(x + self.dropout(self.ffn(x)), shape, self.gains[1], self.biases[1])
+        return F.layer_norm(x + self.dropout(self.feed_forward(x)), shape, self.gains[1], self.biases[1])
 
 
 class TorchEncoderLayer(nn.TransformerEncoderLayer):
@@ -320,7 +328,7 @@ class AttentionDropoutOnlyEncoderLayer(EncoderLayer):
 
     def forward(self, x, mask=None):
         x = self.norm1(x + self.self_attn(x, x, x, mask))
-        return self.norm2(x + self.ffn(x))
+        return self.norm2(x + self.feed_forward(x))
 
 
 class NoAffineEncoderLayer(EncoderLayer):
@@ -339,7 +347,7 @@ class InlineBareNormEncoderLayer(EncoderLayer):
 
     def forward(self, x, mask=None):
         x = F.layer_norm(x + self.dropout(self.self_attn(x, x, x, mask)), x.shape[-1:])
-        return F.layer_norm(x + self.dropout(self.ffn(x)), x.shape[-1:])
+        return F.layer_norm(x + self.dropout(self.feed_forward(x)), x.shape[-1:])
 
 
 class UnusedModuleEncoderLayer(EncoderLayer):
@@ -380,99 +388,120 @@ WRONG_ENCODER_LAYERS = {
     "no residual around attention": (
         _enc(lambda self, x, mask=None: self.norm2(
             self.norm1(self.dropout(self.self_attn(x, x, x, mask)))
-            + self.dropout(self.ffn(self.norm1(self.dropout(self.self_attn(x, x, x, mask))))))),
+            + self.dropout(self.feed_forward(self.norm1(self.dropout(self.self_attn(x, x, x, mask))))))),
         ["residual connection around self-attention"],
     ),
     "pre-LN": (
-        _enc(lambda self, x, mask=None: (lambda y: y + self.dropout(self.ffn(self.norm2(y))))(
+        _enc(lambda self, x, mask=None: (lambda y: y + self.dropout(self.feed_forward(self.norm2(y))))(
             x + self.dropout(self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask)))),
         ["pre-LN"],
     ),
     "no LayerNorm": (NoNormEncoderLayer, ["there is no LayerNorm"]),
-    "no LayerNorm module": (NoNormModuleEncoderLayer, ["not layer-normalised"]),
+    "no LayerNorm module": (NoNormModuleEncoderLayer, ["no submodules `norm1`, `norm2`"]),
     "mask ignored": (_enc(lambda self, x, mask=None: EncoderLayer.forward(self, x, None)), ["hidden by the mask"]),
-    "feed-forward missing": (NoFeedForwardEncoderLayer, ["feed-forward sublayer is missing"]),
+    "feed-forward missing": (NoFeedForwardEncoderLayer, ["no submodules `feed_forward`, `norm1`, `norm2`"]),
     "shared LayerNorm": (SharedNormEncoderLayer, ["shared"]),
     "norm1 used twice": (
-        _enc(lambda self, x, mask=None: (lambda y: self.norm1(y + self.dropout(self.ffn(y))))(
+        _enc(lambda self, x, mask=None: (lambda y: self.norm1(y + self.dropout(self.feed_forward(y))))(
             self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
         ["same LayerNorm for two sublayers"],
     ),
     "dropout on the residual sum": (
-        _enc(lambda self, x, mask=None: (lambda y: self.norm2(self.dropout(y + self.ffn(y))))(
+        _enc(lambda self, x, mask=None: (lambda y: self.norm2(self.dropout(y + self.feed_forward(y))))(
             self.norm1(self.dropout(x + self.self_attn(x, x, x, mask))))),
         ["drops the residual"],
     ),
     "dropout after the norm": (
-        _enc(lambda self, x, mask=None: (lambda y: self.dropout(self.norm2(y + self.ffn(y))))(
+        _enc(lambda self, x, mask=None: (lambda y: self.dropout(self.norm2(y + self.feed_forward(y))))(
             self.dropout(self.norm1(x + self.self_attn(x, x, x, mask))))),
         ["exactly 0"],
     ),
     "no dropout": (NoDropoutEncoderLayer, ["dropout is not applied"]),
     "norm before the residual": (
-        _enc(lambda self, x, mask=None: (lambda y: y + self.norm2(self.ffn(y)))(
+        _enc(lambda self, x, mask=None: (lambda y: y + self.norm2(self.feed_forward(y)))(
             x + self.norm1(self.self_attn(x, x, x, mask)))),
         ["before the residual addition"],
     ),
     "feed-forward first": (
         _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.self_attn(y, y, y, mask)))(
-            self.norm1(x + self.ffn(x)))),
+            self.norm1(x + self.feed_forward(x)))),
         ["wrong order"],
     ),
-    "mask polarity inverted (-inf)": (_with_attention(EncoderLayer, InvertedMaskAttention), ["NaN", "True = 'may attend'"]),
+    "mask polarity inverted (-inf)": (
+        _with_attention(EncoderLayer, InvertedMaskAttention),
+        ["`self_attn` = InvertedMaskAttention", "does not pass check_multi_head_attention", "fix that first"]),
     "nn.MultiheadAttention given the mask as is": (
-        _with_attention(EncoderLayer, TorchMaskAsIsAttention), ["True is treated as 'hidden'", "~mask"]),
+        _with_attention(EncoderLayer, TorchMaskAsIsAttention), ["TorchMaskAsIsAttention", "fix that first", "W_q"]),
     "mask on the query axis": (
         _enc(lambda self, x, mask=None: EncoderLayer.forward(self, x, None if mask is None else mask.transpose(-1, -2))),
         ["NaN", "hides queries instead of keys"],
     ),
-    "dropout only on the attention weights": (AttentionDropoutOnlyEncoderLayer, ["dropout=1.0", "before the residual addition"]),
+    "dropout only on the attention weights": (
+        AttentionDropoutOnlyEncoderLayer, ["applies no dropout on the output of self-attention", "before the residual addition"]),
     "dropout on the input x": (
-        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.ffn(y)))(
+        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.feed_forward(y)))(
             (lambda z: self.norm1(z + self.self_attn(z, z, z, mask)))(self.dropout(x)))),
-        ["dropout=1.0"],
+        ["applies dropout to the input of self-attention"],
     ),
     "LayerNorm without gain and bias": (NoAffineEncoderLayer, ["no learned gain and bias"]),
-    "F.layer_norm without gain and bias": (InlineBareNormEncoderLayer, ["parameters", "without gain or bias"]),
+    "F.layer_norm without gain and bias": (InlineBareNormEncoderLayer, ["no submodules `norm1`, `norm2`"]),
     "unused module": (UnusedModuleEncoderLayer, ["receive no gradient", "`extra.weight`"]),
     "GELU": (
-        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.dropout(_gelu_ffn(self.ffn, y))))(
+        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.dropout(_gelu_ffn(self.feed_forward, y))))(
             self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
         ["GELU"],
     ),
     "RMSNorm": (RMSNormEncoderLayer, ["not layer-normalised", "RMSNorm"]),
     "own LayerNorm, used twice": (
-        _own_enc(lambda self, x, mask=None: (lambda y: self.norm1(y + self.dropout(self.ffn(y))))(
+        _own_enc(lambda self, x, mask=None: (lambda y: self.norm1(y + self.dropout(self.feed_forward(y))))(
             self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
         ["same LayerNorm for two sublayers"],
     ),
     "own LayerNorm, no residual around the feed-forward network": (
-        _own_enc(lambda self, x, mask=None: (lambda y: self.norm2(self.dropout(self.ffn(y))))(
+        _own_enc(lambda self, x, mask=None: (lambda y: self.norm2(self.dropout(self.feed_forward(y))))(
             self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
         ["residual connection around the feed-forward network"],
     ),
     "own LayerNorm, pre-LN": (
-        _own_enc(lambda self, x, mask=None: (lambda y: y + self.dropout(self.ffn(self.norm2(y))))(
+        _own_enc(lambda self, x, mask=None: (lambda y: y + self.dropout(self.feed_forward(self.norm2(y))))(
             x + self.dropout(self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask)))),
         ["pre-LN"],
     ),
     "no attention mixing": (
-        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.ffn(y)))(self.norm1(x + self.self_attn.W_o(self.self_attn.W_v(x))))),
+        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.feed_forward(y)))(self.norm1(x + self.self_attn.W_o(self.self_attn.W_v(x))))),
         ["does not mix information between positions"],
     ),
 }
 
 
-@pytest.mark.parametrize("impl", [EncoderLayer, BlockEncoderLayer, ReversedNormsEncoderLayer, TorchAttentionEncoderLayer,
-                                  OwnNormEncoderLayer, InlineNormEncoderLayer, TorchEncoderLayer])
+class FusedEncoderLayer(EncoderLayer):
+    """F.scaled_dot_product_attention inside self_attn; one dropout module per sublayer; keyword calls."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = FusedAttention(d_model, num_heads, dropout)
+        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(self.drop1(self.self_attn(query=x, key=x, value=x, mask=mask)) + x)
+        return self.norm2(self.drop2(self.feed_forward(x)) + x)
+
+
+class EinsumEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = EinsumAttention(d_model, num_heads, dropout)
+
+
+@pytest.mark.parametrize("impl", [EncoderLayer, FusedEncoderLayer, EinsumEncoderLayer, OwnNormEncoderLayer])
 def test_encoder_layer_accepts_correct_variants(impl):
     expect(check_encoder_layer(impl), "passed")
 
 
-def test_encoder_layer_says_when_only_properties_were_checked():
-    result = check_encoder_layer(TorchAttentionEncoderLayer)
-    assert any("could not be matched" in item for item in result.checked)
+def test_encoder_layer_says_it_compared_with_pytorch():
     assert any("nn.TransformerEncoderLayer" in item for item in check_encoder_layer(EncoderLayer).checked)
+
+
 
 
 @pytest.mark.parametrize("name", WRONG_ENCODER_LAYERS)
@@ -491,7 +520,7 @@ class ShuffledNormsDecoderLayer(DecoderLayer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.norm3(x + self.dropout(self.self_attn(query=x, key=x, value=x, mask=tgt_mask)))
         x = self.norm1(x + self.dropout(self.cross_attn(query=x, key=memory, value=memory, mask=src_mask)))
-        return self.norm2(x + self.dropout(self.ffn(x)))
+        return self.norm2(x + self.dropout(self.feed_forward(x)))
 
 
 def _dec(forward):
@@ -509,12 +538,12 @@ def _dec_steps(self, x, memory, src_mask, tgt_mask, sa_mask="tgt", kv="memory", 
     if pre:
         y = x + d(self.self_attn(n1(x), n1(x), n1(x), tm))
         y = y + d(self.cross_attn(n2(y), memory, memory, src_mask))
-        return y + d(self.ffn(n3(y)))
+        return y + d(self.feed_forward(n3(y)))
     y = n1(x * res[0] + d(self.self_attn(x, x, x, tm)))
     source = memory if kv == "memory" else y
     mask = src_mask if kv == "memory" else tgt_mask
     z = n2(y * res[1] + d(self.cross_attn(y if query == "y" else x, source, source, mask)))
-    return n3(z * res[2] + d(self.ffn(z)))
+    return n3(z * res[2] + d(self.feed_forward(z)))
 
 
 class SharedNormDecoderLayer(DecoderLayer):
@@ -527,7 +556,7 @@ class SharedNormDecoderLayer(DecoderLayer):
 class NoFeedForwardDecoderLayer(DecoderLayer):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
-        del self.ffn
+        del self.feed_forward
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
@@ -553,13 +582,15 @@ class Float64AttentionDecoderLayer(DecoderLayer):
     class Attention(MultiHeadAttention):
         def forward(self, query, key, value, mask=None):
             q, k, v = (self.split(w(t)).double() for w, t in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+            self.attention_weights = (scores if mask is None else scores.masked_fill(~mask, -math.inf)).softmax(-1)
+            out = self.dropout(self.attention_weights) @ v  # (B, H, L_q, d_k)
             return self.W_o(out.transpose(1, 2).flatten(2).float())
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
-        self.self_attn = self.Attention(d_model, num_heads)
-        self.cross_attn = self.Attention(d_model, num_heads)
+        self.self_attn = self.Attention(d_model, num_heads, dropout)
+        self.cross_attn = self.Attention(d_model, num_heads, dropout)
 
 
 class AttentionDropoutOnlyDecoderLayer(DecoderLayer):
@@ -571,7 +602,7 @@ class AttentionDropoutOnlyDecoderLayer(DecoderLayer):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.norm1(x + self.self_attn(x, x, x, tgt_mask))
         x = self.norm2(x + self.cross_attn(x, memory, memory, src_mask))
-        return self.norm3(x + self.ffn(x))
+        return self.norm3(x + self.feed_forward(x))
 
 
 class NoAffineDecoderLayer(DecoderLayer):
@@ -614,29 +645,31 @@ WRONG_DECODER_LAYERS = {
         ["residual connection around the masked self-attention"],
     ),
     "pre-LN": (_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, pre=True)), ["pre-LN"]),
-    "feed-forward missing": (NoFeedForwardDecoderLayer, ["feed-forward sublayer is missing"]),
+    "feed-forward missing": (NoFeedForwardDecoderLayer, ["no submodule `feed_forward`"]),
     "shared LayerNorm": (SharedNormDecoderLayer, ["shared"]),
     "cross-attention first": (
-        _dec(lambda s, x, m, sm=None, tm=None: (lambda y: (lambda z: s.norm3(z + s.ffn(z)))(s.norm2(y + s.self_attn(y, y, y, tm))))(
+        _dec(lambda s, x, m, sm=None, tm=None: (lambda y: (lambda z: s.norm3(z + s.feed_forward(z)))(s.norm2(y + s.self_attn(y, y, y, tm))))(
             s.norm1(x + s.cross_attn(x, m, m, sm)))),
         ["wrong order"],
     ),
-    "masks swapped": (_dec(lambda s, x, m, sm=None, tm=None: DecoderLayer.forward(s, x, m, tm, sm)), []),
+    "masks swapped": (_dec(lambda s, x, m, sm=None, tm=None: DecoderLayer.forward(s, x, m, tm, sm)), ["wrong way round"]),
+    "norms in another order": (ShuffledNormsDecoderLayer, ["`norm3`, `norm1`, `norm2`", "norm1 belongs to the first"]),
     "own causal mask instead of tgt_mask": (
         _dec(lambda s, x, m, sm=None, tm=None: DecoderLayer.forward(
             s, x, m, sm, torch.tril(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool)))),
         ["causal mask of its own"],
     ),
     "self-attention module used for cross-attention too": (
-        _dec(lambda s, x, m, sm=None, tm=None: (lambda y: s.norm3(y + s.ffn(y)))(
+        _dec(lambda s, x, m, sm=None, tm=None: (lambda y: s.norm3(y + s.feed_forward(y)))(
             (lambda z: s.norm2(z + s.self_attn(z, m, m, sm)))(s.norm1(x + s.self_attn(x, x, x, tm))))),
         ["receive no gradient", "cross_attn"],
     ),
-    "masks inverted (nn.MultiheadAttention convention)": (InvertedMaskTorchDecoderLayer, ["True is treated as 'hidden'"]),
-    "dropout only on the attention weights": (AttentionDropoutOnlyDecoderLayer, ["dropout=1.0"]),
+    "masks inverted (nn.MultiheadAttention convention)": (InvertedMaskTorchDecoderLayer, ["no submodules `cross_attn`"]),
+    "dropout only on the attention weights": (
+        AttentionDropoutOnlyDecoderLayer, ["no dropout on the output of the masked self-attention"]),
     "LayerNorm without gain and bias": (NoAffineDecoderLayer, ["no learned gain and bias"]),
     "GELU": (
-        _dec(lambda s, x, m, sm=None, tm=None: (lambda y: s.norm3(y + _gelu_ffn(s.ffn, y)))(
+        _dec(lambda s, x, m, sm=None, tm=None: (lambda y: s.norm3(y + _gelu_ffn(s.feed_forward, y)))(
             (lambda z: s.norm2(z + s.cross_attn(z, m, m, sm)))(s.norm1(x + s.self_attn(x, x, x, tm))))),
         ["GELU"],
     ),
@@ -651,8 +684,7 @@ WRONG_DECODER_LAYERS = {
 }
 
 
-@pytest.mark.parametrize("impl", [DecoderLayer, BlockDecoderLayer, ShuffledNormsDecoderLayer, TorchAttentionDecoderLayer,
-                                  OwnNormDecoderLayer, TorchDecoderLayer, Float64AttentionDecoderLayer])
+@pytest.mark.parametrize("impl", [DecoderLayer, OwnNormDecoderLayer, Float64AttentionDecoderLayer])
 def test_decoder_layer_accepts_correct_variants(impl):
     expect(check_decoder_layer(impl), "passed")
 
@@ -660,11 +692,26 @@ def test_decoder_layer_accepts_correct_variants(impl):
 @pytest.mark.parametrize("name", WRONG_DECODER_LAYERS)
 def test_decoder_layer_diagnoses(name):
     impl, phrases = WRONG_DECODER_LAYERS[name]
-    result = check_decoder_layer(impl)
-    if name == "masks swapped":  # the (batch, 1, T, T) mask meets (batch, heads, T, S) scores: a crash
-        expect(result, "error", "RuntimeError")
-    else:
-        expect(result, "failed", *phrases)
+    expect(check_decoder_layer(impl), "failed", *phrases)
+
+
+# Right values, but not the contract's layout: later lessons read self_attn.W_q, feed_forward, norm1 ...
+NOT_THE_CONTRACT_LAYOUT = [
+    (check_encoder_layer, BlockEncoderLayer, ["no submodules `self_attn`, `feed_forward`, `norm1`, `norm2`"]),
+    (check_encoder_layer, ReversedNormsEncoderLayer, ["no submodules `self_attn`, `feed_forward`, `norm1`, `norm2`"]),
+    (check_encoder_layer, TorchAttentionEncoderLayer, ["`self_attn` = TorchAttention", "fix that first", "W_q"]),
+    (check_encoder_layer, InlineNormEncoderLayer, ["no submodules `norm1`, `norm2`"]),
+    (check_encoder_layer, TorchEncoderLayer, ["no submodule `feed_forward`"]),
+    (check_decoder_layer, BlockDecoderLayer, ["no submodules `self_attn`, `cross_attn`, `feed_forward`"]),
+    (check_decoder_layer, TorchAttentionDecoderLayer, ["`self_attn` = TorchAttention", "fix that first"]),
+    (check_decoder_layer, TorchDecoderLayer, ["no submodules `cross_attn`, `feed_forward`"]),
+]
+
+
+@pytest.mark.parametrize("checker, impl, phrases", NOT_THE_CONTRACT_LAYOUT,
+                         ids=[impl.__name__ for _, impl, _ in NOT_THE_CONTRACT_LAYOUT])
+def test_layers_not_in_the_contract_layout_fail(checker, impl, phrases):
+    expect(checker(impl), "failed", *phrases)
 
 
 def test_layers_with_own_layer_norms_are_compared_by_value():
@@ -746,3 +793,127 @@ def test_layers_accept_bias_free_attention_projections():
 
     expect(check_encoder_layer(BiasFreeEncoderLayer), "passed")
     expect(check_decoder_layer(BiasFreeDecoderLayer), "passed")
+
+
+# --------------------------------------------------------------------------
+# Issue 9: wiring, norms, masks and dropout measured; components first.
+
+
+class PositionNorm(OwnLayerNorm):
+    """Normalises over the positions (dim 1) instead of the features."""
+
+    def forward(self, x):
+        mean = x.mean(1, keepdim=True)
+        var = ((x - mean) ** 2).mean(1, keepdim=True)
+        return self.gain * (x - mean) / torch.sqrt(var + self.eps) + self.shift
+
+
+class PositionNormEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.norm1, self.norm2 = PositionNorm(d_model), PositionNorm(d_model)
+
+
+class GeluFeedForward(FeedForward):
+    def forward(self, x):
+        return self.linear2(self.dropout(F.gelu(self.linear1(x))))
+
+
+class GeluFeedForwardEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.feed_forward = GeluFeedForward(d_model, d_ff, dropout)
+
+
+class GeluTorchAttentionEncoderLayer(TorchAttentionEncoderLayer):
+    """The gap of the old checker: nn.MultiheadAttention inside, and GELU; judged on properties only, it passed."""
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
+        return self.norm2(x + self.dropout(_gelu_ffn(self.feed_forward, x)))
+
+
+class FixedRateSublayerDropout(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.dropout = nn.Dropout(0.1)
+
+
+class OneMaskTwoSublayers(EncoderLayer):
+    def forward(self, x, mask=None):
+        p = self.dropout.p
+        keep = (torch.rand_like(x) >= p).to(x.dtype) / (1 - p) if self.training else torch.ones_like(x)
+        x = self.norm1(x + keep * self.self_attn(x, x, x, mask))
+        return self.norm2(x + keep * self.feed_forward(x))
+
+
+class MaskPerSentence(EncoderLayer):
+    """One dropout mask per sentence, broadcast over its positions."""
+
+    def drop(self, t):
+        if not self.training:
+            return t
+        p = self.dropout.p
+        return t * (torch.rand(t.shape[0], 1, t.shape[2]) >= p).to(t.dtype) / (1 - p)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.drop(self.self_attn(x, x, x, mask)))
+        return self.norm2(x + self.drop(self.feed_forward(x)))
+
+
+class SeededEncoderLayer(EncoderLayer):
+    def forward(self, x, mask=None):
+        torch.manual_seed(0)
+        return super().forward(x, mask)
+
+
+WRONG_CONTRACT_LAYERS = {
+    "encoder residual from the layer's input": (check_encoder_layer, _enc(
+        lambda self, x, mask=None: (lambda y: self.norm2(x + self.dropout(self.feed_forward(y))))(
+            self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
+        ["residual connection around the feed-forward network", "adds x, the layer's input"]),
+    "causal mask in the encoder": (check_encoder_layer, _enc(
+        lambda self, x, mask=None: EncoderLayer.forward(
+            self, x, torch.ones(x.shape[0], 1, x.shape[1], x.shape[1], dtype=torch.bool).tril()
+            & (torch.ones(x.shape[0], 1, 1, x.shape[1], dtype=torch.bool) if mask is None else mask))),
+        ["causal mask", "whole source sentence"]),
+    "LayerNorm over the positions": (check_encoder_layer, PositionNormEncoderLayer, ["`norm1`", "over the positions"]),
+    "sublayer dropout applied twice": (check_encoder_layer, _enc(
+        lambda self, x, mask=None: (lambda y: self.norm2(y + self.dropout(self.dropout(self.feed_forward(y)))))(
+            self.norm1(x + self.dropout(self.dropout(self.self_attn(x, x, x, mask)))))),
+        ["twice", "before the residual addition"]),
+    "fixed sublayer dropout rate": (check_encoder_layer, FixedRateSublayerDropout, ["not the `dropout` argument"]),
+    "one mask for both sublayers": (check_encoder_layer, OneMaskTwoSublayers, ["same entries in two sublayers"]),
+    "one mask per sentence": (check_encoder_layer, MaskPerSentence, ["one dropout mask for every position"]),
+    "seed reset in forward": (check_encoder_layer, SeededEncoderLayer, ["resets a global random seed"]),
+    "GELU feed-forward class": (check_encoder_layer, GeluFeedForwardEncoderLayer,
+                                ["`feed_forward` = GeluFeedForward", "check_feed_forward", "GELU"]),
+    "GELU written with nn.MultiheadAttention": (check_encoder_layer, GeluTorchAttentionEncoderLayer,
+                                                ["fix that first"]),
+    "norms used in the other order": (check_encoder_layer, _enc(
+        lambda self, x, mask=None: (lambda y: self.norm1(y + self.dropout(self.feed_forward(y))))(
+            self.norm2(x + self.dropout(self.self_attn(x, x, x, mask))))),
+        ["`norm2`, `norm1`", "norm1 belongs to the first"]),
+    "decoder residual around cross-attention from x": (check_decoder_layer, _dec(
+        lambda s, x, m, sm=None, tm=None: (lambda y: (lambda z: s.norm3(z + s.dropout(s.feed_forward(z))))(
+            s.norm2(x + s.dropout(s.cross_attn(y, m, m, sm)))))(s.norm1(x + s.dropout(s.self_attn(x, x, x, tm))))),
+        ["residual connection around the cross-attention", "adds x, the layer's input"]),
+    "decoder cross-attention dropout twice": (check_decoder_layer, _dec(
+        lambda s, x, m, sm=None, tm=None: (lambda y: (lambda z: s.norm3(z + s.dropout(s.feed_forward(z))))(
+            s.norm2(y + s.dropout(s.dropout(s.cross_attn(y, m, m, sm))))))(
+            s.norm1(x + s.dropout(s.self_attn(x, x, x, tm))))),
+        ["twice", "the cross-attention"]),
+    "feed-forward dropout twice": (check_feed_forward, _ffn(
+        lambda self, x: self.linear2(self.dropout(self.dropout(torch.relu(self.linear1(x)))))), ["twice"]),
+    "feed-forward mask shared over positions": (check_feed_forward, _ffn(
+        lambda self, x: self.linear2(torch.relu(self.linear1(x)) * (
+            (torch.rand(x.shape[0], 1, self.linear1.out_features) >= self.p).float() / (1 - self.p)
+            if self.training else 1.0))),
+        ["every position"]),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_CONTRACT_LAYERS)
+def test_layers_diagnose_contract_mistakes(name):
+    checker, impl, phrases = WRONG_CONTRACT_LAYERS[name]
+    expect(checker(impl), "failed", *phrases)

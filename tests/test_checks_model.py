@@ -462,7 +462,7 @@ def test_wrong_layers_inside_the_model_are_reported():
     class PreLN(EncoderLayer):
         def forward(self, x, mask=None):
             x = x + self.self_attn(self.norm1(x), self.norm1(x), self.norm1(x), mask)
-            return x + self.ffn(self.norm2(x))
+            return x + self.feed_forward(self.norm2(x))
 
     class PreLNTransformer(Transformer):
         enc_cls = PreLN

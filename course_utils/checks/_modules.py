@@ -1,14 +1,20 @@
-"""Finding the parts of a learner's module by what they are, not by what they are called.
+"""Finding, watching and measuring the parts of a learner's module, for the lesson 04-05 checkers.
 
-Learners name their submodules freely, so the checkers for lesson 05 locate
-the pieces by type and shape: attention modules are the ones that follow the
-lesson 04 contract (``W_q``, ``W_k``, ``W_v``, ``W_o`` linears), layer norms are
-``nn.LayerNorm`` instances or small modules of the learner's own that behave like
-one (each row's output unchanged when the row is scaled and shifted),
-feed-forward linears are recognised by their sizes.
-Once found, the weights are copied into PyTorch's own layers
-(``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``), which then
-serve as the oracle.
+The submodules' names are part of the exercises (later lessons, checkpoints and
+lesson 07 read ``self_attn``, ``cross_attn``, ``feed_forward``, ``norm1``...):
+:func:`missing_submodules` says which are absent, and :func:`components_first`
+runs each component's own checker on the class the learner's module uses, so
+that a failing piece is blamed first. Inside, the pieces are still located by
+what they are: attention modules follow the lesson 04 contract (``W_q``,
+``W_k``, ``W_v``, ``W_o`` linears), layer norms are ``nn.LayerNorm`` instances
+or modules of the learner's own that behave like one, feed-forward linears are
+recognised by their sizes; their weights are copied into PyTorch's own layers
+(``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer``), the oracle.
+
+:class:`Recorder` watches named submodules through forward hooks on the
+checker's own instances, and :func:`drop_pattern` / :func:`dropout_problem` /
+:func:`shared_axes` measure a dropout: its rate, its scale, where it acts, and
+whether its masks are fresh and independent.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import copy
 import dataclasses
 import itertools
 import weakref
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -385,3 +391,103 @@ def seeded(seed: int | None, fn, *args, **kwargs):
     if seed is not None:
         torch.manual_seed(seed)
     return fn(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------
+# Names are contract: the submodules later lessons read, and the components' own checkers first.
+
+
+def missing_submodules(check: Check, module: nn.Module, owner: str, wanted: dict[str, str], why: str) -> None:
+    """Fail unless ``module`` has each submodule in ``wanted`` (name -> what it should be)."""
+    absent = [name for name in wanted if not isinstance(getattr(module, name, None), nn.Module)]
+    if not absent:
+        return
+    found = ", ".join(f"{n} = {type(m).__name__}" for n, m in module.named_children()) or "none"
+    listing = "; ".join(f"`{name}`: {what}" for name, what in wanted.items())
+    check.fail(
+        f"Your {owner} has no submodule{'s' if len(absent) > 1 else ''} {', '.join(f'`{n}`' for n in absent)} "
+        f"(its submodules: {found}).\n"
+        f"The names are part of the exercise: {why} Name them as the exercise does: {listing}."
+    )
+
+
+_COMPONENT_RESULTS: "weakref.WeakKeyDictionary[type, dict]" = weakref.WeakKeyDictionary()
+
+
+def component_result(checker, cls: type):
+    """The result of a component's own checker on the learner's class (computed once per class object)."""
+    results = _COMPONENT_RESULTS.setdefault(cls, {})
+    if checker.__name__ not in results:
+        results[checker.__name__] = checker(cls)
+    return results[checker.__name__]
+
+
+def components_first(check: Check, module: nn.Module, owner: str, components: dict) -> None:
+    """Run each component's own checker on the class the learner's ``module`` uses; blame a failing one first.
+
+    ``components``: submodule name -> (checker, the exercise's name).
+    """
+    seen: set = set()
+    for name, (checker, exercise) in components.items():
+        cls = type(getattr(module, name))
+        if (cls, checker) in seen:
+            continue
+        seen.add((cls, checker))
+        result = component_result(checker, cls)
+        if result.passed:
+            continue
+        first = result.messages[0] if result.messages else ""
+        label = result.status.value.upper()
+        text = (f"Your {owner} uses `{name}` = {cls.__name__}, and that class does not pass {checker.__name__} "
+                f"({label}): fix that first, then come back.\nWhat check_{'_'.join(checker.__name__.split('_')[1:])} "
+                f"says about {cls.__name__}:\n" + "\n".join("  " + line for line in first.splitlines()))
+        if result.status.value == "not attempted":
+            check.not_attempted(text)
+        check.fail(text)
+    if components:
+        check.ok("its components pass their own checkers (" + ", ".join(
+            dict.fromkeys(exercise for _, exercise in components.values())) + ")")
+
+
+# --------------------------------------------------------------------------
+# Watching a module's submodules at work (hooks on the checker's own instances, removed afterwards).
+
+
+class Recorder:
+    """Records the inputs and outputs of named submodules while a block runs: ``with Recorder(m, names) as rec:``."""
+
+    def __init__(self, module: nn.Module, names: Sequence[str]):
+        self.module, self.names = module, list(names)
+        self.calls: dict[str, list[tuple[tuple, dict, object]]] = {n: [] for n in self.names}
+        self._handles: list = []
+
+    def __enter__(self) -> "Recorder":
+        for name in self.names:
+            sub = self.module.get_submodule(name)
+
+            def hook(_m, args, kwargs, output, _name=name):
+                self.calls[_name].append((args, kwargs, output))
+
+            self._handles.append(sub.register_forward_hook(hook, with_kwargs=True))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+
+    def only(self, name: str) -> tuple[tuple, dict, object] | None:
+        """The one call of ``name`` (None when it was called zero or several times)."""
+        calls = self.calls[name]
+        return calls[0] if len(calls) == 1 else None
+
+    def first_input(self, name: str) -> torch.Tensor | None:
+        call = self.only(name)
+        if call is None:
+            return None
+        args, kwargs, _ = call
+        value = args[0] if args else next(iter(kwargs.values()), None)
+        return value if isinstance(value, torch.Tensor) else None
+
+    def output(self, name: str) -> torch.Tensor | None:
+        call = self.only(name)
+        return call[2] if call is not None and isinstance(call[2], torch.Tensor) else None

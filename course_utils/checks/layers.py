@@ -1,11 +1,14 @@
 """Checkers for lesson 05: the position-wise feed-forward network and the encoder and decoder layers.
 
 Each checker takes the learner's class, builds small instances of its own and
-tests what the layer means: properties first (shapes, positions processed
-independently, masks honoured, causality, dropout only in training), then the
-values against PyTorch's own ``nn.TransformerEncoderLayer`` /
-``nn.TransformerDecoderLayer`` carrying the learner's weights, wherever the
-learner's submodules can be found (they may be named anything).
+tests what the layer means. The contract first: the submodules later lessons
+read (``linear1``/``linear2``; ``self_attn``, ``cross_attn``, ``feed_forward``,
+``norm1``...), and the components' own checkers on the classes the layer uses.
+Then properties (shapes, positions processed independently, masks honoured,
+causality, dropout only in training), then the values against PyTorch's own
+``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` carrying the
+learner's weights, with known wrong wirings tried to name a cause. Hooks on the
+sublayers show the residual wiring and measure each sublayer's dropout.
 """
 
 from __future__ import annotations
@@ -17,33 +20,29 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _modules as mods
-from ._core import Check, CheckResult, generator, run_check
+from ._core import Check, CheckResult, Raised, close_enough, generator, identical, run_check
 
-D_MODEL, NUM_HEADS, D_FF = 16, 4, 24
-ATOL, RTOL = 1e-4, 1e-4
+_D_MODEL, _NUM_HEADS, _D_FF = 16, 4, 24
+_ATOL, _RTOL = 1e-4, 1e-4  # layers compare float32 stacks with float64 twins
 
 
-def check_feed_forward(FeedForward) -> CheckResult:
+def check_feed_forward(FeedForward: type[nn.Module]) -> CheckResult:
     """Check ``FeedForward(d_model, d_ff, dropout)``: linear2(dropout(relu(linear1(x)))), position by position."""
     return run_check("FeedForward", _check_feed_forward, FeedForward)
 
 
-def check_encoder_layer(EncoderLayer) -> CheckResult:
+def check_encoder_layer(EncoderLayer: type[nn.Module]) -> CheckResult:
     """Check ``EncoderLayer(d_model, num_heads, d_ff, dropout)``: post-LN self-attention and feed-forward."""
     return run_check("EncoderLayer", _check_encoder_layer, EncoderLayer)
 
 
-def check_decoder_layer(DecoderLayer) -> CheckResult:
+def check_decoder_layer(DecoderLayer: type[nn.Module]) -> CheckResult:
     """Check ``DecoderLayer(d_model, num_heads, d_ff, dropout)``: masked self-attention, cross-attention, feed-forward."""
     return run_check("DecoderLayer", _check_decoder_layer, DecoderLayer)
 
 
 # --------------------------------------------------------------------------
 # Shared pieces.
-
-
-def _same(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> bool:
-    return a.shape == b.shape and bool(torch.allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=RTOL))
 
 
 def _module(check: Check, obj, name: str) -> nn.Module:
@@ -68,7 +67,7 @@ def _dropout_in_training(check: Check, build: Callable[[], nn.Module], run: Call
     layer = build()
     layer.eval()
     first, second = run(layer), run(layer)
-    if not _same(first, second, atol=0):
+    if not close_enough(first, second, atol=0, rtol=_RTOL):
         check.fail(
             f"In eval mode your {name} gives different outputs for the same input (built with dropout=0.5).\n"
             f"Dropout must switch off in eval mode. Likely cause: F.dropout(x, p) without "
@@ -77,7 +76,7 @@ def _dropout_in_training(check: Check, build: Callable[[], nn.Module], run: Call
     check.ok("is deterministic in eval mode")
     layer.train()
     first, second = run(layer), run(layer)
-    if _same(first, second, atol=0):
+    if close_enough(first, second, atol=0, rtol=_RTOL):
         check.fail(
             f"In training mode your {name} gives the same output twice for the same input, although it "
             f"was built with dropout=0.5: dropout is not applied.\n"
@@ -143,7 +142,7 @@ def _everything_dropped(check: Check, build: Callable[[], nn.Module], run: Calla
 
 def _allow_all_is_no_mask(check: Check, masked: torch.Tensor, plain: torch.Tensor, name: str, masks: str) -> None:
     """A mask that allows everything must change nothing: the polarity test."""
-    if not _same(masked, plain):
+    if not close_enough(masked, plain, _ATOL, _RTOL):
         check.fail(
             f"With {masks} that allow{'s' if masks.startswith('a ') else ''} every position (all True), the "
             f"output of your {name} differs from the output without {'a mask' if masks.startswith('a ') else 'masks'}: "
@@ -190,8 +189,8 @@ def _parameters(check: Check, layer: nn.Module, layout: mods.LayerLayout, name: 
             f"bias (elementwise_affine=False or bias=False).\n"
             f"The paper's layer normalisation has both; nn.LayerNorm(d_model) creates them by default."
         )
-    d, n_attn = D_MODEL, 1 if name == "EncoderLayer" else 2
-    attention, ffn, norm = 4 * (d * d + d), d * D_FF + D_FF + D_FF * d + d, 2 * d
+    d, n_attn = _D_MODEL, 1 if name == "EncoderLayer" else 2
+    attention, ffn, norm = 4 * (d * d + d), d * _D_FF + _D_FF + _D_FF * d + d, 2 * d
     expected = n_attn * attention + ffn + (n_attn + 1) * norm
     actual = mods.count_parameters(layer)
     # The attention projections may leave out their biases (the paper's W^Q, W^K, W^V, W^O are plain matrices).
@@ -201,7 +200,7 @@ def _parameters(check: Check, layer: nn.Module, layout: mods.LayerLayout, name: 
         check.ok("attention projections without bias, as in the paper's equations")
     if actual != expected:
         check.fail(
-            f"Your {name}(d_model={d}, num_heads={NUM_HEADS}, d_ff={D_FF}) has {actual:,} parameters; the "
+            f"Your {name}(d_model={d}, num_heads={_NUM_HEADS}, d_ff={_D_FF}) has {actual:,} parameters; the "
             f"paper's layer has {expected:,}: {n_attn} attention module{'s' if n_attn > 1 else ''} x {attention:,} "
             f"(W_q, W_k, W_v, W_o with biases; {4 * d:,} fewer each without), the feed-forward network {ffn:,}, "
             f"and {n_attn + 1} LayerNorms x "
@@ -210,6 +209,22 @@ def _parameters(check: Check, layer: nn.Module, layout: mods.LayerLayout, name: 
             f"missing module."
         )
     check.ok(f"has the paper's number of parameters ({expected:,})")
+
+
+def _values(check: Check, layer: nn.Module, name: str, out: torch.Tensor, run_masked: Callable,
+            compare: Callable) -> mods.LayerLayout:
+    """Compare with PyTorch's layer where the parts are found (else: post-LN and gradients), then count parameters."""
+    normalised = _is_normalised(out)
+    layout = mods.LayerLayout(layer, "encoder" if name == "EncoderLayer" else "decoder", _D_MODEL, _NUM_HEADS, _D_FF)
+    if layout.missing:
+        if not normalised:
+            check.fail(_norm_message(name))
+        check.ok("ends with a LayerNorm (post-LN)")
+        _unused_parameters(check, layer, run_masked(layer), name)
+    else:
+        compare(layout, normalised)
+    _parameters(check, layer, layout, name)
+    return layout
 
 
 def _norm_message(name: str) -> str:
@@ -226,7 +241,7 @@ def _best_match(layout: mods.LayerLayout, out: torch.Tensor, run_twin: Callable,
     """(matched assignment or None, name of the first variant that matches or None)."""
     for twin, attentions, norms in layout.twins():
         with torch.no_grad():
-            if _same(out, run_twin(twin)):
+            if close_enough(out, run_twin(twin), _ATOL, _RTOL):
                 return (attentions, norms), None
     for twin, _, norms in layout.twins():
         if len({id(n) for n in norms}) < len(norms) <= len(layout.norms):
@@ -237,7 +252,7 @@ def _best_match(layout: mods.LayerLayout, out: torch.Tensor, run_twin: Callable,
                     expected = variant(twin)
                 except RuntimeError:
                     continue
-                if _same(out, expected):
+                if close_enough(out, expected, _ATOL, _RTOL):
                     return None, cause
     return None, None
 
@@ -262,10 +277,10 @@ def _check_norm_use(check: Check, name: str, layout: mods.LayerLayout, used: tup
 
 
 def _uses_d_ff(check: Check, layer: nn.Module, name: str) -> None:
-    if not any(D_FF in p.shape for p in layer.parameters()):
+    if not any(_D_FF in p.shape for p in layer.parameters()):
         check.fail(
-            f"None of the weights of {name}(d_model={D_MODEL}, num_heads={NUM_HEADS}, d_ff={D_FF}) has a "
-            f"dimension of size d_ff = {D_FF}: the feed-forward sublayer is missing, or it ignores d_ff.\n"
+            f"None of the weights of {name}(d_model={_D_MODEL}, num_heads={_NUM_HEADS}, d_ff={_D_FF}) has a "
+            f"dimension of size d_ff = {_D_FF}: the feed-forward sublayer is missing, or it ignores d_ff.\n"
             f"The last sublayer is LayerNorm(x + dropout(ffn(x))) with FeedForward(d_model, d_ff, dropout)."
         )
     check.ok("has a feed-forward network of hidden size d_ff")
@@ -315,29 +330,30 @@ def _ffn_value(x: torch.Tensor, cand: tuple, act: Callable = torch.relu, after: 
     return torch.relu(y) if after else y
 
 
-def _check_feed_forward(check: Check, FeedForward) -> None:
+def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
     check.callable_(FeedForward, "FeedForward", want_class=True)
     g = generator(0)
-    ff = _module(check, check.build(FeedForward, D_MODEL, D_FF, 0.0), "FeedForward")
+    ff = _module(check, check.build(FeedForward, _D_MODEL, _D_FF, 0.0), "FeedForward")
+    mods.missing_submodules(check, ff, "FeedForward", _WANTED["FeedForward"], _WHY)
     ff.eval()
-    x = torch.randn(3, 5, D_MODEL, generator=g)
+    x = torch.randn(3, 5, _D_MODEL, generator=g)
     out = check.call(ff, x, what="FeedForward.forward")
     hint = ""
-    if isinstance(out, torch.Tensor) and out.shape[-1:] == (D_FF,):
+    if isinstance(out, torch.Tensor) and out.shape[-1:] == (_D_FF,):
         hint = (
-            f"The last dimension is d_ff = {D_FF}: the second linear layer, nn.Linear(d_ff, d_model), "
+            f"The last dimension is d_ff = {_D_FF}: the second linear layer, nn.Linear(d_ff, d_model), "
             f"which maps back to d_model, seems to be missing."
         )
-    out = check.tensor(out, "the output of FeedForward(16, 24)", shape=(3, 5, D_MODEL), dtype=torch.float32, shape_hint=hint)
+    out = check.tensor(out, "the output of FeedForward(16, 24)", shape=(3, 5, _D_MODEL), dtype=torch.float32, shape_hint=hint)
     check.ok("returns a (batch, length, d_model) tensor")
 
     perm = torch.tensor([3, 0, 4, 1, 2])
-    moved = check.tensor(check.call(ff, x[:, perm], what="FeedForward.forward"), "the output", shape=(3, 5, D_MODEL))
+    moved = check.tensor(check.call(ff, x[:, perm], what="FeedForward.forward"), "the output", shape=(3, 5, _D_MODEL))
     changed = x.clone()
-    changed[:, 2] = torch.randn(3, D_MODEL, generator=g)
-    local = check.tensor(check.call(ff, changed, what="FeedForward.forward"), "the output", shape=(3, 5, D_MODEL))
+    changed[:, 2] = torch.randn(3, _D_MODEL, generator=g)
+    local = check.tensor(check.call(ff, changed, what="FeedForward.forward"), "the output", shape=(3, 5, _D_MODEL))
     others = [0, 1, 3, 4]
-    if not _same(moved, out[:, perm]) or not _same(local[:, others], out[:, others]):
+    if not close_enough(moved, out[:, perm], _ATOL, _RTOL) or not close_enough(local[:, others], out[:, others], _ATOL, _RTOL):
         check.fail(
             "Your FeedForward mixes positions: changing or shuffling some positions of the input changed "
             "the outputs at other positions.\n"
@@ -345,18 +361,23 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
             "vector on its own, so apply them along the last dimension only (no reshaping across positions)."
         )
     check.ok("processes each position independently (position-wise)")
+    _check_ffn_values(check, ff, x, out)
+    _check_ffn_dropout(check, FeedForward, x)
 
-    candidates = _ffn_candidates(ff, D_MODEL, D_FF)
+
+def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.Tensor) -> None:
+    """relu(x W1 + b1) W2 + b2 with the module's own two matrices; named causes otherwise."""
+    candidates = _ffn_candidates(ff, _D_MODEL, _D_FF)
     if not candidates:
         sizes = sorted({tuple(p.shape) for p in ff.parameters() if p.dim() == 2})
         check.fail(
-            f"Could not find the two weight matrices of FeedForward(d_model={D_MODEL}, d_ff={D_FF}): "
+            f"Could not find the two weight matrices of FeedForward(d_model={_D_MODEL}, d_ff={_D_FF}): "
             f"one mapping d_model -> d_ff, one mapping d_ff -> d_model. Your weight matrices have shapes "
             f"{', '.join(str(s) for s in sizes) or 'none'}.\n"
             f"Use nn.Linear(d_model, d_ff) then nn.Linear(d_ff, d_model): is the hidden size d_ff, and is the "
             f"second linear layer there?"
         )
-    match = next((c for c in candidates if _same(out, _ffn_value(x, c))), None)
+    match = next((c for c in candidates if close_enough(out, _ffn_value(x, c), _ATOL, _RTOL)), None)
     if match is None:
         variants = {
             "no activation": (
@@ -382,17 +403,17 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
                 "belong in the encoder/decoder layer, not inside FeedForward.",
             ),
             "residual and norm": (
-                lambda c: F.layer_norm(x.double() + _ffn_value(x, c), (D_MODEL,)),
+                lambda c: F.layer_norm(x.double() + _ffn_value(x, c), (_D_MODEL,)),
                 "the output is LayerNorm(x + ffn(x)): the residual connection and the LayerNorm belong in the "
                 "encoder/decoder layer; FeedForward returns linear2(dropout(relu(linear1(x)))) only.",
             ),
         }
         for _, (value, cause) in variants.items():
-            if any(_same(out, value(c)) for c in candidates):
+            if any(close_enough(out, value(c), _ATOL, _RTOL) for c in candidates):
                 check.fail(f"The output of FeedForward has the wrong values: {cause}")
         check.close(
             out, _ffn_value(x, candidates[0]), "the output of FeedForward",
-            atol=ATOL, rtol=RTOL,
+            atol=_ATOL, rtol=_RTOL,
             hint="Expected relu(x W1^T + b1) W2^T + b2 with your two linear layers (in eval mode).",
         )
     if match[1] is None or match[3] is None:
@@ -401,8 +422,8 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
             "FFN(x) = max(0, x W1 + b1) W2 + b2; nn.Linear includes a bias by default."
         )
     big = 40.0 * x  # large hidden activations: ReLU and its bounded or smooth look-alikes part ways
-    out_big = check.tensor(check.call(ff, big, what="FeedForward.forward"), "the output", shape=(3, 5, D_MODEL))
-    if not _same(out_big, _ffn_value(big, match), atol=1e-3):
+    out_big = check.tensor(check.call(ff, big, what="FeedForward.forward"), "the output", shape=(3, 5, _D_MODEL))
+    if not close_enough(out_big, _ffn_value(big, match), atol=1e-3, rtol=_RTOL):
         check.fail(
             "For inputs of large magnitude (x * 40) the output of your FeedForward is no longer "
             "relu(x W1 + b1) W2 + b2, although it is for ordinary inputs: the activation is not exactly ReLU.\n"
@@ -411,12 +432,15 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
         )
     check.ok("computes relu(x W1 + b1) W2 + b2 with its two linear layers")
 
-    # Dropout: off in eval mode, on the hidden activations in train mode.
-    ffd = _module(check, check.build(FeedForward, D_MODEL, D_FF, 0.5), "FeedForward")
+
+
+def _check_ffn_dropout(check: Check, FeedForward, x: torch.Tensor) -> None:
+    """Dropout: off in eval mode, on the hidden activations in train mode (rate, scale, fresh masks)."""
+    ffd = _module(check, check.build(FeedForward, _D_MODEL, _D_FF, 0.5), "FeedForward")
     ffd.eval()
     first = check.call(ffd, x, what="FeedForward.forward")
     second = check.call(ffd, x, what="FeedForward.forward")
-    if not _same(first, second, atol=0):
+    if not close_enough(first, second, atol=0, rtol=_RTOL):
         check.fail(
             "In eval mode FeedForward(16, 24, dropout=0.5) gives different outputs for the same input: "
             "dropout is active although the module is in eval mode.\n"
@@ -428,10 +452,10 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
     # With d_ff < d_model the hidden vector can be recovered from the output, so dropout's
     # footprint on it is visible.
     p, small = 0.3, 8
-    ffs = _module(check, check.build(FeedForward, D_MODEL, small, p), "FeedForward")
+    ffs = _module(check, check.build(FeedForward, _D_MODEL, small, p), "FeedForward")
     ffs.eval()
     base = check.call(ffs, x, what="FeedForward.forward")
-    cand = next((c for c in _ffn_candidates(ffs, D_MODEL, small) if _same(base, _ffn_value(x, c))), None)
+    cand = next((c for c in _ffn_candidates(ffs, _D_MODEL, small) if close_enough(base, _ffn_value(x, c), _ATOL, _RTOL)), None)
     if cand is None:
         check.fail(
             "FeedForward(16, 8, dropout=0.3) in eval mode does not compute relu(x W1 + b1) W2 + b2, although "
@@ -439,16 +463,22 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
         )
     ffs.train()
     noisy = check.call(ffs, x, what="FeedForward.forward").detach().double()
-    if _same(noisy, base, atol=0):
+    if close_enough(noisy, base, atol=0, rtol=_RTOL):
         check.fail(
             "In training mode FeedForward(16, 8, dropout=0.3) gives the same output as in eval mode: "
             "dropout is not applied.\n"
             "Apply nn.Dropout(dropout) to the hidden activations: linear2(dropout(relu(linear1(x))))."
         )
+    _check_ffn_hidden_dropout(check, ffs, x, cand, noisy, p, small)
+
+
+def _check_ffn_hidden_dropout(check: Check, ffs: nn.Module, x: torch.Tensor, cand: tuple, noisy: torch.Tensor,
+                              p: float, small: int) -> None:
+    """Recover the hidden vector linear2 received (d_ff < d_model) and measure the dropout on it."""
     a, b1, b, b2 = cand
-    rows = (noisy - b2).reshape(-1, D_MODEL)
+    rows = (noisy - b2).reshape(-1, _D_MODEL)
     hidden = torch.linalg.lstsq(b.T, rows.T).solution.T  # (N, small): the vector linear2 received
-    if not _same(hidden @ b, rows):
+    if not close_enough(hidden @ b, rows, _ATOL, _RTOL):
         check.fail(
             "In training mode the output of your FeedForward is not linear2 of anything: dropout is applied "
             "after the second linear layer.\n"
@@ -467,6 +497,12 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
             )
         live = (~dropped) & (h.abs() > 1e-3)
         ratios = hidden[live] / h[live]
+        if ratios.numel() and abs(float(ratios.mean()) * (1 - p) ** 2 - 1) < 1e-3:
+            check.fail(
+                f"In training mode FeedForward(16, 8, dropout={p}) applies dropout twice to the hidden units: "
+                f"the ones it keeps are scaled by 1 / (1 - p)^2 = {1 / (1 - p) ** 2:.3f}. Apply one nn.Dropout, "
+                f"once: linear2(dropout(relu(linear1(x))))."
+            )
         if ratios.numel() and float(ratios.std()) < 1e-3 * float(ratios.abs().mean()) and float(ratios.mean()) > 1:
             rate = 1 - 1 / float(ratios.mean())
             check.fail(
@@ -481,6 +517,24 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
             "before the ReLU?).\n"
             "Use linear2(dropout(relu(linear1(x))))."
         )
+    kept = (~dropped).reshape(x.shape[0], x.shape[1], small).double()
+    live = (h.abs() > 1e-3).reshape(x.shape[0], x.shape[1], small).double()  # a unit at 0 tells nothing
+    count, survived = live.sum(1), (kept * live).sum(1)  # per (sentence, hidden unit)
+    groups = count >= 2
+    if int(groups.sum()) >= 5 and bool(((survived == 0) | (survived == count))[groups].all()) and bool(
+            (survived[groups] == 0).any()):
+        check.fail(
+            "In training mode your FeedForward uses one dropout mask for every position of a sentence: the mask is "
+            "drawn with a smaller shape and broadcast. nn.Dropout(dropout) draws one per hidden unit and position."
+        )
+    again = check.call(ffs, x, what="FeedForward.forward").detach().double()
+    if identical(again, noisy):
+        check.fail(
+            "In training mode your FeedForward drops the same hidden units on every call: the random numbers "
+            "repeat (a seed set inside forward, or a generator seeded there?). Use nn.Dropout, which draws a fresh "
+            "mask from torch's global generator each time."
+        )
+    ffs.eval()
     check.ok("applies dropout to the hidden activations in training mode")
 
 
@@ -488,14 +542,15 @@ def _check_feed_forward(check: Check, FeedForward) -> None:
 # EncoderLayer
 
 
-def _check_encoder_layer(check: Check, EncoderLayer) -> None:
+def _check_encoder_layer(check: Check, EncoderLayer: type[nn.Module]) -> None:
     check.callable_(EncoderLayer, "EncoderLayer", want_class=True)
     g = generator(1)
     B, L = 2, 5
-    layer = _module(check, check.build(EncoderLayer, D_MODEL, NUM_HEADS, D_FF, 0.0), "EncoderLayer")
+    layer = _module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "EncoderLayer")
+    _contract(check, layer, "EncoderLayer")
     _uses_d_ff(check, layer, "EncoderLayer")
     layer.eval()
-    x = torch.randn(B, L, D_MODEL, generator=g)
+    x = torch.randn(B, L, _D_MODEL, generator=g)
     keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
     keep[1, ..., 3:] = False  # the last two positions of sentence 1 are padding
 
@@ -503,7 +558,7 @@ def _check_encoder_layer(check: Check, EncoderLayer) -> None:
         out_ = check.call(layer_, x_, mask_, what="EncoderLayer.forward")
         if mask_ is not None:
             _nan_with_mask(check, out_, "EncoderLayer")
-        return check.tensor(out_, "the output of EncoderLayer", shape=(B, L, D_MODEL), dtype=torch.float32)
+        return check.tensor(out_, "the output of EncoderLayer", shape=(B, L, _D_MODEL), dtype=torch.float32)
 
     plain = run(layer, x)
     check.ok("returns a (batch, length, d_model) tensor")
@@ -512,14 +567,15 @@ def _check_encoder_layer(check: Check, EncoderLayer) -> None:
     check.ok("runs with and without a mask (mask=None)")
 
     x2 = x.clone()
-    x2[1, 3:] = torch.randn(2, D_MODEL, generator=g)
-    if _same(run(layer, x2)[1, :3], plain[1, :3]):
+    x2[1, 3:] = torch.randn(2, _D_MODEL, generator=g)
+    if close_enough(run(layer, x2)[1, :3], plain[1, :3], _ATOL, _RTOL):
+        _causal_encoder(check, run, layer, x, plain, g)
         check.fail(
             "Without a mask, changing some positions of x did not change the outputs at the other "
             "positions: your EncoderLayer does not mix information between positions.\n"
             "Its first sublayer is self-attention over the whole sequence: self_attn(x, x, x, mask)."
         )
-    if not _same(run(layer, x2, keep)[1, :3], out[1, :3]):
+    if not close_enough(run(layer, x2, keep)[1, :3], out[1, :3], _ATOL, _RTOL):
         check.fail(
             "Positions hidden by the mask still influence the outputs: changing padded positions of x "
             "changed the outputs at the real positions.\n"
@@ -527,22 +583,14 @@ def _check_encoder_layer(check: Check, EncoderLayer) -> None:
             "length) hides keys (the last axis); transposing it would hide queries instead."
         )
     check.ok("honours the mask: hidden positions do not influence the others")
-    normalised = _is_normalised(out)
-
-    layout = mods.LayerLayout(layer, "encoder", D_MODEL, NUM_HEADS, D_FF)
-    if layout.missing:
-        if not normalised:
-            check.fail(_norm_message("EncoderLayer"))
-        check.ok("ends with a LayerNorm (post-LN)")
-        _unused_parameters(check, layer, run(layer, x, keep), "EncoderLayer")
-    else:
-        _compare_encoderlayer(check, layout, run, g, x, keep, normalised)
-    _parameters(check, layer, layout, "EncoderLayer")
+    layout = _values(check, layer, "EncoderLayer", out, lambda layer_: run(layer_, x, keep),
+                     lambda layout_, normalised: _compare_encoderlayer(check, layout_, run, g, x, keep, normalised))
 
     def build(p):
-        return lambda: _module(check, check.build(EncoderLayer, D_MODEL, NUM_HEADS, D_FF, p), "EncoderLayer")
+        return lambda: _module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "EncoderLayer")
 
     _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, keep), "EncoderLayer")
+    _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, keep), "EncoderLayer", x)
     _everything_dropped(check, build(1.0), lambda layer_: layer_(x, keep), x, "EncoderLayer")
     if layout.missing:
         check.ok(_layout_unused(layout, "EncoderLayer"))
@@ -555,7 +603,7 @@ def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
     mods.randomise_norms(layout.norms, g)
     out = run(layout.layer, x, keep).double()
     xd = x.double()
-    mask = mods.torch_mask(keep, B, NUM_HEADS, L, L)
+    mask = mods.torch_mask(keep, B, _NUM_HEADS, L, L)
 
     def sa(t, q, m=mask):
         return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
@@ -589,6 +637,7 @@ def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
     if matched is None:
         if cause:
             check.fail(f"The output of your EncoderLayer has the wrong values: {cause}.")
+        _check_wiring(check, layout.layer, "EncoderLayer", lambda layer_: run(layer_, x, keep), x)
         _unused_parameters(check, layout.layer, run(layout.layer, x, keep), "EncoderLayer")
         if not normalised:
             check.fail(_norm_message("EncoderLayer"))
@@ -596,161 +645,18 @@ def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
         with torch.no_grad():
             expected = mods.run_twin(twin, xd, src_mask=mask)
         check.close(
-            out, expected, "the output of EncoderLayer", atol=ATOL, rtol=RTOL,
+            out, expected, "the output of EncoderLayer", atol=_ATOL, rtol=_RTOL,
             hint="Expected nn.TransformerEncoderLayer (post-LN, ReLU) with your weights: "
             "y = LayerNorm(x + dropout(self_attn(x, x, x, mask))), out = LayerNorm(y + dropout(ffn(y))).",
         )
     _check_norm_use(check, "EncoderLayer", layout, matched[1])
+    _check_norm_order(check, "EncoderLayer", layout.layer, matched[1])
     _unused_parameters(check, layout.layer, run(layout.layer, x, keep), "EncoderLayer")
     check.ok("matches nn.TransformerEncoderLayer (post-LN) carrying your weights")
 
 
-_GELU_CAUSE = ("the feed-forward network uses GELU: the paper's uses ReLU, "
-               "FFN(x) = max(0, x W1 + b1) W2 + b2")
-
-
-def _pre_ln_encoder(t, x, sa, ff):
-    y = x + sa(t, t.norm1(x))
-    return y + ff(t, t.norm2(y))
-
-
-def _no_norm_encoder(t, x, sa, ff):
-    y = x + sa(t, x)
-    return y + ff(t, y)
-
-
-def _norm_inside_encoder(t, x, sa, ff):
-    y = x + t.norm1(sa(t, x))
-    return y + t.norm2(ff(t, y))
-
-
-def _swapped_encoder(t, x, sa, ff):
-    y = t.norm1(x + ff(t, x))
-    return t.norm2(y + sa(t, y))
-
-
-# --------------------------------------------------------------------------
-# DecoderLayer
-
-
-def _check_decoder_layer(check: Check, DecoderLayer) -> None:
-    check.callable_(DecoderLayer, "DecoderLayer", want_class=True)
-    g = generator(2)
-    B, T, S = 2, 4, 6  # target length T differs from memory length S
-    layer = _module(check, check.build(DecoderLayer, D_MODEL, NUM_HEADS, D_FF, 0.0), "DecoderLayer")
-    _uses_d_ff(check, layer, "DecoderLayer")
-    layer.eval()
-    x = torch.randn(B, T, D_MODEL, generator=g)
-    memory = torch.randn(B, S, D_MODEL, generator=g)
-    src_keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
-    src_keep[1, ..., 4:] = False  # the last two memory positions of sentence 1 are padding
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T).clone()
-
-    def run(layer_, x_, memory_, src_mask_=None, tgt_mask_=None):
-        out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
-        hint = ""
-        if isinstance(out_, torch.Tensor) and out_.dim() == 3 and out_.shape[1] == S:
-            hint = (
-                "The output has one row per memory position: in cross-attention the queries come from the "
-                "decoder (x), the keys and values from memory: cross_attn(x, memory, memory, src_mask)."
-            )
-        if (src_mask_ is not None or tgt_mask_ is not None) and not hint:
-            _nan_with_mask(check, out_, "DecoderLayer")
-        return check.tensor(out_, "the output of DecoderLayer", shape=(B, T, D_MODEL), dtype=torch.float32, shape_hint=hint)
-
-    plain = run(layer, x, memory)
-    check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
-    allow_src = torch.ones(B, 1, 1, S, dtype=torch.bool)
-    allow_tgt = torch.ones(B, 1, T, T, dtype=torch.bool)
-    _allow_all_is_no_mask(check, run(layer, x, memory, allow_src, allow_tgt), plain, "DecoderLayer", "masks")
-    out = run(layer, x, memory, src_keep, causal)
-    check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
-
-    other = memory.clone()
-    other[:, :4] = torch.randn(B, 4, D_MODEL, generator=g)
-    if _same(run(layer, x, other, src_keep, causal), out):
-        check.fail(
-            "Changing memory (the encoder output) does not change the output of your DecoderLayer: the "
-            "cross-attention does not use it.\n"
-            "In cross-attention the queries come from the decoder and the keys and values from memory: "
-            "cross_attn(x, memory, memory, src_mask), not cross_attn(x, x, x, ...)."
-        )
-    check.ok("uses memory (changing the encoder output changes the result)")
-
-    hidden = memory.clone()
-    hidden[1, 4:] = torch.randn(2, D_MODEL, generator=g)
-    if not _same(run(layer, x, hidden, src_keep, causal), out):
-        check.fail(
-            "Memory positions hidden by src_mask still influence the output: changing padded positions of "
-            "memory changed the result.\n"
-            "Pass src_mask to the cross-attention: cross_attn(x, memory, memory, src_mask)."
-        )
-    check.ok("honours src_mask in the cross-attention")
-
-    later = x.clone()
-    later[:, 2:] = torch.randn(B, T - 2, D_MODEL, generator=g)
-    if _same(run(layer, later, memory)[:, :2], plain[:, :2]):
-        check.fail(
-            "Without a target mask (tgt_mask=None), changing later target positions did not change earlier "
-            "outputs: either your DecoderLayer does not mix information between target positions, or it "
-            "builds a causal mask of its own instead of using tgt_mask.\n"
-            "Its first sublayer is self-attention over the target with the mask it is given: "
-            "self_attn(x, x, x, tgt_mask). (The model builds tgt_mask, padding included.)"
-        )
-    if not _same(run(layer, later, memory, src_keep, causal)[:, :2], out[:, :2]):
-        check.fail(
-            "With a causal tgt_mask, changing target positions 2 and 3 changed the outputs at positions 0 "
-            "and 1: the decoder can see the future.\n"
-            "Pass tgt_mask to the (first) self-attention: self_attn(x, x, x, tgt_mask)."
-        )
-    check.ok("is causal with a causal tgt_mask (the future does not influence the past)")
-    normalised = _is_normalised(out)
-
-    layout = mods.LayerLayout(layer, "decoder", D_MODEL, NUM_HEADS, D_FF)
-    if layout.missing:
-        if not normalised:
-            check.fail(_norm_message("DecoderLayer"))
-        check.ok("ends with a LayerNorm (post-LN)")
-        _unused_parameters(check, layer, run(layer, x, memory, src_keep, causal), "DecoderLayer")
-    else:
-        _compare_decoderlayer(check, layout, run, g, x, memory, src_keep, causal, normalised)
-    _parameters(check, layer, layout, "DecoderLayer")
-
-    def build(p):
-        return lambda: _module(check, check.build(DecoderLayer, D_MODEL, NUM_HEADS, D_FF, p), "DecoderLayer")
-
-    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, memory, src_keep, causal), "DecoderLayer")
-    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
-    if layout.missing:
-        check.ok(_layout_unused(layout, "DecoderLayer"))
-
-
-def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable, g: torch.Generator,
-                          x: torch.Tensor, memory: torch.Tensor, src_keep: torch.Tensor, causal: torch.Tensor,
-                          normalised: bool) -> None:
-    """Compare with PyTorch's layer carrying the learner's weights; name the cause on a mismatch."""
-    (B, T), S = x.shape[:2], memory.shape[1]
-    mods.randomise_norms(layout.norms, g)
-    out = run(layout.layer, x, memory, src_keep, causal).double()
-    xd, md = x.double(), memory.double()
-    tmask = mods.torch_mask(causal, B, NUM_HEADS, T, T)
-    smask = mods.torch_mask(src_keep, B, NUM_HEADS, T, S)
-
-    def sa(t, q, m=tmask):
-        return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
-
-    def ca(t, q, kv, m=smask):
-        return t.multihead_attn(q, kv, kv, attn_mask=m, need_weights=False)[0]
-
-    def ff(t, y, act=torch.relu):
-        return t.linear2(act(t.linear1(y)))
-
-    def post(t, res=(True, True, True), tm=tmask, sm=smask, kv=None, query_x=False, ffn=True, act=torch.relu):
-        y1 = t.norm1((xd if res[0] else 0) + sa(t, xd, tm))
-        source = md if kv is None else (y1 if kv == "y" else xd)
-        y2 = t.norm2((y1 if res[1] else 0) + ca(t, xd if query_x else y1, source, sm))
-        return t.norm3((y2 if res[2] else 0) + ff(t, y2, act)) if ffn else y2
-
+def _decoder_variants(xd, md, sa, ca, ff, post, tmask, smask) -> list:
+    """Known wrong decoder layers, as functions of a PyTorch twin: (cause, variant)."""
     def pre_ln(t):
         y1 = xd + sa(t, t.norm1(xd))
         y2 = y1 + ca(t, t.norm2(y1), md)
@@ -794,10 +700,170 @@ def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
         (_GELU_CAUSE, lambda t: post(t, act=F.gelu)),
         (_GELU_CAUSE, lambda t: post(t, act=lambda h: F.gelu(h, approximate="tanh"))),
     ]
+    return variants
+
+
+_GELU_CAUSE = ("the feed-forward network uses GELU: the paper's uses ReLU, "
+               "FFN(x) = max(0, x W1 + b1) W2 + b2")
+
+
+def _pre_ln_encoder(t, x, sa, ff):
+    y = x + sa(t, t.norm1(x))
+    return y + ff(t, t.norm2(y))
+
+
+def _no_norm_encoder(t, x, sa, ff):
+    y = x + sa(t, x)
+    return y + ff(t, y)
+
+
+def _norm_inside_encoder(t, x, sa, ff):
+    y = x + t.norm1(sa(t, x))
+    return y + t.norm2(ff(t, y))
+
+
+def _swapped_encoder(t, x, sa, ff):
+    y = t.norm1(x + ff(t, x))
+    return t.norm2(y + sa(t, y))
+
+
+# --------------------------------------------------------------------------
+# DecoderLayer
+
+
+def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
+    check.callable_(DecoderLayer, "DecoderLayer", want_class=True)
+    g = generator(2)
+    B, T, S = 2, 4, 6  # target length T differs from memory length S
+    layer = _module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "DecoderLayer")
+    _contract(check, layer, "DecoderLayer")
+    _uses_d_ff(check, layer, "DecoderLayer")
+    layer.eval()
+    x = torch.randn(B, T, _D_MODEL, generator=g)
+    memory = torch.randn(B, S, _D_MODEL, generator=g)
+    src_keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    src_keep[1, ..., 4:] = False  # the last two memory positions of sentence 1 are padding
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T).clone()
+
+    def run(layer_, x_, memory_, src_mask_=None, tgt_mask_=None):
+        if src_mask_ is not None and tgt_mask_ is not None:
+            out_ = check.attempt(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
+            if isinstance(out_, Raised):
+                _masks_swapped(check, layer_, x_, memory_, src_mask_, tgt_mask_, out_)
+        else:
+            out_ = Raised(None, "")
+        if isinstance(out_, Raised):
+            out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
+        hint = ""
+        if isinstance(out_, torch.Tensor) and out_.dim() == 3 and out_.shape[1] == S:
+            hint = (
+                "The output has one row per memory position: in cross-attention the queries come from the "
+                "decoder (x), the keys and values from memory: cross_attn(x, memory, memory, src_mask)."
+            )
+        if (src_mask_ is not None or tgt_mask_ is not None) and not hint:
+            _nan_with_mask(check, out_, "DecoderLayer")
+        return check.tensor(out_, "the output of DecoderLayer", shape=(B, T, _D_MODEL), dtype=torch.float32, shape_hint=hint)
+
+    plain = run(layer, x, memory)
+    check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
+    allow_src = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    allow_tgt = torch.ones(B, 1, T, T, dtype=torch.bool)
+    _allow_all_is_no_mask(check, run(layer, x, memory, allow_src, allow_tgt), plain, "DecoderLayer", "masks")
+    out = run(layer, x, memory, src_keep, causal)
+    check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
+
+    _decoder_properties(check, run, layer, x, memory, src_keep, causal, plain, out, g)
+    layout = _values(check, layer, "DecoderLayer", out, lambda layer_: run(layer_, x, memory, src_keep, causal),
+                     lambda layout_, normalised: _compare_decoderlayer(check, layout_, run, g, x, memory, src_keep,
+                                                                       causal, normalised))
+
+    def build(p):
+        return lambda: _module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "DecoderLayer")
+
+    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, memory, src_keep, causal), "DecoderLayer")
+    _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, memory, src_keep, causal),
+                            "DecoderLayer", x)
+    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
+    if layout.missing:
+        check.ok(_layout_unused(layout, "DecoderLayer"))
+
+
+def _decoder_properties(check: Check, run: Callable, layer: nn.Module, x, memory, src_keep, causal,
+                        plain: torch.Tensor, out: torch.Tensor, g: torch.Generator) -> None:
+    """Memory is used, src_mask hides memory positions, tgt_mask (and only it) makes the layer causal."""
+    B, T = x.shape[:2]
+    other = memory.clone()
+    other[:, :4] = torch.randn(B, 4, _D_MODEL, generator=g)
+    if close_enough(run(layer, x, other, src_keep, causal), out, _ATOL, _RTOL):
+        check.fail(
+            "Changing memory (the encoder output) does not change the output of your DecoderLayer: the "
+            "cross-attention does not use it.\n"
+            "In cross-attention the queries come from the decoder and the keys and values from memory: "
+            "cross_attn(x, memory, memory, src_mask), not cross_attn(x, x, x, ...)."
+        )
+    check.ok("uses memory (changing the encoder output changes the result)")
+
+    hidden = memory.clone()
+    hidden[1, 4:] = torch.randn(2, _D_MODEL, generator=g)
+    if not close_enough(run(layer, x, hidden, src_keep, causal), out, _ATOL, _RTOL):
+        check.fail(
+            "Memory positions hidden by src_mask still influence the output: changing padded positions of "
+            "memory changed the result.\n"
+            "Pass src_mask to the cross-attention: cross_attn(x, memory, memory, src_mask)."
+        )
+    check.ok("honours src_mask in the cross-attention")
+
+    later = x.clone()
+    later[:, 2:] = torch.randn(B, T - 2, _D_MODEL, generator=g)
+    if close_enough(run(layer, later, memory)[:, :2], plain[:, :2], _ATOL, _RTOL):
+        check.fail(
+            "Without a target mask (tgt_mask=None), changing later target positions did not change earlier "
+            "outputs: either your DecoderLayer does not mix information between target positions, or it "
+            "builds a causal mask of its own instead of using tgt_mask.\n"
+            "Its first sublayer is self-attention over the target with the mask it is given: "
+            "self_attn(x, x, x, tgt_mask). (The model builds tgt_mask, padding included.)"
+        )
+    if not close_enough(run(layer, later, memory, src_keep, causal)[:, :2], out[:, :2], _ATOL, _RTOL):
+        check.fail(
+            "With a causal tgt_mask, changing target positions 2 and 3 changed the outputs at positions 0 "
+            "and 1: the decoder can see the future.\n"
+            "Pass tgt_mask to the (first) self-attention: self_attn(x, x, x, tgt_mask)."
+        )
+    check.ok("is causal with a causal tgt_mask (the future does not influence the past)")
+
+
+def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable, g: torch.Generator,
+                          x: torch.Tensor, memory: torch.Tensor, src_keep: torch.Tensor, causal: torch.Tensor,
+                          normalised: bool) -> None:
+    """Compare with PyTorch's layer carrying the learner's weights; name the cause on a mismatch."""
+    (B, T), S = x.shape[:2], memory.shape[1]
+    mods.randomise_norms(layout.norms, g)
+    out = run(layout.layer, x, memory, src_keep, causal).double()
+    xd, md = x.double(), memory.double()
+    tmask = mods.torch_mask(causal, B, _NUM_HEADS, T, T)
+    smask = mods.torch_mask(src_keep, B, _NUM_HEADS, T, S)
+
+    def sa(t, q, m=tmask):
+        return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
+
+    def ca(t, q, kv, m=smask):
+        return t.multihead_attn(q, kv, kv, attn_mask=m, need_weights=False)[0]
+
+    def ff(t, y, act=torch.relu):
+        return t.linear2(act(t.linear1(y)))
+
+    def post(t, res=(True, True, True), tm=tmask, sm=smask, kv=None, query_x=False, ffn=True, act=torch.relu):
+        y1 = t.norm1((xd if res[0] else 0) + sa(t, xd, tm))
+        source = md if kv is None else (y1 if kv == "y" else xd)
+        y2 = t.norm2((y1 if res[1] else 0) + ca(t, xd if query_x else y1, source, sm))
+        return t.norm3((y2 if res[2] else 0) + ff(t, y2, act)) if ffn else y2
+
+    variants = _decoder_variants(xd, md, sa, ca, ff, post, tmask, smask)
     matched, cause = _best_match(layout, out, lambda t: mods.run_twin(t, xd, md, src_mask=smask, tgt_mask=tmask), variants)
     if matched is None:
         if cause:
             check.fail(f"The output of your DecoderLayer has the wrong values: {cause}.")
+        _check_wiring(check, layout.layer, "DecoderLayer", lambda layer_: run(layer_, x, memory, src_keep, causal), x)
         _unused_parameters(check, layout.layer, run(layout.layer, x, memory, src_keep, causal), "DecoderLayer")
         if not normalised:
             check.fail(_norm_message("DecoderLayer"))
@@ -805,11 +871,224 @@ def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
         with torch.no_grad():
             expected = mods.run_twin(twin, xd, md, src_mask=smask, tgt_mask=tmask)
         check.close(
-            out, expected, "the output of DecoderLayer", atol=ATOL, rtol=RTOL,
+            out, expected, "the output of DecoderLayer", atol=_ATOL, rtol=_RTOL,
             hint="Expected nn.TransformerDecoderLayer (post-LN, ReLU) with your weights: "
             "y1 = LayerNorm(x + self_attn(x, x, x, tgt_mask)), y2 = LayerNorm(y1 + cross_attn(y1, memory, "
             "memory, src_mask)), out = LayerNorm(y2 + ffn(y2)) (dropout on each sublayer output).",
         )
     _check_norm_use(check, "DecoderLayer", layout, matched[1])
+    _check_norm_order(check, "DecoderLayer", layout.layer, matched[1])
     _unused_parameters(check, layout.layer, run(layout.layer, x, memory, src_keep, causal), "DecoderLayer")
     check.ok("matches nn.TransformerDecoderLayer (post-LN) carrying your weights")
+
+
+# --------------------------------------------------------------------------
+# The contract: names, components, wiring and dropout, observed with hooks on the checker's own instances.
+
+_WANTED = {
+    "FeedForward": {"linear1": "nn.Linear(d_model, d_ff)", "linear2": "nn.Linear(d_ff, d_model)"},
+    "EncoderLayer": {"self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+                     "feed_forward": "FeedForward(d_model, d_ff, dropout)",
+                     "norm1": "nn.LayerNorm(d_model)", "norm2": "nn.LayerNorm(d_model)"},
+    "DecoderLayer": {"self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+                     "cross_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
+                     "feed_forward": "FeedForward(d_model, d_ff, dropout)",
+                     "norm1": "nn.LayerNorm(d_model)", "norm2": "nn.LayerNorm(d_model)", "norm3": "nn.LayerNorm(d_model)"},
+}
+_WHY = ("later lessons and tools read them (lesson 06's cross-attention plot reads `decoder_layers[-1].cross_attn`, "
+        "checkpoints store each weight under its name, lesson 07 copies them into nn.Transformer).")
+_SUBLAYERS = {
+    "EncoderLayer": (("self_attn", "norm1"), ("feed_forward", "norm2")),
+    "DecoderLayer": (("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3")),
+}
+_ROLES = {("EncoderLayer", "self_attn"): "self-attention", ("DecoderLayer", "self_attn"): "the masked self-attention",
+          ("DecoderLayer", "cross_attn"): "the cross-attention", ("EncoderLayer", "feed_forward"): "the feed-forward network",
+          ("DecoderLayer", "feed_forward"): "the feed-forward network"}
+
+
+def _contract(check: Check, layer: nn.Module, name: str) -> None:
+    """The submodules later code reads, and the components' own checkers first."""
+    from .multi_head import check_multi_head_attention
+
+    mods.missing_submodules(check, layer, name, _WANTED[name], _WHY)
+    components = {sub: (check_multi_head_attention, "MultiHeadAttention") for sub in ("self_attn", "cross_attn")
+                  if sub in _WANTED[name]}
+    components["feed_forward"] = (check_feed_forward, "FeedForward")
+    mods.components_first(check, layer, name, components)
+    _check_norms(check, layer, name)
+
+
+def _check_norms(check: Check, layer: nn.Module, name: str) -> None:
+    """Each normN normalises over the last axis (the d_model features of one position)."""
+    z = 3.0 * torch.randn(2, 5, _D_MODEL, generator=generator(13)) + 1.5
+    for norm_name in [n for n in _WANTED[name] if n.startswith("norm")]:
+        norm = getattr(layer, norm_name)
+        if isinstance(norm, nn.LayerNorm) and tuple(norm.normalized_shape) != (_D_MODEL,):
+            check.fail(f"`{norm_name}` of your {name} is nn.LayerNorm({tuple(norm.normalized_shape)}): it normalises "
+                       f"over the wrong axes. Use nn.LayerNorm(d_model): each position's d_model features are "
+                       f"normalised on their own.")
+        out = check.attempt(norm, z, what=f"{name}.{norm_name}")
+        if not isinstance(out, torch.Tensor) or out.shape != z.shape:
+            continue
+        o = out.detach().double()
+        rows_ok = bool((o.mean(-1).abs() < 1e-2).all() and ((o.std(-1, unbiased=False) - 1).abs() < 0.05).all())
+        for dim, axis in ((1, "the positions (dim 1)"), (0, "the batch (dim 0)")):
+            other = bool((o.mean(dim).abs() < 1e-2).all() and ((o.std(dim, unbiased=False) - 1).abs() < 0.05).all())
+            if other and not rows_ok:
+                check.fail(f"`{norm_name}` of your {name} normalises over {axis}, not over the last axis: each "
+                           f"position's d_model features must get mean 0 and variance 1 on their own "
+                           f"(`x.mean(-1, keepdim=True)`, or nn.LayerNorm(d_model)).")
+
+
+def _trace(check: Check, layer: nn.Module, name: str, run: Callable) -> tuple | None:
+    """(steps, output): per sublayer its query input, output, the norm's input and output, seen by hooks."""
+    names = [n for pair in _SUBLAYERS[name] for n in pair]
+    with mods.Recorder(layer, names) as rec:
+        out = run(layer)
+    steps = []
+    for sub, norm in _SUBLAYERS[name]:
+        seen = (rec.first_input(sub), rec.output(sub), rec.first_input(norm), rec.output(norm))
+        if any(t is None for t in seen):
+            return None  # a piece called twice or not at all: judged by values only
+        inp, s, z, y = (t.detach().double() for t in seen)
+        steps.append({"sub": sub, "norm": norm, "inp": inp, "s": s, "z": z, "y": y})
+    return steps, out.detach().double()
+
+
+def _which(value: torch.Tensor, known: dict) -> str:
+    return next((label for label, t in known.items() if close_enough(value, t, atol=1e-4, rtol=1e-4)), "")
+
+
+def _check_wiring(check: Check, layer: nn.Module, name: str, run: Callable, x: torch.Tensor) -> None:
+    """In eval mode: each sublayer reads the previous norm's output, adds it back, and normN closes sublayer N."""
+    traced = _trace(check, layer, name, run)
+    if traced is None:
+        return
+    steps, out = traced
+    current, current_label = x.double(), "x, the layer's input"
+    known = {current_label: current}
+    for step in steps:
+        role = _ROLES[(name, step["sub"])]
+        residual = step["z"] - step["s"]
+        if not close_enough(residual, current, atol=1e-4, rtol=1e-4):
+            options = dict(known, **{"nothing (the residual is missing)": torch.zeros_like(current),
+                                     "the sublayer's own output a second time": step["s"]})
+            which = _which(residual, options)
+            if which:
+                check.fail(f"The residual connection around {role} in your {name} adds {which} instead of "
+                           f"{current_label}: {step['norm']}(y + dropout({step['sub']}(y, ...))) adds back the very "
+                           f"tensor the sublayer received.")
+            return
+        if not close_enough(step["inp"], current, atol=1e-4, rtol=1e-4):
+            which = _which(step["inp"], known)
+            if which:
+                check.fail(f"In your {name}, {role} receives {which} instead of {current_label}: each sublayer "
+                           f"works on the output of the previous one.")
+            return
+        current, current_label = step["y"], f"the output of `{step['norm']}` (the previous sublayer)"
+        known[current_label] = current
+    check.ok("norm1, norm2" + (", norm3" if name == "DecoderLayer" else "") + " close the sublayers in order, "
+             "each residual adds back the sublayer's own input (seen on the submodules' inputs and outputs)")
+
+
+def _check_dropout_measured(check: Check, build: Callable, run: Callable, name: str, x: torch.Tensor,
+                            p: float = 0.5) -> None:
+    """Train mode: rate p on each sublayer's output before the residual, nowhere else, fresh masks, global RNG."""
+    layer = build(p)
+    layer.train()
+    traces = [mods.seeded(seed, _trace, check, layer, name, run) for seed in (21, None, 21)]
+    if any(t is None for t in traces):
+        return
+    masks = []
+    for steps, out in traces:
+        kept, current = [], x.double()
+        for i, step in enumerate(steps):
+            current = current if i == 0 else steps[i - 1]["y"]
+            role = _ROLES[(name, step["sub"])]
+            where = f"the output of {role} (before the residual addition)"
+            if not close_enough(step["inp"], current):
+                fed = mods.drop_pattern(step["inp"], current)
+                if fed.exact and fed.rate > 0:
+                    check.fail(f"In training mode your {name} applies dropout to the input of {role} (to x before "
+                               f"the sublayer reads it). The paper drops the sublayer's output instead: "
+                               f"LayerNorm(x + dropout(sublayer(x))).")
+                return
+            pattern = mods.drop_pattern(step["z"] - current, step["s"])
+            if not pattern.exact:
+                return  # something else: the checks above have judged it
+            problem = mods.dropout_problem(pattern, p, where, name)
+            if problem:
+                check.fail(problem + "\nThe paper's sublayer: LayerNorm(x + dropout(sublayer(x))), with "
+                           "nn.Dropout(dropout), once per sublayer.")
+            kept.append(pattern.kept)
+        if not identical(out, steps[-1]["y"]):
+            check.fail(f"In training mode the output of your {name} is not the output of its last LayerNorm: "
+                       f"something (a dropout?) acts after `{steps[-1]['norm']}`.")
+        masks.append(kept)
+    _masks_independent(check, masks, name)
+    check.ok(f"in training mode drops about {round(100 * p)}% of each sublayer's output before the residual "
+             f"(measured), with a fresh mask per sublayer and per call")
+
+
+def _masks_independent(check: Check, masks: list[list[torch.Tensor]], name: str) -> None:
+    """masks[call][sublayer]; calls 0 and 2 after the same global seed, call 1 right after call 0."""
+    for kept in masks[0]:
+        shared = mods.shared_axes(kept, {"position": 1, "sentence of the batch": 0, "feature": 2})
+        if shared:
+            check.fail(f"In training mode your {name} uses one dropout mask for every {shared[0]}: the mask is "
+                       f"drawn with a smaller shape and broadcast. nn.Dropout draws one per entry.")
+    first = masks[0]
+    for i in range(len(first)):
+        for j in range(i + 1, len(first)):
+            if first[i].shape == first[j].shape and bool((first[i] == first[j]).all()):
+                check.fail(f"In training mode your {name} drops the same entries in two sublayers: one dropout "
+                           f"mask is drawn once and reused. Call the nn.Dropout module on each sublayer's output: "
+                           f"it draws a fresh mask every time.")
+    if all(bool((a == b).all()) for a, b in zip(masks[0], masks[1])):
+        check.fail(f"In training mode your {name} drops the same entries on every call: the random numbers repeat "
+                   f"(a seed set inside forward?).")
+    if not all(bool((a == b).all()) for a, b in zip(masks[0], masks[2])):
+        check.fail(f"In training mode the dropout of your {name} does not follow torch's global random number "
+                   f"generator (after the same torch.manual_seed it drops other entries): use nn.Dropout.")
+
+
+def _check_norm_order(check: Check, name: str, layer: nn.Module, used: tuple) -> None:
+    """norm1 closes the first sublayer, norm2 the second (and norm3 the third): later code copies them by name."""
+    wanted = [getattr(layer, n) for n in _WANTED[name] if n.startswith("norm")]
+    if all(a is b for a, b in zip(used, wanted)):
+        return
+    names = {id(m): n for n, m in layer.named_children()}
+    order = ", ".join(f"`{names.get(id(n), '?')}`" for n in used)
+    check.fail(f"Your {name} closes its sublayers with {order}, in that order: the names are part of the exercise, "
+               f"and norm1 belongs to the first sublayer, norm2 to the second" + (", norm3 to the third" if
+               name == "DecoderLayer" else "") + ". Lesson 07 copies each LayerNorm by its name.")
+
+
+def _causal_encoder(check: Check, run: Callable, layer: nn.Module, x: torch.Tensor, plain: torch.Tensor,
+                    g: torch.Generator) -> None:
+    """Later positions do not reach earlier ones: if earlier ones reach later ones, that is a causal mask."""
+    earlier = x.clone()
+    earlier[:, :2] = torch.randn(x.shape[0], 2, x.shape[2], generator=g)
+    if not close_enough(run(layer, earlier)[:, 2:], plain[:, 2:], _ATOL, _RTOL):
+        check.fail(
+            "Your EncoderLayer lets each position see only the positions before it (a causal mask): changing later "
+            "positions never changes earlier outputs, but changing earlier positions changes later ones.\n"
+            "The encoder reads the whole source sentence at once: use only the padding mask it is given, "
+            "self_attn(x, x, x, mask). The causal mask belongs to the decoder's self-attention."
+        )
+
+
+def _masks_swapped(check: Check, layer: nn.Module, x, memory, src_mask, tgt_mask, given: Raised) -> None:
+    """A crash with the masks in place, but none with the two swapped: name it."""
+    if src_mask.shape[-1] == tgt_mask.shape[-1]:
+        return
+    swapped = check.attempt(layer, x, memory, tgt_mask, src_mask, what="DecoderLayer.forward")
+    if isinstance(swapped, Raised):
+        return
+    check.fail(
+        "Your DecoderLayer uses the two masks the wrong way round: it crashes with forward(x, memory, src_mask, "
+        "tgt_mask) but runs when they are swapped. The target mask (B, 1, L_tgt, L_tgt) goes to the masked "
+        "self-attention, self_attn(x, x, x, tgt_mask); the source mask (B, 1, 1, L_src) to the cross-attention, "
+        "cross_attn(x, memory, memory, src_mask). Check the order of forward's parameters too: "
+        "forward(self, x, memory, src_mask=None, tgt_mask=None).\n\n" + given.message
+    )

@@ -30,7 +30,7 @@ B, L_SRC, L_TGT = 2, 7, 5
 ATOL, RTOL = 1e-4, 1e-4
 
 
-def check_transformer(Transformer) -> CheckResult:
+def check_transformer(Transformer: type[nn.Module]) -> CheckResult:
     """Check ``Transformer(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)``."""
     return run_check("Transformer", _check_transformer, Transformer)
 
@@ -73,7 +73,7 @@ class _Model:
         return self.check.tensor(out, what, shape=shape, dtype="float", shape_hint=hint)
 
 
-def _check_transformer(check: Check, Transformer) -> None:
+def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
     check.callable_(Transformer, "Transformer", want_class=True)
     g = generator(5)
 
