@@ -351,32 +351,35 @@ def _check_values(check: Check, cases: list[dict], values: list[torch.Tensor], l
 
 def _check_large_logits(check: Check, label_smoothing_loss: Callable) -> None:
     """Numerically stable for logits far apart."""
-    large = _large_case()
-    value = _loss(check, label_smoothing_loss, large).detach().double()
-    expected, _ = _oracle(large)
-    if not close_enough(value, expected):
-        check.fail(
-            f"Your loss is wrong when the logits are far apart (differences of about 150, as a confident model "
-            f"produces): expected {fmt_number(expected)}, got {fmt_number(value)}.\n"
-            f"In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) is "
-            f"-inf (a small epsilon inside the log only moves the error). Compute the log-probabilities directly "
-            f"with F.log_softmax(logits, dim=-1), which subtracts the maximum first."
-        )
+    _check_one_case(
+        check, label_smoothing_loss, _large_case(),
+        "Your loss is wrong when the logits are far apart (differences of about 150, as a confident model "
+        "produces): expected {expected}, got {value}.\n"
+        "In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) is "
+        "-inf (a small epsilon inside the log only moves the error). Compute the log-probabilities directly "
+        "with F.log_softmax(logits, dim=-1), which subtracts the maximum first.",
+    )
     check.ok("stays exact for logits far apart (log_softmax, not log of softmax)")
 
 
 def _check_lesson_sizes(check: Check, label_smoothing_loss: Callable) -> None:
     """Lesson 06's sizes: a vocabulary of hundreds and hundreds of positions."""
     case = _lesson_case()
+    _check_one_case(
+        check, label_smoothing_loss, case,
+        f"Your loss is right on small inputs but not at lesson 06's sizes ({_describe_case(case)}): expected "
+        "{expected}, got {value}.\nDoes your code depend on a fixed vocabulary size, a fixed number of positions, "
+        "or a value remembered from an earlier call?",
+    )
+    check.ok("matches it at lesson 06's sizes too (V=629, 320 positions, a third of them padding)")
+
+
+def _check_one_case(check: Check, label_smoothing_loss: Callable, case: dict, message: str) -> None:
+    """Fail with ``message`` (``{expected}``, ``{value}`` filled in) unless the loss matches PyTorch's on ``case``."""
     value = _loss(check, label_smoothing_loss, case).detach().double()
     expected, _ = _oracle(case)
     if not close_enough(value, expected):
-        check.fail(
-            f"Your loss is right on small inputs but not at lesson 06's sizes ({_describe_case(case)}): expected "
-            f"{fmt_number(expected)}, got {fmt_number(value)}.\nDoes your code depend on a fixed vocabulary size, a "
-            f"fixed number of positions, or a value remembered from an earlier call?"
-        )
-    check.ok("matches it at lesson 06's sizes too (V=629, 320 positions, a third of them padding)")
+        check.fail(message.format(expected=fmt_number(expected), value=fmt_number(value)))
 
 
 def _check_gradients(check: Check, label_smoothing_loss: Callable, cases: list[dict], grads: list[torch.Tensor]) -> None:

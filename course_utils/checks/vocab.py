@@ -607,23 +607,20 @@ def _encode_edge_cases(check: Check, encode: Callable) -> None:
     if got != [v[BOS], v[EOS]]:
         check.fail(f"encode([], vocab) should be [{v[BOS]}, {v[EOS]}] (just <bos> and <eos>), but it is {got}.")
     check.ok("an empty sentence becomes [<bos>, <eos>]")
-    want = [v[BOS]] + [v.get(t, v[UNK]) for t in _LONG_TOKENS] + [v[EOS]]
-    got = _ids_result(check, _guarded(check, encode, (list(_LONG_TOKENS), dict(v)), "encode"), "encode(tokens, vocab)")
-    if got != want:
-        check.fail(
-            f"encode returned {len(got)} ids for a sentence of {len(_LONG_TOKENS)} tokens; it should return "
-            f"{len(want)}: <bos>, one id for every token, <eos>.\n  tokens:   {_LONG_TOKENS}\n  expected: {want}\n"
-            f"  actual:   {got}\nEncode every token, however long the sentence (no fixed length, no cut)."
-        )
     literal = ["der", EOS, "hund", "."]
-    want = [v[BOS], v["der"], v[EOS], v["hund"], v["."], v[EOS]]
-    got = _ids_result(check, _guarded(check, encode, (list(literal), dict(v)), "encode"), "encode(tokens, vocab)")
-    if got != want:
-        check.fail(
-            f"encode({literal}, vocab) should be {want}, but it is {got}.\nThe sentence contains '<eos>' as a word: "
-            f"it is in the vocabulary, so it is looked up like any other token, vocab[token] (only the first and "
-            f"last ids are added by encode)."
-        )
+    for tokens, cause in (
+        (_LONG_TOKENS, f"A sentence of {len(_LONG_TOKENS)} tokens: encode every token, however long the sentence "
+                       f"(no fixed length, no cut)."),
+        (literal, "The sentence contains '<eos>' as a word: it is in the vocabulary, so it is looked up like any "
+                  "other token, vocab[token] (only the first and last ids are added by encode)."),
+    ):
+        want = [v[BOS]] + [v.get(t, v[UNK]) for t in tokens] + [v[EOS]]
+        got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
+        if got != want:
+            check.fail(
+                f"encode returned {len(got)} ids for {len(tokens)} tokens; it should return {len(want)}.\n"
+                f"  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}\n{cause}"
+            )
     check.ok("encodes sentences of any length, and special tokens written as words like any other token")
 
 
