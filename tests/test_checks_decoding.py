@@ -611,3 +611,12 @@ def cuda_method_when_src_is_on_cuda(model, src, max_len, bos_id, eos_id, pad_id)
 def test_accepts_every_way_of_following_the_device(fn):
     expect(check_greedy_decode(fn), "passed")
 
+
+
+def test_the_real_device_pass_runs(monkeypatch):
+    """Where cuda or mps exists the decoding runs there too; here the CPU stands in for it, to run that code."""
+    import course_utils.checks.decoding as decoding
+
+    monkeypatch.setattr(decoding, "_real_device", lambda: torch.device("cpu"))
+    expect(check_greedy_decode(greedy_decode), "passed")
+    expect(check_greedy_decode(returns_on_the_cpu), "failed", "returns its output on the cpu")
