@@ -57,7 +57,8 @@ def run_on_gpu(check: Check, fn: Callable, *args: Any, what: str, inputs: str, *
 
 def require_on_gpu(check: Check, what: str, inputs: str, outputs: dict[str, Any]) -> None:
     """Fail when a result of :func:`run_on_gpu` came back on the CPU."""
-    cpu = [name for name, value in outputs.items() if isinstance(value, torch.Tensor) and not _devices.is_on_device(value)]
+    cpu = [name for name, value in outputs.items()
+           if isinstance(value, torch.Tensor) and not _devices.is_on_device(value)]
     if cpu:
         check.fail(
             f"With {inputs} on a GPU {WHERE}, your {what} returns {' and '.join(cpu)} on the CPU.\n"
@@ -65,6 +66,11 @@ def require_on_gpu(check: Check, what: str, inputs: str, outputs: dict[str, Any]
             f"`torch.tensor(...)` or a tensor created without `device=` on the way; keep every step on the "
             f"device of the inputs."
         )
+
+
+def on_gpu(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on the pretend GPU (for moving a learner's module's buffers, as ``.to(device)`` would)."""
+    return _devices.on_device(tensor)
 
 
 def plain(value: Any) -> Any:
@@ -80,4 +86,4 @@ def real_gpu() -> str | None:
     return "mps" if mps is not None and mps.is_available() else None
 
 
-__all__ = ["WHERE", "plain", "real_gpu", "require_on_gpu", "run_on_gpu"]
+__all__ = ["WHERE", "on_gpu", "plain", "real_gpu", "require_on_gpu", "run_on_gpu"]

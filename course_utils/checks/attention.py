@@ -61,9 +61,9 @@ def _unmasked_stage(check: Check, fn: Callable, g: torch.Generator):
     k = torch.randn(B, H, L_k, d_k, generator=g)
     v = torch.randn(B, H, L_k, d_v, generator=g)
     _check_case(check, fn, q, k, v, None, "none")
-    check.ok("returns (output, weights) of shapes (..., L_q, d_v) and (..., L_q, L_k), with mask=None by default")
-    check.ok("each row of the weights is a softmax over the keys, scaled by 1/sqrt(d_k)")
-    check.ok("without a mask, the output matches F.scaled_dot_product_attention (d_k != d_v, L_q != L_k)")
+    check.ok("on (B, H, L, d) inputs with mask=None (the default): (output, weights) of the right shapes, the weights "
+             "a softmax over the keys scaled by 1/sqrt(d_k), the output as F.scaled_dot_product_attention's "
+             "(d_k != d_v, L_q != L_k)")
     allowed = torch.arange(L_k).expand(B, L_k) < torch.tensor([[5], [3]])  # (B, L_k)
     return q, k, v, allowed
 

@@ -23,7 +23,27 @@ import torch
 import torch.nn.functional as F
 
 from ._core import Check, CheckResult, Raised, Status, generator, run_check
-from ._placement import plain, require_on_gpu, run_on_gpu
+from ._placement import require_on_gpu, run_on_gpu
+
+
+def check_padding_mask(make_padding_mask: Callable) -> CheckResult:
+    """Check ``make_padding_mask(tokens, pad_id) -> bool (B, 1, 1, L)``, True at real tokens."""
+    return run_check("make_padding_mask", _check_make_padding_mask, make_padding_mask)
+
+
+def check_causal_mask(make_causal_mask: Callable) -> CheckResult:
+    """Check ``make_causal_mask(size) -> bool (size, size)``, True on and below the diagonal."""
+    return run_check("make_causal_mask", _check_make_causal_mask, make_causal_mask)
+
+
+def check_target_mask(make_target_mask: Callable) -> CheckResult:
+    """Check ``make_target_mask(tokens, pad_id) -> bool (B, 1, L, L)``: padding on the key axis AND causal."""
+    return run_check("make_target_mask", _check_make_target_mask, make_target_mask)
+
+
+# --------------------------------------------------------------------------
+# The inputs.
+
 
 _BOOL_NOTE = (
     "Masks are boolean (True = may attend): build them with comparisons such as `tokens != pad_id` "
@@ -67,21 +87,6 @@ def _prefix(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
 def _where_padding(tokens: torch.Tensor, pad_id: int) -> str:
     left = bool((tokens[:, 0] == pad_id).any())
     return "some sentences are padded at the start" if left else "the padding is not only at the end"
-
-
-def check_padding_mask(make_padding_mask: Callable) -> CheckResult:
-    """Check ``make_padding_mask(tokens, pad_id) -> bool (B, 1, 1, L)``, True at real tokens."""
-    return run_check("make_padding_mask", _check_make_padding_mask, make_padding_mask)
-
-
-def check_causal_mask(make_causal_mask: Callable) -> CheckResult:
-    """Check ``make_causal_mask(size) -> bool (size, size)``, True on and below the diagonal."""
-    return run_check("make_causal_mask", _check_make_causal_mask, make_causal_mask)
-
-
-def check_target_mask(make_target_mask: Callable) -> CheckResult:
-    """Check ``make_target_mask(tokens, pad_id) -> bool (B, 1, L, L)``: padding on the key axis AND causal."""
-    return run_check("make_target_mask", _check_make_target_mask, make_target_mask)
 
 
 # --------------------------------------------------------------------------

@@ -5,23 +5,143 @@ The oracle is the formula of the paper (section 3.5), evaluated in float64:
 Mistakes are told apart by invariants (row 0, one angle per column pair, the
 frequency of each pair) and, only to *name* a cause, by comparing with tables
 built with a known mistake.
+
+What the rest of the course relies on (``contracts.CONTRACTS``) is checked too:
+tables up to the model's default max_len of 5000 (float32 angles may lose
+digits there, so the tolerance grows with the position), calls in turn with
+other sizes (nothing cached wrongly); for the module, lengths past 64, a
+registered buffer that ``.to(float64)`` and ``.to(device)`` move (the device
+pretended where there is none), and dropout measured: the rate, a fresh mask
+for every entry and every call, drawn from the global RNG, none in eval mode.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
+from typing import Callable
 
 import torch
 from torch import nn
 
-from ._core import Check, CheckResult, _LearnerError, fmt_shape, fmt_values, generator, run_check
+from ._core import (ATOL, RTOL, Check, CheckResult, Raised, Status, close_enough, fmt_shape, fmt_values, generator,
+                    run_check)
+from ._placement import on_gpu as _on_gpu
+from ._placement import require_on_gpu, run_on_gpu
 
-_ATOL, _RTOL = 1e-5, 1e-4
+_LONG = (5000, 10)  # the Transformer's default max_len, a d_model that is not a power of two
+
+
+def check_positional_encoding(sinusoidal_positional_encoding: Callable) -> CheckResult:
+    """Check ``sinusoidal_positional_encoding(max_len, d_model)`` against the paper's formula."""
+    return run_check("sinusoidal_positional_encoding", _check_sinusoidal_positional_encoding,
+                     sinusoidal_positional_encoding)
+
+
+def check_positional_encoding_module(PositionalEncoding: type[nn.Module]) -> CheckResult:
+    """Check the ``PositionalEncoding(d_model, dropout, max_len)`` module: buffer, values, dropout."""
+    return run_check("PositionalEncoding", _check_positional_encoding, PositionalEncoding)
 
 
 # --------------------------------------------------------------------------
-# Tables in float64: a column is sin or cos of (position * its frequency).
+# The table: sinusoidal_positional_encoding
+
+
+def _check_sinusoidal_positional_encoding(check: Check, fn: Callable) -> None:
+    check.callable_(fn, "sinusoidal_positional_encoding")
+    table = _table_from(check, fn, 50, 16)
+    _diagnose_table(check, table, 50, 16, "your table")
+    check.ok("for (50, 16): a float (max_len, d_model) table; row 0 is [0, 1, 0, 1, ...]; columns 2i and 2i + 1 "
+             "hold sin and cos of one angle; pair i has the frequency 10000^(-2i / d_model)")
+    sizes = ((50, 16), (7, 6), (1, 4), (3, 32), (50, 10))
+    for i, (max_len, d_model) in enumerate(sizes[1:], start=1):
+        other = _table_from(check, fn, max_len, d_model, sizes[:i])
+        _diagnose_table(check, other, max_len, d_model, f"your table for max_len={max_len}, d_model={d_model}")
+    check.ok("matches the paper's formula for (50, 16), (7, 6), (1, 4), (3, 32) and (50, 10), called in turn")
+    _long_table_stage(check, fn, sizes)
+    check.ok(f"accurate up to position {_LONG[0] - 1} (max_len={_LONG[0]}, d_model={_LONG[1]})")
+
+
+def _table_from(check: Check, fn, max_len: int, d_model: int, earlier: tuple = ()) -> torch.Tensor:
+    name = f"sinusoidal_positional_encoding({max_len}, {d_model})"
+    out = check.call(fn, max_len, d_model, what="sinusoidal_positional_encoding")
+    if isinstance(out, torch.Tensor):
+        shape = tuple(out.shape)
+        if shape != (max_len, d_model):
+            stale = [args for args in earlier if len(shape) == 2 and shape[1] == args[1] != d_model]
+            if stale:
+                cause = (
+                    f"it has d_model = {shape[1]}, the d_model of an earlier call "
+                    f"({stale[0][0]}, {stale[0][1]}): something is kept between calls (a cache keyed on max_len "
+                    f"only, a global table). Build the table from each call's own max_len and d_model, or key a "
+                    f"cache on both."
+                )
+            elif len(shape) == 2 and shape[1] == d_model and shape[0] < max_len:
+                cause = (f"it has only {shape[0]} rows: a size is fixed somewhere (a table built once for "
+                         f"{shape[0]} positions and sliced). Build it with `max_len` rows.")
+            elif shape == (d_model, max_len):
+                cause = "it looks transposed: rows are positions and columns are features."
+            elif shape in ((1, max_len, d_model), (max_len, 1, d_model)):
+                cause = (
+                    "it has an extra axis of size 1. Return the plain table; the module adds the batch axis "
+                    "where it needs one (broadcasting does it for free)."
+                )
+            else:
+                cause = "build it with one row per position and one column per feature."
+            check.fail(
+                f"{name} has the wrong shape.\n"
+                f"  expected: {fmt_shape((max_len, d_model))} (max_len, d_model)\n"
+                f"  actual:   {fmt_shape(shape)}\n"
+                f"Likely cause: {cause}"
+            )
+        if not out.is_floating_point():
+            check.fail(
+                f"{name} has dtype {out.dtype}, but the table holds sines and cosines, so it must be a "
+                f"floating-point tensor (float32).\nLikely cause: the table was created with an integer dtype "
+                f"(e.g. from `torch.arange(max_len)` or `torch.zeros(..., dtype=torch.long)`), so every value "
+                f"written into it is truncated. Create it with `torch.zeros(max_len, d_model)`."
+            )
+        if out.dtype in (torch.float16, torch.bfloat16):
+            check.fail(f"{name} has dtype {out.dtype}, which is too coarse for this table: return float32.")
+    out = check.tensor(out, name, finite=False)
+    bad = ~torch.isfinite(out.detach())
+    if bool(bad.any()):
+        count = int(bad.sum())
+        cols = sorted({int(c) for c in bad.nonzero()[:, 1]})[:6]
+        check.fail(
+            f"{name} contains {count} NaN or infinite value{'s' if count != 1 else ''} "
+            f"(in columns {', '.join(str(c) for c in cols)}{', ...' if count > len(cols) else ''}).\n"
+            f"Likely causes: entries of a `torch.empty` table that were never written, a log of 0, "
+            f"or a division by zero in the exponent."
+        )
+    return out.detach().double()
+
+
+def _long_table_stage(check: Check, fn, earlier: tuple) -> None:
+    """The model's default max_len: float32 angles lose digits there, so the tolerance grows with the position."""
+    max_len, d_model = _LONG
+    table = _table_from(check, fn, max_len, d_model, earlier)
+    expected = _reference(max_len, d_model)
+    slack = 1e-5 + 1e-6 * torch.arange(max_len, dtype=torch.float64)[:, None]  # a few float32 ulps of the angle
+    bad = ((table - expected).abs() > slack).any(dim=1)
+    if not bool(bad.any()):
+        return
+    first = int(bad.nonzero()[0, 0])
+    if first < 64:
+        _diagnose_table(check, table[:64], 64, d_model, f"your table for max_len={max_len}, d_model={d_model}")
+    worst = float((table - expected).abs().max())
+    check.fail(
+        f"Your table for max_len={max_len}, d_model={d_model} is right up to position {first - 1} but wrong from "
+        f"position {first} on (largest difference {worst:.2g}).\n"
+        f"Likely causes: positions or angles kept in float16 or bfloat16 (exact whole numbers only up to 2048 and "
+        f"256), an integer dtype too small for the positions, or a table built for fewer positions. Compute the "
+        f"angles in float32 or float64 (the model builds a table of {max_len} positions by default)."
+    )
+
+
+# --------------------------------------------------------------------------
+# Tables in float64, and naming what differs from the paper's
 
 
 def _sinusoids(positions: torch.Tensor, freqs: torch.Tensor, is_sin: torch.Tensor) -> torch.Tensor:
@@ -102,6 +222,26 @@ def _named_mistakes(max_len: int, d_model: int, table_len: int) -> list[tuple[to
             "should shrink from 1 (pair 0) towards 1/10000, not grow.",
         ),
     ]
+    return out + _size_dependent_mistakes(max_len, d_model, table_len)
+
+
+def _size_dependent_mistakes(max_len: int, d_model: int, table_len: int) -> list[tuple[torch.Tensor, str]]:
+    """The named mistakes that exist only for some sizes (linspace needs two pairs; max_len must differ)."""
+    d, half = d_model, d_model // 2
+    col = torch.arange(d)
+    pair = torch.div(col, 2, rounding_mode="floor").double()
+    even = col % 2 == 0
+    pos = torch.arange(max_len)
+    out = []
+    if half > 1:
+        out.append(
+            (
+                _sinusoids(pos, 10000.0 ** (-pair / (half - 1)), even),
+                "the exponents run from 0 to exactly 1 at the last pair, as `torch.linspace(0, 1, d_model // 2)` "
+                "gives. The exponent of pair i is 2i / d_model, so the last pair's is (d_model - 2) / d_model, "
+                "not 1: build it with `torch.arange(0, d_model, 2) / d_model` and keep the base 10000.",
+            )
+        )
     if table_len != d_model:
         out.append(
             (
@@ -111,15 +251,6 @@ def _named_mistakes(max_len: int, d_model: int, table_len: int) -> list[tuple[to
             )
         )
     return out
-
-
-def _close(a: torch.Tensor, e: torch.Tensor) -> bool:
-    return a.shape == e.shape and bool(torch.allclose(a.double(), e, atol=_ATOL, rtol=_RTOL))
-
-
-def _close_loose(a: torch.Tensor, e: torch.Tensor) -> bool:
-    """Equal to about 3 significant digits (what half precision keeps); only used to name a cause."""
-    return a.shape == e.shape and bool(torch.allclose(a.double(), e, atol=5e-3, rtol=0))
 
 
 def _fitted_base(table: torch.Tensor, d_model: int) -> float | None:
@@ -140,20 +271,20 @@ def _diagnose_table(
 ) -> None:
     """Fail with the likeliest cause when ``table`` (float64, right shape) is not the paper's table."""
     expected = _reference(max_len, d_model)
-    if _close(table, expected):
+    if close_enough(table, expected):
         return
     title = what[0].upper() + what[1:]
     for wrong, message in _named_mistakes(max_len, d_model, table_len or max_len):
         # Naming only (acceptance was decided above): the first rows suffice, with a tolerance for float32
         # tables whose angles grow large (a frequency that grows with i gives angles of thousands of radians).
         first = min(max_len, 4)
-        if _close(table, wrong) or bool(torch.allclose(table[:first], wrong[:first], atol=2e-3, rtol=0)):
+        if close_enough(table, wrong) or bool(torch.allclose(table[:first], wrong[:first], atol=2e-3, rtol=0)):
             check.fail(f"{title} does not follow the paper's formula.\nLikely cause: {message}")
     base = _fitted_base(table, d_model)
     if base is not None and abs(base - 10000.0) > 1.0:
         col = torch.arange(d_model)
         pair = torch.div(col, 2, rounding_mode="floor").double()
-        if _close(table, _sinusoids(torch.arange(max_len), base ** (-2.0 * pair / d_model), col % 2 == 0)):
+        if close_enough(table, _sinusoids(torch.arange(max_len), base ** (-2.0 * pair / d_model), col % 2 == 0)):
             # base^(2i/d_model) == 10000^(2i/other): a size used in place of d_model, unless the base is round.
             other = d_model * math.log(10000.0) / math.log(base)
             round_base = abs(base - round(base)) < 1e-3 * base or abs(math.log10(base) - round(math.log10(base))) < 1e-4
@@ -168,7 +299,7 @@ def _diagnose_table(
                 f"1 / 10000^(2i / d_model). (With exp and log: `torch.exp(-math.log(10000.0) * 2i / d_model)`.)"
             )
 
-    if _close_loose(table, expected):
+    if close_enough(table, expected, atol=5e-3, rtol=0):  # about 3 significant digits, what half precision keeps
         worst = float((table - expected).abs().max())
         check.fail(
             f"{title} is close to the paper's table but not within float32 precision (largest difference "
@@ -185,10 +316,15 @@ def _diagnose_table(
             f"(`range(max_len - 1)`, `[:-1]`). Every position 0 .. max_len - 1 gets a row."
         )
 
-    # No known mistake matched: name the first invariant that does not hold.
+    _name_invariant(check, table, expected, max_len, d_model, what)
+
+
+def _name_invariant(check: Check, table: torch.Tensor, expected: torch.Tensor, max_len: int, d_model: int,
+                    what: str) -> None:
+    """No known mistake matched: name the first invariant that does not hold."""
     row0 = table[0]
     want0 = expected[0]
-    if not _close(row0, want0):
+    if not close_enough(row0, want0):
         check.fail(
             f"Row 0 (position 0) of {what} is wrong.\n"
             f"  expected: {fmt_values(want0, 8)}\n"
@@ -221,86 +357,57 @@ def _diagnose_table(
         table,
         expected,
         what,
-        atol=_ATOL,
-        rtol=_RTOL,
+        atol=ATOL,
+        rtol=RTOL,
         hint="Row 0 and the pair frequencies look right, so look at how the positions enter the angle.",
     )
 
 
 # --------------------------------------------------------------------------
-# The function.
+# The module: PositionalEncoding
 
 
-def check_positional_encoding(sinusoidal_positional_encoding) -> CheckResult:
-    """Check ``sinusoidal_positional_encoding(max_len, d_model)`` against the paper's formula."""
-    return run_check("sinusoidal_positional_encoding", _check_function, sinusoidal_positional_encoding)
+def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
+    check.callable_(cls, "PositionalEncoding", want_class=True)
+    _component_first(check, cls)
+    d_model, max_len = 16, 40
+    module = check.build(cls, d_model, 0.0, max_len)
+    if not isinstance(module, nn.Module):
+        check.fail("PositionalEncoding should be a subclass of nn.Module (`class PositionalEncoding(nn.Module):`).")
+    check.ok("PositionalEncoding(d_model, dropout, max_len) builds")
+    _registration(check, module, max_len, d_model)
+    module.eval()
+    g = generator(3)
+    table = _reference(max_len, d_model)
+    x = _zero_input_stage(check, module, table, max_len, d_model, g)
+    _eval_values_stage(check, module, x, table, max_len, d_model)
+    _sizes_stage(check, cls, module, table, max_len, d_model, g)
+    _long_stage(check, cls)
+    _dtype_stage(check, cls)
+    _dropout_stage(check, cls, x, table, max_len, d_model, g)
+    _randomness_stage(check, cls)
+    _device_stage(check, cls)
+    _defaults_stage(check, cls)
 
 
-def _table_from(check: Check, fn, max_len: int, d_model: int) -> torch.Tensor:
-    name = f"sinusoidal_positional_encoding({max_len}, {d_model})"
-    out = check.call(fn, max_len, d_model, what="sinusoidal_positional_encoding")
-    if isinstance(out, torch.Tensor):
-        shape = tuple(out.shape)
-        if shape != (max_len, d_model):
-            if shape == (d_model, max_len):
-                cause = "it looks transposed: rows are positions and columns are features."
-            elif shape in ((1, max_len, d_model), (max_len, 1, d_model)):
-                cause = (
-                    "it has an extra axis of size 1. Return the plain table; the module adds the batch axis "
-                    "where it needs one (broadcasting does it for free)."
-                )
-            else:
-                cause = "build it with one row per position and one column per feature."
-            check.fail(
-                f"{name} has the wrong shape.\n"
-                f"  expected: {fmt_shape((max_len, d_model))} (max_len, d_model)\n"
-                f"  actual:   {fmt_shape(shape)}\n"
-                f"Likely cause: {cause}"
-            )
-        if not out.is_floating_point():
-            check.fail(
-                f"{name} has dtype {out.dtype}, but the table holds sines and cosines, so it must be a "
-                f"floating-point tensor (float32).\nLikely cause: the table was created with an integer dtype "
-                f"(e.g. from `torch.arange(max_len)` or `torch.zeros(..., dtype=torch.long)`), so every value "
-                f"written into it is truncated. Create it with `torch.zeros(max_len, d_model)`."
-            )
-        if out.dtype in (torch.float16, torch.bfloat16):
-            check.fail(f"{name} has dtype {out.dtype}, which is too coarse for this table: return float32.")
-    out = check.tensor(out, name, finite=False)
-    bad = ~torch.isfinite(out.detach())
-    if bool(bad.any()):
-        count = int(bad.sum())
-        cols = sorted({int(c) for c in bad.nonzero()[:, 1]})[:6]
+def _component_first(check: Check, cls: type) -> None:
+    """If __init__ builds the table with the learner's own sinusoidal_positional_encoding, check that first."""
+    init = getattr(cls, "__init__", None)
+    used = getattr(getattr(init, "__code__", None), "co_names", ())
+    part = getattr(init, "__globals__", {}).get("sinusoidal_positional_encoding")
+    if "sinusoidal_positional_encoding" not in used or not callable(part):
+        return
+    result = check_positional_encoding(part)
+    if result.status is Status.NOT_ATTEMPTED:
+        check.not_attempted("PositionalEncoding builds its table with your sinusoidal_positional_encoding, which "
+                            "is not written yet: do that exercise first.\n" + result.messages[0])
+    if not result.passed:
         check.fail(
-            f"{name} contains {count} NaN or infinite value{'s' if count != 1 else ''} "
-            f"(in columns {', '.join(str(c) for c in cols)}{', ...' if count > len(cols) else ''}).\n"
-            f"Likely causes: entries of a `torch.empty` table that were never written, a log of 0, "
-            f"or a division by zero in the exponent."
+            "PositionalEncoding builds its table with your sinusoidal_positional_encoding, which fails its own "
+            "checker: fix that first (run check_positional_encoding(sinusoidal_positional_encoding) for the "
+            f"details).\n{result.messages[0]}"
         )
-    return out.detach().double()
-
-
-def _check_function(check: Check, fn) -> None:
-    check.callable_(fn, "sinusoidal_positional_encoding")
-    table = _table_from(check, fn, 50, 16)
-    check.ok("returns a float tensor of shape (max_len, d_model) without NaN")
-    _diagnose_table(check, table, 50, 16, "your table")
-    check.ok("row 0 is [0, 1, 0, 1, ...]")
-    check.ok("columns 2i and 2i + 1 hold sin and cos of one angle (sin^2 + cos^2 = 1)")
-    check.ok("pair i has the frequency 10000^(-2i / d_model)")
-    for max_len, d_model in ((7, 6), (1, 4), (3, 32)):
-        other = _table_from(check, fn, max_len, d_model)
-        _diagnose_table(check, other, max_len, d_model, f"your table for max_len={max_len}, d_model={d_model}")
-    check.ok("matches the paper's formula for (50, 16), (7, 6), (1, 4) and (3, 32)")
-
-
-# --------------------------------------------------------------------------
-# The module.
-
-
-def check_positional_encoding_module(PositionalEncoding) -> CheckResult:
-    """Check the ``PositionalEncoding(d_model, dropout, max_len)`` module: buffer, values, dropout."""
-    return run_check("PositionalEncoding", _check_module, PositionalEncoding)
+    check.ok("your sinusoidal_positional_encoding, which it uses, passes its own checker")
 
 
 def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -> None:
@@ -356,41 +463,7 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
         )
 
 
-def _forward(check: Check, module: nn.Module, x: torch.Tensor, max_len: int) -> torch.Tensor:
-    """Run forward; name the missing slice when a length below max_len breaks it."""
-    try:
-        out = check.call(module, x, what="PositionalEncoding")
-    except _LearnerError as error:
-        if x.shape[1] != max_len:
-            full = torch.zeros(x.shape[0], max_len, x.shape[2])
-            try:
-                module(full)
-            except Exception:
-                raise error from None
-            else:
-                check.fail(
-                    f"PositionalEncoding fails for an input of length {x.shape[1]} but works for length "
-                    f"max_len={max_len}: it adds the whole table instead of its first L rows.\n"
-                    f"Slice the table to the input's length: `x + self.pe[:x.size(1)]` (for a table of shape "
-                    f"(max_len, d_model)); x has shape (B, L, d_model)."
-                )
-        raise
-    return out
-
-
-def _check_module(check: Check, cls) -> None:
-    check.callable_(cls, "PositionalEncoding", want_class=True)
-    d_model, max_len = 16, 40
-    module = check.build(cls, d_model, 0.0, max_len)
-    if not isinstance(module, nn.Module):
-        check.fail("PositionalEncoding should be a subclass of nn.Module (`class PositionalEncoding(nn.Module):`).")
-    check.ok("PositionalEncoding(d_model, dropout, max_len) builds")
-    _registration(check, module, max_len, d_model)
-    module.eval()
-    g = generator(3)
-    table = _reference(max_len, d_model)
-
-    # 1. Zero input: the output is the table itself (isolates the table from everything else).
+def _zero_input_stage(check: Check, module: nn.Module, table, max_len: int, d_model: int, g) -> torch.Tensor:
     B, L = 3, 11
     zeros = torch.zeros(B, L, d_model)
     out = _forward(check, module, zeros, max_len)
@@ -404,10 +477,10 @@ def _check_module(check: Check, cls) -> None:
         out, "the output of PositionalEncoding", shape=(B, L, d_model), dtype=torch.float32, shape_hint=
         "The output has the shape of the input, (B, L, d_model): the table broadcasts over the batch axis."
     )
-    check.ok("keeps the input's shape (B, L, d_model) and dtype")
+    check.ok("keeps a float32 input's shape (B, L, d_model) and dtype")
     rows = out.detach().double()
     if not bool(torch.allclose(rows, rows[:1].expand_as(rows), atol=1e-6)):
-        if B <= max_len and _close(rows, table[:B, None, :].expand(B, L, d_model)):
+        if B <= max_len and close_enough(rows, table[:B, None, :].expand(B, L, d_model)):
             check.fail(
                 "PositionalEncoding adds row b of the table to every position of batch element b: it slices "
                 "the table with the batch size instead of the sequence length.\nx has shape (B, L, d_model), "
@@ -422,22 +495,25 @@ def _check_module(check: Check, cls) -> None:
     )
     check.ok("adds PE[:L], the table of the paper (output for a zero input)")
 
-    # 2. Random input: the output is x + PE[:L] (catches scaling x inside the module).
-    x = torch.randn(B, L, d_model, generator=g)
+    return torch.randn(B, L, d_model, generator=g)
+
+
+def _eval_values_stage(check: Check, module: nn.Module, x: torch.Tensor, table, max_len: int, d_model: int) -> None:
+    B, L = x.shape[:2]
     out = check.tensor(_forward(check, module, x, max_len), "the output of PositionalEncoding", shape=(B, L, d_model))
     expected = x.double() + table[:L]
-    if not _close(out.detach(), expected):
+    if not close_enough(out.detach(), expected):
         got = out.detach().double()
-        if _close(got, x.double() * math.sqrt(d_model) + table[:L]):
+        if close_enough(got, x.double() * math.sqrt(d_model) + table[:L]):
             check.fail(
                 "PositionalEncoding multiplies x by sqrt(d_model) before adding the table. That scaling belongs "
                 "to the embedding step of the model (`embedding(tokens) * sqrt(d_model)`), not to this module: "
                 "here forward is just dropout(x + PE[:L])."
             )
-        if _close(got, x.double()):
+        if close_enough(got, x.double()):
             check.fail("PositionalEncoding returns its input unchanged: add the table, `x + self.pe[:L]`.")
         check.close(out, expected, "the output of PositionalEncoding in eval mode", hint="Expected x + PE[:L].")
-    check.ok("returns x + PE[:L] in eval mode")
+    check.ok("returns x + PE[:L] in eval mode (L = 11, max_len = 40)")
 
     # 2b. Gradients reach x unchanged (d output / d x is the identity in eval mode).
     xg = x.clone().requires_grad_(True)
@@ -449,7 +525,7 @@ def _check_module(check: Check, cls) -> None:
             "`x.data`, or a `torch.no_grad()` block in forward. Only the table is fixed; x must stay in the graph."
         )
     (grad,) = torch.autograd.grad(out.sum(), xg, allow_unused=True)
-    if grad is None or not _close(grad, torch.ones_like(grad, dtype=torch.float64)):
+    if grad is None or not close_enough(grad, torch.ones_like(grad, dtype=torch.float64)):
         check.fail(
             "In eval mode the gradient of PositionalEncoding's output with respect to x should be 1 everywhere "
             "(forward is just x + PE[:L]), but it is not.\nLikely cause: x is detached (`x.detach()`, `x.data`) "
@@ -457,24 +533,80 @@ def _check_module(check: Check, cls) -> None:
         )
     check.ok("gradients flow back to x unchanged")
 
-    # 3. Other batch sizes and lengths, including L = max_len and L = 1.
+
+def _sizes_stage(check: Check, cls: type, module: nn.Module, table, max_len: int, d_model: int, g) -> None:
     for b, length in ((1, 1), (2, max_len), (5, 3)):
         xi = torch.randn(b, length, d_model, generator=g)
+        _name_stale_cache(check, cls, module, xi, table, max_len)
         oi = check.tensor(
             _forward(check, module, xi, max_len), f"the output for an input of shape {fmt_shape(xi.shape)}",
             shape=(b, length, d_model),
         )
         check.close(oi, xi.double() + table[:length], f"the output for an input of shape {fmt_shape(xi.shape)}",
                     hint="Does forward read B and L from x rather than assuming fixed sizes?")
-    check.ok("works for any batch size and any length up to max_len")
+    check.ok("works for batch sizes 1, 2 and 5 and lengths 1, 3 and max_len = 40")
 
-    # 4. Dropout: inactive in eval mode, active (after the addition) in train mode.
+
+def _name_stale_cache(check: Check, cls: type, module: nn.Module, x: torch.Tensor, table, max_len: int) -> None:
+    """When the module that ran before is wrong on x but a fresh one is right, something outlived a call."""
+    expected = x.double() + table[: x.shape[1]]
+    used = check.attempt(module, x.clone())
+    if isinstance(used, torch.Tensor) and close_enough(used, expected):
+        return
+    fresh = check.attempt(cls, x.shape[-1], 0.0, max_len)
+    if not isinstance(fresh, nn.Module):
+        return
+    fresh.eval()
+    again = check.attempt(fresh, x.clone())
+    if isinstance(again, torch.Tensor) and close_enough(again, expected):
+        check.fail(
+            f"For an input of shape {fmt_shape(x.shape)}, a new PositionalEncoding gives x + PE[:L], but the one "
+            f"that already ran on inputs of length 11 does not: forward keeps something from an earlier call "
+            f"(such as the slice `self.pe[:L]` of the first length).\nSlice the table afresh on every call: "
+            f"`x + self.pe[:x.size(1)]`."
+        )
+
+
+def _long_stage(check: Check, cls: type) -> None:
+    """Lesson 06's lengths and more: max_len = 128, L = 100, d_model = 10 (not a power of two)."""
+    d_model, max_len, L = 10, 128, 100
+    module = check.build(cls, d_model, 0.0, max_len)
+    module.eval()
+    x = torch.randn(2, L, d_model, generator=generator(4))
+    out = check.tensor(_forward(check, module, x, max_len), f"the output for an input of shape {fmt_shape(x.shape)}",
+                       shape=(2, L, d_model))
+    check.close(out, x.double() + _reference(max_len, d_model)[:L], "the output for L = 100, d_model = 10",
+                hint="Is the table built for max_len positions, with the module's own d_model?")
+    check.ok("long inputs (L = 100 of max_len = 128) with d_model = 10")
+
+
+def _dtype_stage(check: Check, cls: type) -> None:
+    """`.to(torch.float64)` moves the table: a float64 input gives a float64 output, x + PE[:L]."""
+    d_model, max_len, L = 8, 20, 6
+    module = check.build(cls, d_model, 0.0, max_len)
+    module.eval().to(torch.float64)
+    x = torch.randn(2, L, d_model, generator=generator(5), dtype=torch.float64)
+    out = check.call(module, x, what="PositionalEncoding")
+    if isinstance(out, torch.Tensor) and out.dtype != torch.float64:
+        check.fail(
+            f"After `.to(torch.float64)` (`.double()`), PositionalEncoding returns {out.dtype} for a float64 "
+            f"input: the output should keep the input's dtype.\nLikely cause: a `.float()` in forward, or the "
+            f"table kept outside the module's buffers so that `.to(dtype)` does not reach it."
+        )
+    out = check.tensor(out, "the output after .to(torch.float64)", shape=(2, L, d_model))
+    check.close(out, x + _reference(max_len, d_model)[:L], "the output after .to(torch.float64)")
+    check.ok("after .to(torch.float64), a float64 input gives the float64 output x + PE[:L]")
+
+
+def _dropout_stage(check: Check, cls: type, x: torch.Tensor, table, max_len: int, d_model: int, g) -> None:
+    B, L = x.shape[:2]
+    expected = x.double() + table[:L]
     p = 0.5
     dropper = check.build(cls, d_model, p, max_len)
     dropper.eval()
     first = _forward(check, dropper, x, max_len)
     second = _forward(check, dropper, x, max_len)
-    if not (_close(first.detach(), expected) and _close(second.detach(), expected)):
+    if not (close_enough(first.detach(), expected) and close_enough(second.detach(), expected)):
         check.fail(
             f"With dropout={p} in eval mode, PositionalEncoding should return exactly x + PE[:L] every time, "
             f"but its output differs.\nLikely cause: dropout that ignores the mode, such as `F.dropout(x, p)` "
@@ -508,7 +640,7 @@ def _check_module(check: Check, cls) -> None:
                 "PositionalEncoding applies dropout to the table alone and then adds x (dropped entries come out "
                 "as x's values, not 0). The paper applies dropout to the sum: `dropout(x + PE[:L])`."
             )
-        if _close(got, summed):
+        if close_enough(got, summed):
             check.fail(
                 f"PositionalEncoding(d_model, dropout={p}) in train mode returned x + PE[:L] unchanged: "
                 f"no dropout was applied. Pass the `dropout` argument to `nn.Dropout` and apply it to the sum."
@@ -539,7 +671,73 @@ def _check_module(check: Check, cls) -> None:
         )
     check.ok("in train mode, dropout zeroes entries of x + PE[:L] and rescales the rest by 1 / (1 - p)")
 
-    # 5. The defaults of the contract, read from the signature (building a 5000-row table can be slow).
+
+def _dropout_masks(check: Check, module: nn.Module, x: torch.Tensor, seed: int | None) -> torch.Tensor:
+    """The boolean pattern of zeroed entries of one train-mode call (after torch.manual_seed(seed) if given)."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    out = check.tensor(check.call(module, x, what="PositionalEncoding"), "the output in train mode", shape=x.shape)
+    return out.detach() == 0
+
+
+def _randomness_stage(check: Check, cls: type) -> None:
+    """Dropout at the default rate 0.1, with masks independent across sentences, positions, features and calls."""
+    d_model, max_len = 32, 64
+    module = check.build(cls, d_model, 0.1, max_len)
+    module.train()
+    x = torch.rand(8, 64, d_model, generator=generator(6)) + 1.0  # no entry of x + PE is 0
+    first, second = _dropout_masks(check, module, x, 1), _dropout_masks(check, module, x, None)
+    rate = float(first.double().mean())
+    if not 0.08 <= rate <= 0.12:
+        check.fail(
+            f"With the default-style rate dropout=0.1, {rate:.1%} of the entries of x + PE[:L] are zeroed in "
+            f"train mode (measured over {first.numel()} entries); it should be about 10%.\nIs the rate taken "
+            f"from the `dropout` argument, and dropout applied exactly once, to the sum?"
+        )
+    for axis, what in ((0, "sentence of the batch"), (1, "position"), (2, "feature")):
+        constant = (first == first.select(axis, 0).unsqueeze(axis)).all(dim=axis)
+        if float(constant.double().mean()) > 0.99:
+            check.fail(
+                f"In train mode your dropout zeroes the same entries for every {what}: its mask is shared "
+                f"along that axis instead of drawn for each entry.\nLikely cause: a mask of shape 1 on that axis "
+                f"(for example `torch.rand_like(out[:1])`). Use `nn.Dropout`, which draws one number per entry."
+            )
+    if torch.equal(first, second):
+        check.fail(
+            "In train mode two calls on the same input zero exactly the same entries: the dropout mask repeats "
+            "from one call to the next.\nLikely cause: a random generator created (and seeded) inside forward. "
+            "Use `nn.Dropout`, which draws fresh numbers from the global random number generator on every call."
+        )
+    again, other = _dropout_masks(check, module, x, 1), _dropout_masks(check, module, x, 2)
+    if not torch.equal(first, again) or torch.equal(first, other):
+        check.fail(
+            "Your dropout masks do not follow PyTorch's global random number generator: after the same "
+            "`torch.manual_seed`, two calls drop different entries (or different seeds give the same ones).\n"
+            "Likely cause: a `torch.Generator` of your own. Draw from the global RNG (`nn.Dropout`, "
+            "`torch.rand_like`), so that torch.manual_seed makes training reproducible, as lesson 06 expects."
+        )
+    check.ok("in train mode, dropout=0.1 zeroes about 10% of the entries, with a fresh mask for every entry and "
+             "every call, drawn from the global RNG")
+
+
+def _device_stage(check: Check, cls: type) -> None:
+    """The module moved to a GPU (pretended where there is none) runs there, in train mode too."""
+    d_model, max_len = 8, 20
+    module = check.build(cls, d_model, 0.5, max_len)
+    module.train()
+    moved = copy.deepcopy(module)
+    for sub in moved.modules():  # what `.to(device)` does to buffers (the module has no parameters)
+        for name, buffer in list(sub._buffers.items()):
+            if buffer is not None:
+                sub._buffers[name] = _on_gpu(buffer)
+    x = torch.randn(2, 6, d_model, generator=generator(7))
+    result = run_on_gpu(check, moved, x, what="PositionalEncoding", inputs="x and the module")
+    if not isinstance(result, Raised):
+        require_on_gpu(check, "PositionalEncoding", "x and the module", {"the output": result})
+    check.ok("moved to a GPU with its buffers, it creates nothing on the CPU (train mode included)")
+
+
+def _defaults_stage(check: Check, cls: type) -> None:
     try:
         params = list(inspect.signature(cls).parameters.values())
     except (TypeError, ValueError):
@@ -558,3 +756,18 @@ def _check_module(check: Check, cls) -> None:
         else:
             check.ok("the defaults are dropout=0.1, max_len=5000")
     check.stop_if_problems()
+
+
+def _forward(check: Check, module: nn.Module, x: torch.Tensor, max_len: int) -> torch.Tensor:
+    """Run forward; name the missing slice when a length below max_len breaks it."""
+    probe = check.attempt(module, x.clone(), what="PositionalEncoding")
+    if isinstance(probe, Raised) and not isinstance(probe.exception, NotImplementedError) and x.shape[1] != max_len:
+        full = check.attempt(module, torch.zeros(x.shape[0], max_len, x.shape[2], dtype=x.dtype))
+        if not isinstance(full, Raised):
+            check.fail(
+                f"PositionalEncoding fails for an input of length {x.shape[1]} but works for length "
+                f"max_len={max_len}: it adds the whole table instead of its first L rows.\n"
+                f"Slice the table to the input's length: `x + self.pe[:x.size(1)]` (for a table of shape "
+                f"(max_len, d_model)); x has shape (B, L, d_model)."
+            )
+    return check.call(module, x, what="PositionalEncoding")
