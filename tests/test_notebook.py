@@ -255,3 +255,27 @@ def test_unfinished_exercise_is_named_even_among_several(capsys):
     with requires("done", "todo"):
         todo(done(1))
     assert "This cell uses `todo`. Finish that exercise first" in capsys.readouterr().out
+
+
+def test_the_course_case_a_head_count_stored_as_h(capsys):
+    """Lesson 04: a MultiHeadAttention that keeps its head count as `self.h`, green, then a demo reads `num_heads`."""
+    from course_utils.contracts import contract
+
+    assert "num_heads" in contract("MultiHeadAttention").attributes
+
+    class MultiHeadAttention(torch.nn.Module):
+        def __init__(self, d_model, num_heads):
+            super().__init__()
+            self.h = num_heads
+
+    def torch_copy(mha):  # like the lesson's helper
+        return torch.nn.MultiheadAttention(8, mha.num_heads, batch_first=True)
+
+    _record("MultiHeadAttention", MultiHeadAttention, passed=True)
+    with requires("MultiHeadAttention"):
+        torch_copy(MultiHeadAttention(8, 2))
+    out = capsys.readouterr().out
+    assert "This cell uses `num_heads` of your `MultiHeadAttention`, which has no such attribute." in out
+    assert "`num_heads`, `d_k`, `attention_weights`" in out
+    assert "passed its checker, so the checker should have caught this" in out
+    assert "Run its checker" not in out
