@@ -229,6 +229,14 @@ _ALL = (
                  "creates its tensors on src's device and returns the output there",
              ),
              used_by=("06: translate and the BLEU score", "06: the cross-attention plot")),
+    # -- lesson 08 ---------------------------------------------------------------
+    Contract("learn_bpe", "08_real_data", "function", "learn_bpe(word_counts, num_merges) -> list[tuple[str, str]]",
+             promises=(
+                 "each merge is the most frequent pair of adjacent symbols at its point, counted with the words' "
+                 "counts; ties go to the smallest pair; every occurrence is merged, left to right",
+                 "num_merges merges, fewer only when no pair is left; word_counts unchanged",
+             ),
+             used_by=("08: apply_merges spells words with the merges",)),
 )
 
 #: exercise name -> its contract
