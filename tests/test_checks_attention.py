@@ -521,3 +521,12 @@ def test_not_a_function():
 def test_messages_are_deterministic():
     assert str(check(_sdpa(dim=-2))) == str(check(_sdpa(dim=-2)))
 
+
+
+def test_the_real_device_pass_runs(monkeypatch):
+    """Where a GPU exists the checker also runs there; the CPU stands in for it here."""
+    from course_utils.checks import _placement, attention
+
+    monkeypatch.setattr(attention, "real_gpu", lambda: "cpu")
+    monkeypatch.setattr(_placement, "real_gpu", lambda: "cpu")
+    expect(check(reference), "passed")

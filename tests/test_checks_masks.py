@@ -366,4 +366,16 @@ def test_target_wrong(impl, phrases):
 def test_target_stub_crash_and_trace():
     expect(check_target_mask(stub), "not attempted", "NotImplementedError")
     expect(check_target_mask(lambda tokens, pad_id: tokens @ tokens), "error", "RuntimeError", "pad_id = 0")
+    batch_as_length = lambda t, p: (t != p)[:, None, None, :] & torch.ones(t.size(0), t.size(0)).bool().tril()  # noqa: E731
+    expect(check_target_mask(batch_as_length), "error", "RuntimeError", "tokens.size(1)")
 
+
+
+def test_the_real_device_pass_runs(monkeypatch):
+    """Where a GPU exists the mask checkers also run there; the CPU stands in for it here."""
+    from course_utils.checks import _placement, masks
+
+    monkeypatch.setattr(masks, "real_gpu", lambda: "cpu")
+    monkeypatch.setattr(_placement, "real_gpu", lambda: "cpu")
+    expect(check_padding_mask(padding_reference), "passed")
+    expect(check_target_mask(target_reference), "passed")

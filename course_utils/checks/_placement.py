@@ -86,4 +86,17 @@ def real_gpu() -> str | None:
     return "mps" if mps is not None and mps.is_available() else None
 
 
-__all__ = ["WHERE", "on_gpu", "plain", "real_gpu", "require_on_gpu", "run_on_gpu"]
+def require_real_gpu(check: Check, fn: Callable, *args: Any, what: str, inputs: str) -> None:
+    """On a machine with a GPU, run ``fn`` with ``args`` already there; fail unless its tensors come back there."""
+    device = real_gpu()
+    if device is None:
+        return
+    result = check.call(fn, *args, what=what)
+    items = result if isinstance(result, (tuple, list)) else (result,)
+    away = [str(t.device) for t in items if isinstance(t, torch.Tensor) and t.device.type != device]
+    if away:
+        check.fail(f"With {inputs} on {device}, your {what} returns a tensor on {away[0]}: keep every step on the "
+                   f"device of the inputs.")
+
+
+__all__ = ["WHERE", "on_gpu", "require_real_gpu", "plain", "real_gpu", "require_on_gpu", "run_on_gpu"]

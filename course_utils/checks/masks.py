@@ -22,8 +22,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ._core import Check, CheckResult, Raised, Status, generator, run_check
-from ._placement import require_on_gpu, run_on_gpu
+from ._core import Check, CheckResult, Raised, Status, fmt_shape, generator, run_check
+from ._placement import real_gpu, require_on_gpu, require_real_gpu, run_on_gpu
 
 
 def check_padding_mask(make_padding_mask: Callable) -> CheckResult:
@@ -158,6 +158,8 @@ def _device_stage(check: Check, fn: Callable, what: str, tokens: torch.Tensor, p
     result = run_on_gpu(check, fn, tokens.clone(), pad_id, what=what, inputs="the tokens")
     if not isinstance(result, Raised):
         require_on_gpu(check, what, "the tokens", {"the mask": result})
+    if real_gpu() is not None:
+        require_real_gpu(check, fn, tokens.to(real_gpu()), pad_id, what=what, inputs="the tokens")
 
 
 # --------------------------------------------------------------------------
@@ -375,7 +377,10 @@ def _components_first(check: Check, fn: Callable) -> None:
 
 def _target_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, earlier: list) -> None:
     B, L = tokens.shape
-    value = check.call(fn, tokens, pad_id, hint=_long_hint(L))
+    hint = (f"The padding mask (B, 1, 1, L) and the causal mask (L, L) broadcast to (B, 1, L, L) = "
+            f"{fmt_shape((B, 1, L, L))}: the causal mask's size is the length L = tokens.size(1), not the batch size "
+            f"tokens.size(0).")
+    value = check.call(fn, tokens, pad_id, hint=(_long_hint(L) + "\n" + hint).strip())
     hint = _target_shape_hint(getattr(value, "shape", ()), B, L)
     mask = _as_mask(check, value, "the target mask", (B, 1, L, L), hint)
     keys = (tokens != pad_id).reshape(B, 1, 1, L)

@@ -28,7 +28,7 @@ from torch import nn
 from ._core import (ATOL, RTOL, Check, CheckResult, Raised, Status, close_enough, fmt_shape, fmt_values, generator,
                     run_check)
 from ._placement import on_gpu as _on_gpu
-from ._placement import require_on_gpu, run_on_gpu
+from ._placement import real_gpu, require_on_gpu, require_real_gpu, run_on_gpu
 
 _LONG = (5000, 10)  # the Transformer's default max_len, a d_model that is not a power of two
 
@@ -65,7 +65,10 @@ def _check_sinusoidal_positional_encoding(check: Check, fn: Callable) -> None:
 
 def _table_from(check: Check, fn, max_len: int, d_model: int, earlier: tuple = ()) -> torch.Tensor:
     name = f"sinusoidal_positional_encoding({max_len}, {d_model})"
-    out = check.call(fn, max_len, d_model, what="sinusoidal_positional_encoding")
+    out = check.call(fn, max_len, d_model, what="sinusoidal_positional_encoding", hint=(
+        f"The angles have one row per position and one column per pair: (max_len, d_model // 2) = "
+        f"{fmt_shape((max_len, d_model // 2))}, a column of positions (max_len, 1) times a row of frequencies "
+        f"(d_model // 2,); each of `pe[:, 0::2]` and `pe[:, 1::2]` takes one such block."))
     if isinstance(out, torch.Tensor):
         shape = tuple(out.shape)
         if shape != (max_len, d_model):
@@ -734,6 +737,9 @@ def _device_stage(check: Check, cls: type) -> None:
     result = run_on_gpu(check, moved, x, what="PositionalEncoding", inputs="x and the module")
     if not isinstance(result, Raised):
         require_on_gpu(check, "PositionalEncoding", "x and the module", {"the output": result})
+    if real_gpu() is not None:
+        module.to(real_gpu())
+        require_real_gpu(check, module, x.to(real_gpu()), what="PositionalEncoding", inputs="x and the module")
     check.ok("moved to a GPU with its buffers, it creates nothing on the CPU (train mode included)")
 
 
@@ -770,4 +776,6 @@ def _forward(check: Check, module: nn.Module, x: torch.Tensor, max_len: int) -> 
                 f"Slice the table to the input's length: `x + self.pe[:x.size(1)]` (for a table of shape "
                 f"(max_len, d_model)); x has shape (B, L, d_model)."
             )
-    return check.call(module, x, what="PositionalEncoding")
+    return check.call(module, x, what="PositionalEncoding", hint=(
+        f"x has shape (B, L, d_model) = {fmt_shape(x.shape)}: the length is `x.size(1)`, and forward adds the "
+        f"table's first L rows, `self.pe[:x.size(1)]`, which broadcast over the batch."))
