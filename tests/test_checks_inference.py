@@ -345,3 +345,135 @@ def test_leaves_rng_untouched_and_is_fast():
     assert result.passed
     assert torch.equal(torch.get_rng_state(), before[0]) and random.getstate() == before[1]
     assert elapsed < 5.0, f"check_beam_search took {elapsed:.2f} s"
+
+
+# ==========================================================================
+# decode_step: incremental decoding with a key/value cache
+
+import math
+
+import torch.nn.functional as F
+
+from course_utils.checks.inference import check_decode_step
+
+
+def _heads(x, attn):
+    B, L, _ = x.shape
+    return x.view(B, L, attn.num_heads, attn.d_k).transpose(1, 2)  # (B, H, L, d_k)
+
+
+def _merge(x):
+    B, H, L, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * d_k)  # (B, L, d_model)
+
+
+def _attend(q, k, v, mask=None):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cache=True, first_only=False,
+             cross_every_step=False, src_mask_off=False, recompute_prefix=False, cache_on_model=False,
+             heads_first=False, keep_length_dim=False):
+    state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
+    t = state.get("length", 0)
+    src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
+    pe = model.positional_encoding.pe
+    x = model.tgt_embed(y_last) * math.sqrt(model.d_model) + pe[0 if position_zero else t]  # (B, 1, d_model)
+    if recompute_prefix:  # caches the decoder's input tokens and reruns every layer on the whole prefix
+        state["tokens"] = torch.cat([state["tokens"], y_last], 1) if "tokens" in state else y_last
+        logits = model.decode(state["tokens"], memory, src)
+        state["length"] = t + 1
+        return logits[:, -1], cache
+    layers = state.setdefault("layers", [dict() for _ in model.decoder_layers])
+    for layer, kv in zip(model.decoder_layers, layers):
+        a, c = layer.self_attn, layer.cross_attn
+        q, k, v = _heads(a.W_q(x), a), _heads(a.W_k(x), a), _heads(a.W_v(x), a)  # (B, H, 1, d_k)
+        if heads_first:
+            k, v = k.transpose(0, 1), v.transpose(0, 1)  # (H, B, 1, d_k): rows not first
+        if "k" in kv and use_cache:
+            k, v = torch.cat([kv["k"], k], dim=2), torch.cat([kv["v"], v], dim=2)
+        kv["k"], kv["v"] = k, v
+        if heads_first:
+            k, v = k.transpose(0, 1), v.transpose(0, 1)
+        mask = None
+        if first_only and k.size(2) > 1:
+            mask = torch.ones(k.size(2), k.size(2), dtype=torch.bool).tril()[:1]  # the FIRST row of the causal mask
+        x = layer.norm1(x + layer.dropout(a.W_o(_merge(_attend(q, k, v, mask)))))
+        if "mk" not in kv or cross_every_step:
+            kv["mk"], kv["mv"] = _heads(c.W_k(memory), c), _heads(c.W_v(memory), c)  # (B, H, L_src, d_k)
+        x = layer.norm2(x + layer.dropout(c.W_o(_merge(_attend(_heads(c.W_q(x), c), kv["mk"], kv["mv"], src_mask)))))
+        x = layer.norm3(x + layer.dropout(layer.feed_forward(x)))
+    state["length"] = t + 1
+    logits = model.generator(x)  # (B, 1, V)
+    return (logits if keep_length_dim else logits[:, -1]), cache
+
+
+def decode_step(model, y_last, memory, src, cache):
+    return _kv_step(model, y_last, memory, src, cache)
+
+
+def decode_step_tuples(model, y_last, memory, src, cache):
+    """The cache as a dict holding a list of (k, v, memory_k, memory_v) tuples, one per layer."""
+    t = cache.get("t", 0)
+    x = model.positional_encoding.dropout(model.tgt_embed(y_last) * model.d_model ** 0.5
+                                          + model.positional_encoding.pe[t : t + 1])
+    mask = (src != model.pad_id).view(src.size(0), 1, 1, -1)
+    new = []
+    for i, layer in enumerate(model.decoder_layers):
+        a, c = layer.self_attn, layer.cross_attn
+        old = cache["layers"][i] if "layers" in cache else None
+        k, v = _heads(a.W_k(x), a), _heads(a.W_v(x), a)
+        if old is not None:
+            k, v = torch.cat((old[0], k), 2), torch.cat((old[1], v), 2)
+        scores = _heads(a.W_q(x), a) @ k.transpose(-2, -1) / math.sqrt(a.d_k)  # (B, H, 1, t + 1)
+        x = layer.norm1(x + a.W_o(_merge(scores.softmax(-1) @ v)))
+        mk, mv = (old[2], old[3]) if old is not None else (_heads(c.W_k(memory), c), _heads(c.W_v(memory), c))
+        scores = (_heads(c.W_q(x), c) @ mk.transpose(-2, -1) / math.sqrt(c.d_k)).masked_fill(~mask, float("-inf"))
+        x = layer.norm2(x + c.W_o(_merge(scores.softmax(-1) @ mv)))
+        x = layer.norm3(x + layer.feed_forward(x))
+        new.append((k, v, mk, mv))
+    return model.generator(x).squeeze(1), {"t": t + 1, "layers": new}
+
+
+def _kv_variant(**options):
+    def fn(model, y_last, memory, src, cache):
+        return _kv_step(model, y_last, memory, src, cache, **options)
+
+    fn.__name__ = "_".join(options)
+    return fn
+
+
+KV_CORRECT = [decode_step, decode_step_tuples]
+KV_WRONG = [
+    (_kv_variant(position_zero=True), ["position 0"]),
+    (_kv_variant(use_cache=False), ["cache grows, but its keys and values are not used"]),
+    (_kv_variant(first_only=True), ["wrong orientation"]),
+    (_kv_variant(cross_every_step=True), ["recomputed at every step"]),
+    (_kv_variant(src_mask_off=True), ["ignores the source padding"]),
+    (_kv_variant(recompute_prefix=True), ["should see exactly one"]),
+    (_kv_variant(cache_on_model=True), ["reordered"]),
+    (_kv_variant(heads_first=True), ["first dimension"]),
+    (_kv_variant(keep_length_dim=True), ["(b, v)"]),
+    (lambda model, y_last, memory, src, cache: model.decode(y_last, memory, src)[:, -1], ["should return 2 values"]),
+    (lambda model, y_last, memory, src, cache: (model.decode(y_last, memory, src)[:, -1], cache),
+     ["differ from those of model.decode"]),
+]
+
+
+def test_decode_step_accepts_correct_variants():
+    for fn in KV_CORRECT:
+        result = check_decode_step(fn)
+        assert result.passed, f"{fn.__name__}:\n{result}"
+
+
+@pytest.mark.parametrize("fn, phrases", KV_WRONG, ids=[str(i) for i in range(len(KV_WRONG))])
+def test_decode_step_diagnoses_mistakes(fn, phrases):
+    result = check_decode_step(fn)
+    assert not result.passed, f"passed:\n{result}"
+    lowered = "\n".join(result.messages).lower()
+    for phrase in phrases:
+        assert phrase.lower() in lowered, f"expected {phrase!r} in:\n{result}"
+
+
+def test_decode_step_stub_is_not_attempted():
+    expect(check_decode_step(stub), "not attempted")

@@ -32,6 +32,7 @@ eos_id, pad_id, length_penalty=0.6) -> (B, T)`` LongTensor.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from typing import Callable
 
@@ -39,7 +40,7 @@ import torch
 from torch import nn
 
 from . import _devices
-from ._core import Check, CheckResult, Raised, describe, fmt_shape, run_check
+from ._core import Check, CheckResult, Raised, describe, fmt_shape, fmt_values, run_check
 
 _WIDTH = 3  # features of the scripted memory
 _SLACK = 2  # decode calls allowed past the contract's bound before the scripted model refuses
@@ -756,4 +757,307 @@ def _device(check: Check, beam_search: Callable) -> None:
     check.ok("creates its tensors on src's device, so it runs on a GPU too")
 
 
-__all__ = ["check_beam_search"]
+
+
+# ==========================================================================
+# The key/value cache: decode_step(model, y_last, memory, src, cache) -> (logits, cache)
+#
+# The model is the checker's own, with the course's layout (lesson 05's names, lesson 04's W_q/W_k/W_v/W_o,
+# lesson 03's positional_encoding.pe), its full recomputation written with PyTorch's own
+# F.scaled_dot_product_attention. Forward hooks on every projection count the positions each one sees per step.
+
+_D_MODEL, _HEADS, _LAYERS, _D_FF, _SRC_V, _TGT_V, _MAX_POS = 16, 4, 2, 24, 11, 13, 40
+
+
+class _Attention(nn.Module):
+    """Lesson 04's layout: W_q, W_k, W_v, W_o, num_heads, d_k (its forward is PyTorch's attention)."""
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__()
+        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.dropout = nn.Dropout(0.0)
+
+    def forward(self, query, key, value, mask=None):
+        B, L_q, L_k, H, d_k = query.size(0), query.size(1), key.size(1), self.num_heads, self.d_k
+        q = self.W_q(query).view(B, L_q, H, d_k).transpose(1, 2)  # (B, H, L_q, d_k)
+        k = self.W_k(key).view(B, L_k, H, d_k).transpose(1, 2)  # (B, H, L_k, d_k)
+        v = self.W_v(value).view(B, L_k, H, d_k).transpose(1, 2)  # (B, H, L_k, d_k)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L_q, d_k)
+        return self.W_o(out.transpose(1, 2).reshape(B, L_q, self.d_model))  # (B, L_q, d_model)
+
+
+class _FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int):
+        super().__init__()
+        self.linear1, self.linear2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(0.0)
+
+    def forward(self, x):
+        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
+
+
+class _DecoderLayer(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int):
+        super().__init__()
+        self.self_attn, self.cross_attn = _Attention(d_model, num_heads), _Attention(d_model, num_heads)
+        self.feed_forward = _FeedForward(d_model, d_ff)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout = nn.Dropout(0.0)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, src_mask)))
+        return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+class _PositionalEncoding(nn.Module):
+    """Lesson 03's layout: the table in the buffer ``pe`` (max_len, d_model), then dropout."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+        rates = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model / 2,)
+        table = torch.zeros(max_len, d_model, dtype=torch.float64)
+        table[:, 0::2], table[:, 1::2] = torch.sin(position * rates), torch.cos(position * rates)
+        self.register_buffer("pe", table.float())
+        self.dropout = nn.Dropout(0.0)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
+class _CourseTransformer(nn.Module):
+    """A stand-in with the layout of lesson 05's Transformer; decode() recomputes the whole prefix."""
+
+    def __init__(self, seed: int, pad_id: int):
+        super().__init__()
+        self.d_model, self.pad_id = _D_MODEL, pad_id
+        self.src_embed, self.tgt_embed = nn.Embedding(_SRC_V, _D_MODEL), nn.Embedding(_TGT_V, _D_MODEL)
+        self.positional_encoding = _PositionalEncoding(_D_MODEL, _MAX_POS)
+        self.encoder_layers = nn.ModuleList()  # unused here: the checker passes memory in
+        self.decoder_layers = nn.ModuleList(_DecoderLayer(_D_MODEL, _HEADS, _D_FF) for _ in range(_LAYERS))
+        self.generator = nn.Linear(_D_MODEL, _TGT_V)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if "norm" in name:  # LayerNorm gains and shifts away from 1 and 0, so that a skipped norm shows
+                    p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.3 * torch.randn(p.shape, generator=g))
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+        self.eval()
+
+    def decode(self, tgt, memory, src, positions=None, keys="causal", src_padding=True):
+        """Full recomputation (the oracle); the keyword arguments replay known mistakes."""
+        B, L = tgt.shape
+        pe = self.positional_encoding.pe
+        where = torch.arange(L) if positions is None else positions
+        x = self.tgt_embed(tgt) * math.sqrt(self.d_model) + pe[where]  # (B, L, d_model)
+        real = src != self.pad_id
+        src_mask = real[:, None, None, :] if src_padding else None  # (B, 1, 1, L_src), True = visible
+        if keys == "causal":
+            tgt_mask = torch.ones(L, L, dtype=torch.bool).tril()  # (L, L)
+        elif keys == "self_only":  # each position sees itself only: a cache that is never read
+            tgt_mask = torch.eye(L, dtype=torch.bool)
+        else:  # "first_only": each position sees position 0 only (the causal mask's first row)
+            tgt_mask = torch.zeros(L, L, dtype=torch.bool)
+            tgt_mask[:, 0] = True
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.generator(x)  # (B, L, V)
+
+
+_CACHE_PAD = 0
+
+
+def _cache_case(seed: int):
+    """A model, a padded source batch with its memory, and the target tokens to feed (no padding among them)."""
+    model = _CourseTransformer(seed, _CACHE_PAD)
+    g = torch.Generator().manual_seed(seed + 1)
+    lengths = [5, 2, 4]
+    src = torch.full((3, 5), _CACHE_PAD, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        src[b, :n] = torch.randint(1, _SRC_V, (n,), generator=g)
+    memory = torch.randn(3, 5, _D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
+    tgt = torch.randint(1, _TGT_V, (3, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
+    return model, src, memory, tgt
+
+
+def _select_rows(cache, rows: torch.Tensor):
+    """The cache of the rows ``rows``: every tensor indexed along its first dimension (lesson 07's reorder_cache)."""
+    if isinstance(cache, torch.Tensor):
+        return cache.index_select(0, rows)
+    if isinstance(cache, dict):
+        return {key: _select_rows(value, rows) for key, value in cache.items()}
+    if isinstance(cache, (list, tuple)):
+        return type(cache)(_select_rows(value, rows) for value in cache)
+    return cache
+
+
+class _Projections:
+    """Forward hooks on every projection of the decoder: the positions each one sees, call by call."""
+
+    def __init__(self, model: _CourseTransformer):
+        self.seen: dict[str, list[int]] = {}
+        self.handles = []
+        for i, layer in enumerate(model.decoder_layers):
+            for attn in ("self_attn", "cross_attn"):
+                for proj in ("W_q", "W_k", "W_v", "W_o"):
+                    name = f"decoder_layers[{i}].{attn}.{proj}"
+                    module = getattr(getattr(layer, attn), proj)
+                    self.handles.append(module.register_forward_hook(self._hook(name)))
+            for lin in ("linear1", "linear2"):
+                name = f"decoder_layers[{i}].feed_forward.{lin}"
+                self.handles.append(getattr(layer.feed_forward, lin).register_forward_hook(self._hook(name)))
+        self.handles.append(model.generator.register_forward_hook(self._hook("generator")))
+
+    def _hook(self, name: str):
+        def hook(module, args, output):
+            x = args[0] if args else None
+            positions = x.shape[1] if isinstance(x, torch.Tensor) and x.dim() == 3 else (1 if x.dim() == 2 else 0)
+            self.seen.setdefault(name, []).append(int(positions))
+
+        return hook
+
+    def take(self) -> dict[str, list[int]]:
+        seen, self.seen = self.seen, {}
+        return seen
+
+    def remove(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def check_decode_step(decode_step: Callable) -> CheckResult:
+    """Check ``decode_step(model, y_last, memory, src, cache) -> (logits, cache)`` against full recomputation."""
+    return run_check("decode_step", _check_decode_step, decode_step)
+
+
+def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache, t: int):
+    out = check.call(decode_step, model, y_last, memory, src, cache, what="decode_step",
+                     hint=f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0)")
+    out = check.unpack(out, ["logits", "cache"], "decode_step")
+    logits = check.tensor(out[0], f"the logits of decode_step at step {t}")
+    B = y_last.shape[0]
+    if tuple(logits.shape) == (B, 1, _TGT_V):
+        check.fail(f"decode_step returns logits of shape {fmt_shape(logits.shape)}; they should be (B, V) = "
+                   f"{fmt_shape((B, _TGT_V))}, the scores of the next token: take `[:, -1]` (or squeeze dim 1).")
+    check.tensor(logits, f"the logits of decode_step at step {t}", shape=(B, _TGT_V))
+    return logits, out[1]
+
+
+def _check_decode_step(check: Check, decode_step: Callable) -> None:
+    check.callable_(decode_step, "decode_step")
+    model, src, memory, tgt = _cache_case(7)
+    B, T = tgt.shape
+    oracle = {}
+    with torch.no_grad():
+        double = copy.deepcopy(model).double()
+        mem64 = memory.double()
+        oracle["right"] = double.decode(tgt, mem64, src).float()  # (B, T, V): position t predicts token t + 1
+        oracle["position 0"] = double.decode(tgt, mem64, src, positions=torch.zeros(T, dtype=torch.long)).float()
+        oracle["self only"] = double.decode(tgt, mem64, src, keys="self_only").float()
+        oracle["first only"] = double.decode(tgt, mem64, src, keys="first_only").float()
+        oracle["no src mask"] = double.decode(tgt, mem64, src, src_padding=False).float()
+    causes = {
+        "position 0": "the positional encoding of every new token is taken at position 0. The newest token "
+        "sits at position t (the number of tokens already in the cache): add `model.positional_encoding.pe[t]`",
+        "self only": "each new token attends to itself only: the cache grows, but its keys and values are not "
+        "used. Concatenate the new key and value to the cached ones (`torch.cat([cached_k, k], dim=2)`) and "
+        "attend over all of them",
+        "first only": "the new token attends to position 0 only: the causal mask is applied in the wrong "
+        "orientation (its first row, which belongs to the first query). A single query (the newest token) may see every cached key: no causal mask is "
+        "needed at all, or its LAST row, `make_causal_mask(t + 1)[-1:]`",
+        "no src mask": "cross-attention ignores the source padding: pass the source padding mask, "
+        "`make_padding_mask(src, model.pad_id)`, to the cross-attention, as model.decode does",
+    }
+
+    watch = _Projections(model)
+    try:
+        # Steps 0..T-1 on the batch: logits equal the full recomputation at every step.
+        with torch.no_grad():
+            cache: object = {}
+            for t in range(T):
+                logits, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
+                seen = watch.take()
+                if not close_enough_(logits, oracle["right"][:, t]):
+                    named = [why for key, why in causes.items() if close_enough_(logits, oracle[key][:, t])]
+                    check.fail(
+                        f"At step {t} (the cache holds {t} token{'s' if t != 1 else ''}), the logits of decode_step "
+                        f"differ from those of model.decode on the whole prefix (batch of 3 sentences of source "
+                        f"lengths 5, 2 and 4, padded).\n"
+                        f"  expected (first values): {fmt_values(oracle['right'][:, t])}\n"
+                        f"  actual   (first values): {fmt_values(logits)}\n"
+                        + (f"Likely cause: {named[0]}." if named else
+                           "Follow model.decode for one position: embedding * sqrt(d_model) + pe[t], then per layer "
+                           "self-attention over the cached keys and values plus the new ones, cross-attention "
+                           "to memory with the source padding mask, the feed-forward network, each wrapped with "
+                           "its residual and LayerNorm; then the generator.")
+                    )
+                _positions(check, seen, t, memory.shape[1])
+        check.ok("logits equal the full recomputation at every step (batch with source padding)")
+        check.ok("every projection sees one new position per step; cross-attention keys and values are computed once")
+
+        # Beam search reorders the rows: the cache must follow (every tensor with the rows first).
+        with torch.no_grad():
+            rows = torch.tensor([2, 0, 0])  # (B,): beams reordered, one duplicated
+            cache = {}
+            for t in range(3):
+                _, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
+            watch.take()
+            cache = _select_rows(cache, rows)
+            tgt2, memory2, src2 = tgt[rows], memory[rows], src[rows]
+            expected = model.decode(tgt2[:, :4], memory2, src2)[:, -1]
+            out = check.attempt(decode_step, model, tgt2[:, 3:4], memory2, src2, cache, what="decode_step")
+            logits = out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
+            if isinstance(out, Raised) or not isinstance(logits, torch.Tensor) or not close_enough_(logits, expected):
+                found = (f"decode_step raised {type(out.exception).__name__}: {str(out.exception).splitlines()[0]}"
+                         if isinstance(out, Raised) else
+                         f"expected (first values): {fmt_values(expected)}\n"
+                         f"  actual   (first values): {fmt_values(logits) if isinstance(logits, torch.Tensor) else describe(logits)}")
+                check.fail(
+                    "After the rows were reordered as beam search does (rows [2, 0, 0] of the batch, memory and src "
+                    "reordered the same way, and every tensor of the cache indexed along its first dimension), "
+                    "the next step goes wrong:\n"
+                    f"  {found}\n"
+                    "Keep everything a step needs inside the cache (not on the model or in a global), and give "
+                    "every tensor in it the rows as its first dimension, (B, H, t, d_k) for keys and values, so "
+                    "that reorder_cache can select rows."
+                )
+        check.ok("the cache follows the rows when beam search reorders them")
+    finally:
+        watch.remove()
+
+
+def close_enough_(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    return tuple(actual.shape) == tuple(expected.shape) and torch.allclose(
+        actual.detach().double(), expected.detach().double(), atol=1e-5, rtol=1e-4)
+
+
+def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -> None:
+    """Each projection sees one new position per step; cross-attention keys and values only at step 0."""
+    for name, calls in seen.items():
+        cross_kv = ".cross_attn.W_k" in name or ".cross_attn.W_v" in name
+        if cross_kv:
+            if t > 0:
+                check.fail(
+                    f"At step {t}, {name} ran again on memory ({calls} positions): cross-attention keys and values "
+                    f"are recomputed at every step. They depend only on memory: compute them at the first step, "
+                    f"store them in the cache, and reuse them."
+                )
+            continue
+        if any(n != 1 for n in calls) or len(calls) != 1:
+            check.fail(
+                f"At step {t}, {name} saw {' + '.join(str(n) for n in calls)} positions; with a cache it should see "
+                f"exactly one, the newest token. Project only y_last's position, and concatenate its key and value "
+                f"to the cached ones (the earlier positions' projections do not change)."
+            )
+    for i in range(_LAYERS):
+        for attn in ("self_attn", "cross_attn"):
+            for proj in ("W_q", "W_k", "W_v", "W_o"):
+                name = f"decoder_layers[{i}].{attn}.{proj}"
+                if name not in seen and not (attn == "cross_attn" and proj in ("W_k", "W_v") and t > 0):
+                    check.fail(f"At step {t}, {name} was never called: decode_step must use the model's own "
+                               f"projections (W_q, W_k, W_v, W_o of each layer's self_attn and cross_attn).")
+
+
+__all__ = ["check_beam_search", "check_decode_step"]
