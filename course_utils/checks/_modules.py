@@ -491,3 +491,20 @@ class Recorder:
     def output(self, name: str) -> torch.Tensor | None:
         call = self.only(name)
         return call[2] if call is not None and isinstance(call[2], torch.Tensor) else None
+
+
+_FUNCTION_RESULTS: dict = {}
+
+
+def component_result_of_function(checker, fn) -> "object":
+    """Like :func:`component_result`, for a function (kept while the function object lives)."""
+    key = (checker.__name__, id(fn))
+    entry = _FUNCTION_RESULTS.get(key)
+    if entry is None or entry[0]() is not fn:
+        try:
+            ref = weakref.ref(fn)
+        except TypeError:
+            return checker(fn)
+        entry = (ref, checker(fn))
+        _FUNCTION_RESULTS[key] = entry
+    return entry[1]

@@ -1,14 +1,22 @@
 """Checker for lesson 05: the whole encoder-decoder ``Transformer``.
 
-The checker builds small models from the learner's class (different source and
-target vocabularies, a pad id other than 0, source and target of different
-lengths) and tests what a translation model must do: logits of the right
-shape, ``decode(tgt, encode(src), src) == forward(src, tgt)``, causality,
-invariance to padding, sensitivity to word order, gradients reaching every
-parameter, distinct layers, the parameter count of the paper's layout, and
-dropout only in training. Where the parts can be found, the logits are
-compared with a model assembled from PyTorch's own encoder and decoder layers
-carrying the learner's weights.
+The contract first: the submodule names and attributes later lessons read
+(``src_embed``, ``tgt_embed``, ``positional_encoding``, ``encoder_layers``,
+``decoder_layers``, ``generator``; ``d_model``, ``pad_id``), then the own
+checkers of the components the learner's model uses (its layers, its
+``PositionalEncoding``, the lesson 02 mask functions its methods call), blamed
+first when they fail. Then small models built from the learner's class
+(different source and target vocabularies, a pad id other than 0, source and
+target of different lengths) are tested for what a translation model must do:
+logits of the right shape, ``decode(tgt, encode(src), src) == forward(src, tgt)``,
+an encoder that sees the whole source, causality, invariance to padding,
+sensitivity to word order, gradients reaching every parameter, distinct
+layers, the parameter count of the paper's layout, Xavier/Glorot
+initialisation (measured spread), sentences of ``max_len`` tokens, ``.double()``
+moving every tensor, no tensor created off the input's device, and dropout
+measured in training. Where the parts can be found, the logits are compared
+with a model assembled from PyTorch's own encoder and decoder layers carrying
+the learner's weights.
 """
 
 from __future__ import annotations
@@ -21,22 +29,18 @@ import torch
 from torch import nn
 
 from . import _modules as mods
-from ._core import Check, CheckResult, generator, run_check
+from ._core import Check, CheckResult, Raised, close_enough, describe, generator, identical, run_check
 
-SRC_VOCAB, TGT_VOCAB = 11, 13
-D_MODEL, NUM_HEADS, NUM_LAYERS, D_FF = 16, 4, 2, 24
-MAX_LEN, PAD = 64, 3
-B, L_SRC, L_TGT = 2, 7, 5
-ATOL, RTOL = 1e-4, 1e-4
+_SRC_VOCAB, _TGT_VOCAB = 11, 13
+_D_MODEL, _NUM_HEADS, _NUM_LAYERS, _D_FF = 16, 4, 2, 24
+_MAX_LEN, _PAD = 64, 3
+_B, _L_SRC, _L_TGT = 2, 7, 5
+_ATOL, _RTOL = 1e-4, 1e-4
 
 
 def check_transformer(Transformer: type[nn.Module]) -> CheckResult:
     """Check ``Transformer(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)``."""
     return run_check("Transformer", _check_transformer, Transformer)
-
-
-def _same(a: torch.Tensor, b: torch.Tensor, atol: float = ATOL) -> bool:
-    return a.shape == b.shape and bool(torch.allclose(a.detach().double(), b.detach().double(), atol=atol, rtol=RTOL))
 
 
 def _tokens(g: torch.Generator, vocab: int, shape: tuple, pad: int) -> torch.Tensor:
@@ -54,21 +58,21 @@ class _Model:
     def logits(self, src: torch.Tensor, tgt: torch.Tensor, what: str = "the logits", nan_hint: str = "") -> torch.Tensor:
         out = self.check.call(self.model, src, tgt, what="Transformer.forward")
         hint = ""
-        shape = (src.shape[0], tgt.shape[1], TGT_VOCAB)
+        shape = (src.shape[0], tgt.shape[1], _TGT_VOCAB)
         if isinstance(out, torch.Tensor) and nan_hint and tuple(out.shape) == shape and out.is_floating_point():
             bad = ~torch.isfinite(out.detach())
             if bool(bad.any()):
                 self.check.fail(f"The logits contain {int(bad.sum())} NaN or infinite values (out of {out.numel()}). "
                                 f"{nan_hint}")
         if isinstance(out, torch.Tensor) and out.dim() == 3:
-            if tuple(out.shape) == (tgt.shape[1], src.shape[0], TGT_VOCAB):
+            if tuple(out.shape) == (tgt.shape[1], src.shape[0], _TGT_VOCAB):
                 hint = ("The batch and length axes are swapped: return (batch, target length, tgt_vocab_size), "
                         "batch first, as the inputs are.")
             elif out.shape[1] == src.shape[1] and out.shape[1] != tgt.shape[1]:
                 hint = "There is one row per source position: the logits belong to the target positions (the decoder's output)."
-            elif out.shape[-1] == D_MODEL:
+            elif out.shape[-1] == _D_MODEL:
                 hint = "The last dimension is d_model: the final nn.Linear(d_model, tgt_vocab_size) seems to be missing."
-            elif out.shape[-1] == SRC_VOCAB:
+            elif out.shape[-1] == _SRC_VOCAB:
                 hint = "The last dimension is the source vocabulary size: the output projection maps to tgt_vocab_size."
         return self.check.tensor(out, what, shape=shape, dtype="float", shape_hint=hint)
 
@@ -77,8 +81,8 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
     check.callable_(Transformer, "Transformer", want_class=True)
     g = generator(5)
 
-    def build(pad_id: int = PAD, dropout: float = 0.0) -> nn.Module:
-        model = check.build(Transformer, SRC_VOCAB, TGT_VOCAB, D_MODEL, NUM_HEADS, NUM_LAYERS, D_FF, dropout, MAX_LEN, pad_id)
+    def build(pad_id: int = _PAD, dropout: float = 0.0) -> nn.Module:
+        model = check.build(Transformer, _SRC_VOCAB, _TGT_VOCAB, _D_MODEL, _NUM_HEADS, _NUM_LAYERS, _D_FF, dropout, _MAX_LEN, pad_id)
         if not isinstance(model, nn.Module):
             check.fail(
                 f"Transformer(...) should build an nn.Module, but it built an object of type {type(model).__name__}.\n"
@@ -87,50 +91,56 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
         return model.eval()
 
     model = build()
+    _contract(check, model, Transformer)
     m = _Model(check, model)
-    src = _tokens(g, SRC_VOCAB, (B, L_SRC), PAD)
-    tgt = _tokens(g, TGT_VOCAB, (B, L_TGT), PAD)
+    src = _tokens(g, _SRC_VOCAB, (_B, _L_SRC), _PAD)
+    tgt = _tokens(g, _TGT_VOCAB, (_B, _L_TGT), _PAD)
     src[0, 2], tgt[1, 1] = 0, 0  # token 0 is a real word when pad_id is 3
-    for tokens, (i, j), vocab in ((src, (1, 4), SRC_VOCAB), (tgt, (1, 2), TGT_VOCAB)):
+    for tokens, (i, j), vocab in ((src, (1, 4), _SRC_VOCAB), (tgt, (1, 2), _TGT_VOCAB)):
         same = tokens[:, i] == tokens[:, j]  # the order tests swap positions i and j: make them differ
         tokens[:, j] = torch.where(same, (tokens[:, i] + 1) % vocab, tokens[:, j])
-        tokens[tokens == PAD] = PAD + 1
+        tokens[tokens == _PAD] = _PAD + 1
 
     logits = m.logits(src, tgt)
-    check.ok(f"returns logits of shape (batch, target length, tgt_vocab_size) = ({B}, {L_TGT}, {TGT_VOCAB})")
+    check.ok(f"returns logits of shape (batch, target length, tgt_vocab_size) = ({_B}, {_L_TGT}, {_TGT_VOCAB})")
     _not_probabilities(check, logits)
     _encode_decode(check, model, src, tgt, logits)
 
     other = src.clone()
-    other[:, 1] = (other[:, 1] + 1) % SRC_VOCAB
-    other[other == PAD] = PAD + 1
-    if _same(m.logits(other, tgt), logits, atol=1e-6):
+    other[:, 1] = (other[:, 1] + 1) % _SRC_VOCAB
+    other[other == _PAD] = _PAD + 1
+    if close_enough(m.logits(other, tgt), logits, atol=1e-6, rtol=_RTOL):
         check.fail(
             "Changing the source sentence does not change the logits: the decoder does not use the encoder's "
             "output.\nPass memory = encode(src) to every decoder layer, where it is the key and value of the "
             "cross-attention."
         )
     check.ok("uses the source (changing it changes the logits)")
+    _encoder_sees_everything(check, m, src)
 
     _causality(check, m, src, tgt, logits)
     _padding(check, m, build, src, tgt, logits)
     _order(check, m, src, tgt, logits)
     _distinct_layers(check, model)
     _parameter_count(check, model)
+    _xavier(check, model)
     _gradients(check, model, m, src, tgt)
     _compare_with_oracle(check, model, m, g)
     _dropout(check, build, src, tgt)
+    _dropout_measured(check, build, src, tgt)
+    _long_sentences(check, build, g)
+    _moves(check, build, src, tgt)
 
 
 def _not_probabilities(check: Check, logits: torch.Tensor) -> None:
     x = logits.detach().double()
-    if bool(((x >= 0) & (x <= 1)).all()) and _same(x.sum(-1), torch.ones(x.shape[:-1], dtype=x.dtype)):
+    if bool(((x >= 0) & (x <= 1)).all()) and close_enough(x.sum(-1), torch.ones(x.shape[:-1], dtype=x.dtype), _ATOL, _RTOL):
         check.fail(
             "Your Transformer returns probabilities (every row is in [0, 1] and sums to 1): there is a softmax "
             "at the end.\nReturn the raw logits of the final linear layer; F.cross_entropy applies log-softmax "
             "itself, and argmax gives the same word either way."
         )
-    if _same(torch.logsumexp(x, -1), torch.zeros(x.shape[:-1], dtype=x.dtype)):
+    if close_enough(torch.logsumexp(x, -1), torch.zeros(x.shape[:-1], dtype=x.dtype), _ATOL, _RTOL):
         check.fail(
             "Your Transformer returns log-probabilities (the log-sum-exp of every row is 0): there is a "
             "log_softmax at the end.\nReturn the raw logits of the final linear layer; F.cross_entropy applies "
@@ -147,13 +157,13 @@ def _encode_decode(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch
                 f"decode(tgt, memory, src) -> logits, and forward(src, tgt) is decode(tgt, encode(src), src)."
             )
     memory = check.call(model.encode, src, what="Transformer.encode")
-    memory = check.tensor(memory, "the output of encode(src)", shape=(B, L_SRC, D_MODEL), dtype="float")
+    memory = check.tensor(memory, "the output of encode(src)", shape=(_B, _L_SRC, _D_MODEL), dtype="float")
     check.ok("encode(src) returns memory of shape (batch, source length, d_model)")
     out = check.call(model.decode, tgt, memory, src, what="Transformer.decode")
-    out = check.tensor(out, "the output of decode(tgt, memory, src)", shape=(B, L_TGT, TGT_VOCAB), dtype="float")
-    if not _same(out, logits):
+    out = check.tensor(out, "the output of decode(tgt, memory, src)", shape=(_B, _L_TGT, _TGT_VOCAB), dtype="float")
+    if not close_enough(out, logits, _ATOL, _RTOL):
         check.close(
-            out, logits, "decode(tgt, encode(src), src)", atol=ATOL, rtol=RTOL,
+            out, logits, "decode(tgt, encode(src), src)", atol=_ATOL, rtol=_RTOL,
             hint="It should equal forward(src, tgt): let forward call encode and decode, so that greedy decoding "
             "computes exactly what training does.",
         )
@@ -162,16 +172,16 @@ def _encode_decode(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch
 
 def _causality(check: Check, m: _Model, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
     changed = tgt.clone()
-    changed[:, 3] = (changed[:, 3] + 1) % TGT_VOCAB
-    changed[changed == PAD] = PAD + 1
+    changed[:, 3] = (changed[:, 3] + 1) % _TGT_VOCAB
+    changed[changed == _PAD] = _PAD + 1
     out = m.logits(src, changed)
-    if not _same(out[:, :3], logits[:, :3], atol=1e-6):
+    if not close_enough(out[:, :3], logits[:, :3], atol=1e-6, rtol=_RTOL):
         check.fail(
             "Changing the target token at position 3 changed the logits at positions 0 to 2: the decoder can "
             "see the future.\nBuild the target mask with make_target_mask(tgt, pad_id) (padding AND causal) and "
             "pass it to the decoder's self-attention."
         )
-    if _same(out[:, 3], logits[:, 3], atol=1e-6):
+    if close_enough(out[:, 3], logits[:, 3], atol=1e-6, rtol=_RTOL):
         check.fail(
             "Changing the target token at position 3 did not change the logits at position 3: each position "
             "should see its own token (the causal mask keeps the diagonal)."
@@ -180,21 +190,21 @@ def _causality(check: Check, m: _Model, src: torch.Tensor, tgt: torch.Tensor, lo
 
 
 def _padding(check: Check, m: _Model, build: Callable, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
-    pads = torch.full((B, 3), PAD)
+    pads = torch.full((_B, 3), _PAD)
     longer = torch.cat([src, pads], dim=1)
     src_hint = ("They appear once padding is appended to the source: some row of a mask hides every key. The "
                 "source mask hides padded keys: make_padding_mask(src, pad_id), shape (batch, 1, 1, length).")
-    if not _same(m.logits(longer, tgt, nan_hint=src_hint), logits):
+    if not close_enough(m.logits(longer, tgt, nan_hint=src_hint), logits, _ATOL, _RTOL):
         memory = m.check.call(m.model.encode, longer, what="Transformer.encode")
-        encoder_ok = isinstance(memory, torch.Tensor) and _same(memory[:, :L_SRC], m.model.encode(src))
+        encoder_ok = isinstance(memory, torch.Tensor) and close_enough(memory[:, :_L_SRC], m.model.encode(src), _ATOL, _RTOL)
         model0 = build(pad_id=0)
-        src0, pads0 = src.clone(), torch.zeros(B, 3, dtype=torch.long)
-        src0[src0 == 0] = PAD
+        src0, pads0 = src.clone(), torch.zeros(_B, 3, dtype=torch.long)
+        src0[src0 == 0] = _PAD
         with_zeros = torch.cat([src0, pads0], dim=1)
         m0 = _Model(m.check, model0)
-        if _same(m0.logits(with_zeros, tgt), m0.logits(src0, tgt)):
+        if close_enough(m0.logits(with_zeros, tgt), m0.logits(src0, tgt), _ATOL, _RTOL):
             m.check.fail(
-                f"Appending padding to the source changed the logits when pad_id={PAD}, but not when pad_id=0: "
+                f"Appending padding to the source changed the logits when pad_id={_PAD}, but not when pad_id=0: "
                 f"your masks treat token 0 as padding whatever pad_id is.\n"
                 f"Build them from the model's own pad id: make_padding_mask(src, self.pad_id)."
             )
@@ -211,32 +221,32 @@ def _padding(check: Check, m: _Model, build: Callable, src: torch.Tensor, tgt: t
             "self-attention and to the decoder's cross-attention."
         )
     check_ok = m.check.ok
-    check_ok(f"ignores padding appended to the source (pad_id={PAD})")
+    check_ok(f"ignores padding appended to the source (pad_id={_PAD})")
     longer_tgt = torch.cat([tgt, pads], dim=1)
     out = m.logits(src, longer_tgt, nan_hint=(
         "They appear once padding is appended to the target: some row of your target mask hides every key, so "
         "its softmax is 0/0. The padding part of the target mask hides padded keys (the last axis), not padded "
         "queries: make_target_mask(tgt, pad_id) = (tgt != pad_id)[:, None, None, :] & causal; the diagonal "
         "keeps every row alive."))
-    if not _same(out[:, :L_TGT], logits):
+    if not close_enough(out[:, :_L_TGT], logits, _ATOL, _RTOL):
         m.check.fail(
             "Appending padding tokens to the target changed the logits at the real target positions.\n"
             "The target mask combines padding and causality: make_target_mask(tgt, pad_id)."
         )
-    check_ok(f"ignores padding appended to the target (pad_id={PAD})")
+    check_ok(f"ignores padding appended to the target (pad_id={_PAD})")
 
 
 def _order(check: Check, m: _Model, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
     swapped = src.clone()
     swapped[:, [1, 4]] = swapped[:, [4, 1]]
-    if _same(m.logits(swapped, tgt), logits, atol=1e-6):
+    if close_enough(m.logits(swapped, tgt), logits, atol=1e-6, rtol=_RTOL):
         check.fail(
             "Swapping two source words does not change the logits: the encoder cannot see word order.\n"
             "Add the positional encoding to the source embeddings: positional_encoding(embed(src) * sqrt(d_model))."
         )
     swapped = tgt.clone()
     swapped[:, [1, 2]] = swapped[:, [2, 1]]
-    if _same(m.logits(src, swapped)[:, 4], logits[:, 4], atol=1e-6):
+    if close_enough(m.logits(src, swapped)[:, 4], logits[:, 4], atol=1e-6, rtol=_RTOL):
         check.fail(
             "Swapping two earlier target words does not change the logits at the last position: the decoder "
             "cannot see word order.\nAdd the positional encoding to the target embeddings too."
@@ -250,7 +260,7 @@ def _owner(model: nn.Module, name: str) -> nn.Module:
 
 
 def _is_vocab_matrix(module: nn.Module) -> bool:
-    return isinstance(module, nn.Embedding) or (isinstance(module, nn.Linear) and module.out_features == TGT_VOCAB)
+    return isinstance(module, nn.Embedding) or (isinstance(module, nn.Linear) and module.out_features == _TGT_VOCAB)
 
 
 def _distinct_layers(check: Check, model: nn.Module) -> None:
@@ -268,12 +278,12 @@ def _distinct_layers(check: Check, model: nn.Module) -> None:
 
 
 def _parameter_count(check: Check, model: nn.Module) -> None:
-    d = D_MODEL
+    d = _D_MODEL
     attention = 4 * (d * d + d)
-    ffn = d * D_FF + D_FF + D_FF * d + d
+    ffn = d * _D_FF + _D_FF + _D_FF * d + d
     norm = 2 * d
     enc, dec = attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm
-    base = SRC_VOCAB * d + TGT_VOCAB * d + NUM_LAYERS * (enc + dec)
+    base = _SRC_VOCAB * d + _TGT_VOCAB * d + _NUM_LAYERS * (enc + dec)
     options = {}
     # The attention projections may leave out their biases (the paper's W^Q... are plain matrices).
     bias_free = mods.bias_free_projections(model)
@@ -281,7 +291,7 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
     for bias in (True, False):
         for tied in (False, True):
             for finals in (0, 1, 2):
-                total = base_option + d * TGT_VOCAB * (not tied) + TGT_VOCAB * bias + finals * norm
+                total = base_option + d * _TGT_VOCAB * (not tied) + _TGT_VOCAB * bias + finals * norm
                 words = [
                     "output projection " + ("with" if bias else "without") + " bias",
                     "tied to the target embedding" if tied else "its own weight matrix",
@@ -296,20 +306,20 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
     if actual in options:
         check.ok(f"has the paper's number of parameters, {actual:,} (recognised: {options[actual]})")
         return
-    expected = base + d * TGT_VOCAB + TGT_VOCAB
+    expected = base + d * _TGT_VOCAB + _TGT_VOCAB
     lines = [
         f"Your Transformer has {actual:,} parameters; the paper's layout has {expected:,} with these sizes "
-        f"(d_model={d}, num_heads={NUM_HEADS}, num_layers={NUM_LAYERS}, d_ff={D_FF}, vocabularies "
-        f"{SRC_VOCAB} and {TGT_VOCAB}):",
-        f"  source embedding {SRC_VOCAB} x {d} = {SRC_VOCAB * d:,}; target embedding {TGT_VOCAB} x {d} = {TGT_VOCAB * d:,}",
-        f"  {NUM_LAYERS} encoder layers x {enc:,} (self-attention {attention:,}, feed-forward {ffn:,}, 2 LayerNorms {2 * norm})",
-        f"  {NUM_LAYERS} decoder layers x {dec:,} (2 attentions {2 * attention:,}, feed-forward {ffn:,}, 3 LayerNorms {3 * norm})",
-        f"  output projection {d} x {TGT_VOCAB} + {TGT_VOCAB} = {d * TGT_VOCAB + TGT_VOCAB:,} "
+        f"(d_model={d}, num_heads={_NUM_HEADS}, num_layers={_NUM_LAYERS}, d_ff={_D_FF}, vocabularies "
+        f"{_SRC_VOCAB} and {_TGT_VOCAB}):",
+        f"  source embedding {_SRC_VOCAB} x {d} = {_SRC_VOCAB * d:,}; target embedding {_TGT_VOCAB} x {d} = {_TGT_VOCAB * d:,}",
+        f"  {_NUM_LAYERS} encoder layers x {enc:,} (self-attention {attention:,}, feed-forward {ffn:,}, 2 LayerNorms {2 * norm})",
+        f"  {_NUM_LAYERS} decoder layers x {dec:,} (2 attentions {2 * attention:,}, feed-forward {ffn:,}, 3 LayerNorms {3 * norm})",
+        f"  output projection {d} x {_TGT_VOCAB} + {_TGT_VOCAB} = {d * _TGT_VOCAB + _TGT_VOCAB:,} "
         f"(also accepted: without bias, tied to the target embedding, final LayerNorms, attention projections "
         f"without bias)",
         "In yours: " + _breakdown(model),
     ]
-    if any(MAX_LEN in p.shape for p in model.parameters() if p.requires_grad):
+    if any(_MAX_LEN in p.shape for p in model.parameters() if p.requires_grad):
         lines.append(
             "A parameter has a dimension of size max_len: is the positional-encoding table an nn.Parameter? "
             "Register it with register_buffer: it is fixed, not learned."
@@ -320,7 +330,7 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
 def _breakdown(model: nn.Module) -> str:
     """The learner's parameters grouped by what holds them."""
     attention = {id(p) for a in mods.attention_modules(model) for p in a.parameters()}
-    norms = mods.layer_norms(model, D_MODEL)
+    norms = mods.layer_norms(model, _D_MODEL)
     norm_ids = {id(n) for n in norms}
     groups: dict[str, int] = {}
     seen: set[int] = set()
@@ -379,7 +389,7 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                  f"found ({parts}), so its exact values were not compared")
         return
     src_emb, tgt_emb, enc_layers, dec_layers, finals, project = parts
-    mods.randomise_norms(mods.layer_norms(model, D_MODEL), g)
+    mods.randomise_norms(mods.layer_norms(model, _D_MODEL), g)
 
     twins = {}
     for kind, layers in (("encoder", enc_layers), ("decoder", dec_layers)):
@@ -395,42 +405,42 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                 )
             twins[kind].append(twin)
 
-    src = _tokens(g, SRC_VOCAB, (B, L_SRC), PAD)
-    tgt = _tokens(g, TGT_VOCAB, (B, L_TGT), PAD)
+    src = _tokens(g, _SRC_VOCAB, (_B, _L_SRC), _PAD)
+    tgt = _tokens(g, _TGT_VOCAB, (_B, _L_TGT), _PAD)
     src[0, 1], tgt[0, 2] = 0, 0
-    src[1, 5:], tgt[1, 4:] = PAD, PAD
-    real = tgt != PAD  # logits at padded target positions are never used: they are not compared
+    src[1, 5:], tgt[1, 4:] = _PAD, _PAD
+    real = tgt != _PAD  # logits at padded target positions are never used: they are not compared
     out = m.logits(src, tgt)[real]
 
-    def oracle(scale: float = math.sqrt(D_MODEL), final: tuple = (None, None), scale_after: bool = False,
-               pe: tuple = (True, True)) -> torch.Tensor:
-        src_keep = (src != PAD)[:, None, None, :]
-        tgt_keep = (tgt != PAD)[:, None, None, :] & torch.tril(torch.ones(L_TGT, L_TGT, dtype=torch.bool))
-        position = torch.arange(MAX_LEN, dtype=torch.float64)[:, None]
-        angle = position / 10000 ** (torch.arange(0, D_MODEL, 2, dtype=torch.float64) / D_MODEL)
-        table = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(MAX_LEN, D_MODEL)
+    def oracle(scale: float = math.sqrt(_D_MODEL), final: tuple = (None, None), scale_after: bool = False,
+               pe: tuple = (True, True), tgt_scale: float | None = None) -> torch.Tensor:
+        src_keep = (src != _PAD)[:, None, None, :]
+        tgt_keep = (tgt != _PAD)[:, None, None, :] & torch.tril(torch.ones(_L_TGT, _L_TGT, dtype=torch.bool))
+        position = torch.arange(_MAX_LEN, dtype=torch.float64)[:, None]
+        angle = position / 10000 ** (torch.arange(0, _D_MODEL, 2, dtype=torch.float64) / _D_MODEL)
+        table = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(_MAX_LEN, _D_MODEL)
 
-        def embed(emb, tokens, with_pe):
+        def embed(emb, tokens, with_pe, factor=scale):
             e = emb.weight.detach().double()[tokens]
             t = table[: tokens.shape[1]] if with_pe else 0
-            return (e + t) * scale if scale_after else e * scale + t
+            return (e + t) * factor if scale_after else e * factor + t
 
         h = embed(src_emb, src, pe[0])
         for twin in twins["encoder"]:
-            h = mods.run_twin(twin, h, src_mask=mods.torch_mask(src_keep, B, NUM_HEADS, L_SRC, L_SRC))
+            h = mods.run_twin(twin, h, src_mask=mods.torch_mask(src_keep, _B, _NUM_HEADS, _L_SRC, _L_SRC))
         if final[0] is not None:
             h = _double_norm(final[0])(h)
-        y = embed(tgt_emb, tgt, pe[1])
+        y = embed(tgt_emb, tgt, pe[1], scale if tgt_scale is None else tgt_scale)
         for twin in twins["decoder"]:
-            y = mods.run_twin(twin, y, h, tgt_mask=mods.torch_mask(tgt_keep, B, NUM_HEADS, L_TGT, L_TGT),
-                              src_mask=mods.torch_mask(src_keep, B, NUM_HEADS, L_TGT, L_SRC))
+            y = mods.run_twin(twin, y, h, tgt_mask=mods.torch_mask(tgt_keep, _B, _NUM_HEADS, _L_TGT, _L_TGT),
+                              src_mask=mods.torch_mask(src_keep, _B, _NUM_HEADS, _L_TGT, _L_SRC))
         if final[1] is not None:
             y = _double_norm(final[1])(y)
         return project(y)[real]
 
     with torch.no_grad():
         for option in _final_options(finals):
-            if _same(out, oracle(final=option)):
+            if close_enough(out, oracle(final=option), _ATOL, _RTOL):
                 if any(n is not None for n in option):
                     check.ok("matches PyTorch's layers carrying your weights (with the extra final LayerNorm "
                              "that nn.Transformer also has; the paper's post-LN model does not need it)")
@@ -438,30 +448,40 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                     check.ok("matches a model assembled from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer "
                              "carrying your weights (embeddings scaled by sqrt(d_model), sinusoidal positions)")
                 return
-        causes = [
-            (dict(scale=1.0), "the embeddings are not multiplied by sqrt(d_model) before the positional encoding "
-                              "is added: embed(tokens) * math.sqrt(d_model)"),
-            (dict(scale=float(D_MODEL)), "the embeddings are multiplied by d_model instead of sqrt(d_model)"),
-            (dict(scale=1 / math.sqrt(D_MODEL)), "the embeddings are divided by sqrt(d_model): multiply instead"),
-            (dict(scale_after=True), "the scaling by sqrt(d_model) is applied after adding the positional encoding; "
-                                     "scale the embeddings first, then add the positions"),
-            (dict(pe=(True, False)), "the positional encoding is added to the source embeddings only: the target "
-                                     "embeddings need it too"),
-            (dict(pe=(False, True)), "the positional encoding is added to the target embeddings only: the source "
-                                     "embeddings need it too"),
-        ]
+        causes = _oracle_causes()
         for options, cause in causes:
             for final in _final_options(finals):
-                if _same(out, oracle(final=final, **options)):
+                if close_enough(out, oracle(final=final, **options), _ATOL, _RTOL):
                     check.fail(f"The logits of your Transformer have the wrong values: {cause}.")
         expected = oracle()
     check.close(
-        out, expected, "the output of your Transformer (its logits at the real target positions)", atol=ATOL, rtol=RTOL,
+        out, expected, "the output of your Transformer (its logits at the real target positions)", atol=_ATOL, rtol=_RTOL,
         hint="Expected: memory = encoder layers(PE(embed(src) * sqrt(d_model)), src_mask); logits = "
         "linear(decoder layers(PE(embed(tgt) * sqrt(d_model)), memory, src_mask, tgt_mask)), with the "
         "sinusoidal table of lesson 03, masks built from pad_id, and the output of the last encoder layer as "
         "the memory of every decoder layer.",
     )
+
+
+def _oracle_causes() -> list[tuple[dict, str]]:
+    """Known mistakes in how the embeddings enter the stacks: (oracle options, cause)."""
+    return [
+        (dict(scale=1.0), "the embeddings are not multiplied by sqrt(d_model) before the positional encoding "
+                          "is added: embed(tokens) * math.sqrt(d_model)"),
+        (dict(tgt_scale=1.0), "the target embeddings are not multiplied by sqrt(d_model), the source ones are: "
+                              "scale both sides, tgt_embed(tgt) * math.sqrt(d_model) in decode too"),
+        (dict(scale=1.0, tgt_scale=math.sqrt(_D_MODEL)), "the source embeddings are not multiplied by "
+                              "sqrt(d_model), the target ones are: scale both sides, src_embed(src) * "
+                              "math.sqrt(d_model) in encode too"),
+        (dict(scale=float(_D_MODEL)), "the embeddings are multiplied by d_model instead of sqrt(d_model)"),
+        (dict(scale=1 / math.sqrt(_D_MODEL)), "the embeddings are divided by sqrt(d_model): multiply instead"),
+        (dict(scale_after=True), "the scaling by sqrt(d_model) is applied after adding the positional encoding; "
+                                 "scale the embeddings first, then add the positions"),
+        (dict(pe=(True, False)), "the positional encoding is added to the source embeddings only: the target "
+                                 "embeddings need it too"),
+        (dict(pe=(False, True)), "the positional encoding is added to the target embeddings only: the source "
+                                 "embeddings need it too"),
+    ]
 
 
 def _final_options(finals: list) -> list[tuple]:
@@ -474,8 +494,8 @@ def _final_options(finals: list) -> list[tuple]:
 
 def _double_norm(norm: nn.Module) -> nn.Module:
     if not isinstance(norm, nn.LayerNorm):
-        return mods._prepared_norm(norm, D_MODEL)
-    twin = nn.LayerNorm(D_MODEL, dtype=torch.float64)
+        return mods._prepared_norm(norm, _D_MODEL)
+    twin = nn.LayerNorm(_D_MODEL, dtype=torch.float64)
     mods.copy_norm(norm, twin)
     return twin
 
@@ -486,8 +506,8 @@ _TORCH_LAYERS = {"encoder": nn.TransformerEncoderLayer, "decoder": nn.Transforme
 def _find_parts(model: nn.Module):
     """(src_emb, tgt_emb, encoder layers, decoder layers, final norms, projection) or why not."""
     embeddings = [x for x in model.modules() if isinstance(x, nn.Embedding)]
-    src_emb = [e for e in embeddings if tuple(e.weight.shape) == (SRC_VOCAB, D_MODEL)]
-    tgt_emb = [e for e in embeddings if tuple(e.weight.shape) == (TGT_VOCAB, D_MODEL)]
+    src_emb = [e for e in embeddings if tuple(e.weight.shape) == (_SRC_VOCAB, _D_MODEL)]
+    tgt_emb = [e for e in embeddings if tuple(e.weight.shape) == (_TGT_VOCAB, _D_MODEL)]
     if len(src_emb) != 1 or len(tgt_emb) != 1:
         return "no single nn.Embedding per vocabulary"
     encoders, decoders = [], []
@@ -495,25 +515,25 @@ def _find_parts(model: nn.Module):
         for kind, found in (("encoder", encoders), ("decoder", decoders)):
             if isinstance(sub, _TORCH_LAYERS[kind]) or (
                 not isinstance(sub, tuple(_TORCH_LAYERS.values()))
-                and not mods.LayerLayout(sub, kind, D_MODEL, NUM_HEADS, D_FF).missing
+                and not mods.LayerLayout(sub, kind, _D_MODEL, _NUM_HEADS, _D_FF).missing
             ):
                 found.append(sub)
-    if len(encoders) != NUM_LAYERS or len(decoders) != NUM_LAYERS:
+    if len(encoders) != _NUM_LAYERS or len(decoders) != _NUM_LAYERS:
         return (f"found {len(encoders)} encoder and {len(decoders)} decoder layers made of contract attention "
                 f"modules, LayerNorms and nn.Linear")
     inner = {id(x) for layer in encoders + decoders for x in layer.modules()}
-    finals = [n for n in mods.layer_norms(model, D_MODEL) if id(n) not in inner]
+    finals = [n for n in mods.layer_norms(model, _D_MODEL) if id(n) not in inner]
     if len(finals) > 2:
         return "more than two LayerNorms outside the layers"
     linears = [x for x in mods.linears_outside(model, encoders + decoders)
-               if (x.in_features, x.out_features) == (D_MODEL, TGT_VOCAB)]
+               if (x.in_features, x.out_features) == (_D_MODEL, _TGT_VOCAB)]
     if len(linears) > 1:
         return "more than one nn.Linear(d_model, tgt_vocab_size)"
     if linears:
         weight, bias = linears[0].weight, linears[0].bias
     else:  # the output projection may reuse the target embedding's matrix
         weight = tgt_emb[0].weight
-        biases = [p for p in model.parameters() if tuple(p.shape) == (TGT_VOCAB,)]
+        biases = [p for p in model.parameters() if tuple(p.shape) == (_TGT_VOCAB,)]
         bias = biases[0] if len(biases) == 1 else None
 
     def project(y: torch.Tensor) -> torch.Tensor:
@@ -531,13 +551,13 @@ def _twin_of(layer: nn.Module, kind: str, g: torch.Generator) -> tuple:
         if getattr(layer, "activation_relu_or_gelu", 1) != 1:
             return None, " (it is PyTorch's layer with an activation other than ReLU)"
         return copy.deepcopy(layer).double().eval(), ""
-    layout = mods.LayerLayout(layer, kind, D_MODEL, NUM_HEADS, D_FF)
+    layout = mods.LayerLayout(layer, kind, _D_MODEL, _NUM_HEADS, _D_FF)
     dtype = next((p.dtype for p in layer.parameters() if p.is_floating_point()), torch.float32)
-    x = torch.randn(B, 4, D_MODEL, generator=g)
-    memory = torch.randn(B, 6, D_MODEL, generator=g)
-    keep = torch.ones(B, 1, 1, 6, dtype=torch.bool)
+    x = torch.randn(_B, 4, _D_MODEL, generator=g)
+    memory = torch.randn(_B, 6, _D_MODEL, generator=g)
+    keep = torch.ones(_B, 1, 1, 6, dtype=torch.bool)
     keep[1, ..., 4:] = False
-    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool)).expand(B, 1, 4, 4)
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool)).expand(_B, 1, 4, 4)
     try:
         with torch.no_grad():
             if kind == "encoder":
@@ -553,12 +573,12 @@ def _twin_of(layer: nn.Module, kind: str, g: torch.Generator) -> tuple:
             continue  # one LayerNorm used twice while another sits unused: not a post-LN layer
         with torch.no_grad():
             if kind == "encoder":
-                expected = mods.run_twin(twin, memory.double(), src_mask=mods.torch_mask(keep, B, NUM_HEADS, 6, 6))
+                expected = mods.run_twin(twin, memory.double(), src_mask=mods.torch_mask(keep, _B, _NUM_HEADS, 6, 6))
             else:
                 expected = mods.run_twin(twin, x.double(), memory.double(),
-                                         tgt_mask=mods.torch_mask(causal, B, NUM_HEADS, 4, 4),
-                                         src_mask=mods.torch_mask(keep, B, NUM_HEADS, 4, 6))
-        if _same(out, expected):
+                                         tgt_mask=mods.torch_mask(causal, _B, _NUM_HEADS, 4, 4),
+                                         src_mask=mods.torch_mask(keep, _B, _NUM_HEADS, 4, 6))
+        if close_enough(out, expected, _ATOL, _RTOL):
             return copy.deepcopy(twin), ""
     return None, ""
 
@@ -567,7 +587,7 @@ def _dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor
     model = build(dropout=0.5)
     m = _Model(check, model)
     first, second = m.logits(src, tgt), m.logits(src, tgt)
-    if not _same(first, second, atol=0):
+    if not close_enough(first, second, atol=0, rtol=_RTOL):
         check.fail(
             "In eval mode your Transformer (built with dropout=0.5) gives different logits for the same input: "
             "dropout is active in eval mode.\nUse nn.Dropout modules (they follow model.eval()), or pass "
@@ -577,7 +597,7 @@ def _dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor
     model.train()
     first, second = m.logits(src, tgt), m.logits(src, tgt)
     model.eval()
-    if _same(first, second, atol=0):
+    if close_enough(first, second, atol=0, rtol=_RTOL):
         check.fail(
             "In training mode your Transformer (built with dropout=0.5) gives the same logits twice: dropout "
             "is not applied.\nPass the dropout rate to the positional encoding and to every layer."
@@ -593,8 +613,8 @@ def _layers_drop(check: Check, model: nn.Module) -> None:
     if isinstance(parts, str):
         return
     g = generator(8)
-    x = torch.randn(B, 4, D_MODEL, generator=g)
-    memory = torch.randn(B, 6, D_MODEL, generator=g)
+    x = torch.randn(_B, 4, _D_MODEL, generator=g)
+    memory = torch.randn(_B, 6, _D_MODEL, generator=g)
     for kind, layers in (("encoder", parts[2]), ("decoder", parts[3])):
         for layer in layers:
             dtype = next((p.dtype for p in layer.parameters() if p.is_floating_point()), torch.float32)
@@ -607,7 +627,7 @@ def _layers_drop(check: Check, model: nn.Module) -> None:
                 continue
             finally:
                 layer.eval()
-            if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and _same(first, second, atol=0):
+            if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and close_enough(first, second, atol=0, rtol=_RTOL):
                 check.fail(
                     f"Inside your Transformer built with dropout=0.5, the {kind} layers apply no dropout in "
                     f"training mode (they give the same output twice): the dropout rate does not reach them.\n"
@@ -634,7 +654,7 @@ def _everything_dropped(check: Check, build: Callable, src: torch.Tensor, tgt: t
     rows = torch.cat([o.detach().double().reshape(-1, o.shape[-1]) for o in outs])
     if not bool(torch.isfinite(rows).all()):
         return  # a hand-written dropout dividing by 1 - p, or a norm without eps on all-zero rows
-    if not _same(rows, rows[:1].expand_as(rows), atol=1e-5):
+    if not close_enough(rows, rows[:1].expand_as(rows), atol=1e-5, rtol=_RTOL):
         check.fail(
             "Built with dropout=1.0 and in training mode, your Transformer should drop everything that carries "
             "information about the tokens, so that its logits are one constant row, whatever the tokens and "
@@ -645,3 +665,229 @@ def _everything_dropped(check: Check, build: Callable, src: torch.Tensor, tgt: t
         )
     check.ok("drops the embeddings + positions and every sublayer's output in training (dropout=1.0 leaves a "
              "constant output)")
+
+
+# --------------------------------------------------------------------------
+# The contract: names, components first, initialisation, sizes, moves, measured dropout.
+
+_WANTED = {
+    "src_embed": "nn.Embedding(src_vocab_size, d_model)",
+    "tgt_embed": "nn.Embedding(tgt_vocab_size, d_model)",
+    "positional_encoding": "PositionalEncoding(d_model, dropout, max_len)",
+    "encoder_layers": "nn.ModuleList of num_layers EncoderLayer",
+    "decoder_layers": "nn.ModuleList of num_layers DecoderLayer",
+    "generator": "nn.Linear(d_model, tgt_vocab_size)",
+}
+_WHY = ("lesson 05's parameter breakdown groups the weights by these names, lesson 06 reads "
+        "`model.decoder_layers[-1].cross_attn` and saves checkpoints under them, lesson 07 copies them.")
+_MASKS = {"make_padding_mask": "check_padding_mask", "make_causal_mask": "check_causal_mask",
+          "make_target_mask": "check_target_mask"}
+
+
+def _contract(check: Check, model: nn.Module, Transformer: type) -> None:
+    """Submodule names and kinds, the attributes later code reads, then the components' own checkers."""
+    from . import positional
+    from .layers import check_decoder_layer, check_encoder_layer
+
+    mods.missing_submodules(check, model, "Transformer", _WANTED, _WHY)
+    kinds = {"src_embed": nn.Embedding, "tgt_embed": nn.Embedding, "encoder_layers": nn.ModuleList,
+             "decoder_layers": nn.ModuleList, "generator": nn.Linear}
+    for name, kind in kinds.items():
+        if not isinstance(getattr(model, name), kind):
+            check.fail(f"`{name}` of your Transformer is {describe(getattr(model, name))}; it should be "
+                       f"{_WANTED[name]} ({_WHY})")
+    for name in ("encoder_layers", "decoder_layers"):
+        if len(getattr(model, name)) != _NUM_LAYERS:
+            check.fail(f"`{name}` of your Transformer(..., num_layers={_NUM_LAYERS}, ...) holds "
+                       f"{len(getattr(model, name))} layers; it should hold num_layers = {_NUM_LAYERS}.")
+    for name, value in (("d_model", _D_MODEL), ("pad_id", _PAD)):
+        if getattr(model, name, None) != value:
+            check.fail(f"Your Transformer(..., d_model={_D_MODEL}, ..., pad_id={_PAD}) has `{name}` = "
+                       f"{describe(getattr(model, name, None))}; store it: `self.{name} = {name}` (encode and "
+                       f"decode use it, and so does lesson 06).")
+    check.ok("has the exercise's submodules (src_embed, tgt_embed, positional_encoding, encoder_layers, "
+             "decoder_layers, generator) and attributes (d_model, pad_id)")
+    components = {"encoder_layers.0": (check_encoder_layer, "EncoderLayer"),
+                  "decoder_layers.0": (check_decoder_layer, "DecoderLayer"),
+                  "positional_encoding": (positional.check_positional_encoding_module, "PositionalEncoding")}
+    _masks_first(check, Transformer)
+    mods.components_first(check, _Named(model), "Transformer", components)
+
+
+class _Named:
+    """Dotted names ("encoder_layers.0") as attributes, for components_first."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+
+    def __getattr__(self, name: str):
+        return self.model.get_submodule(name)
+
+
+def _masks_first(check: Check, Transformer: type) -> None:
+    """The lesson 02 mask functions the learner's methods call: each must pass its own checker first."""
+    from . import masks
+
+    for method in ("encode", "decode", "forward"):
+        fn = getattr(Transformer, method, None)
+        code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+        if code is None:
+            continue
+        for name, checker_name in _MASKS.items():
+            if name in code.co_names and callable(namespace.get(name)):
+                checker = getattr(masks, checker_name)
+                result = mods.component_result_of_function(checker, namespace[name])
+                if not result.passed:
+                    first = result.messages[0] if result.messages else ""
+                    check.fail(f"Your Transformer.{method} calls {name}, which does not pass {checker_name} "
+                               f"({result.status.value.upper()}): fix that first, then come back.\n"
+                               + "\n".join("  " + line for line in first.splitlines()))
+
+
+def _xavier(check: Check, model: nn.Module) -> None:
+    """Every parameter with 2+ dimensions starts with Xavier/Glorot's spread, sqrt(2 / (fan_in + fan_out))."""
+    off = []
+    for name, p in model.named_parameters():
+        if p.dim() < 2 or not p.requires_grad:
+            continue
+        receptive = math.prod(p.shape[2:]) if p.dim() > 2 else 1
+        fan_in, fan_out = p.shape[1] * receptive, p.shape[0] * receptive
+        want = math.sqrt(2.0 / (fan_in + fan_out))
+        got = float(p.detach().double().std())
+        if not 0.75 * want <= got <= 1.33 * want:
+            off.append((name, got, want))
+    if off:
+        name, got, want = off[0]
+        check.fail(
+            f"{len(off)} weight matri{'ces' if len(off) > 1 else 'x'} of your freshly built Transformer "
+            f"{'are' if len(off) > 1 else 'is'} not initialised with Xavier/Glorot: `{name}` has standard deviation "
+            f"{got:.3f}, where Xavier gives {want:.3f} = sqrt(2 / (fan_in + fan_out)).\n"
+            f"The exercise asks for it (lesson 06's short training, and the losses it shows, depend on it): at the "
+            f"end of __init__, `for p in self.parameters(): if p.dim() > 1: nn.init.xavier_uniform_(p)`."
+        )
+    check.ok("initialises every weight matrix and embedding with Xavier/Glorot (measured spread)")
+
+
+def _encoder_sees_everything(check: Check, m: "_Model", src: torch.Tensor) -> None:
+    """The encoder is not causal: changing the last source word changes memory at the first position."""
+    memory = check.call(m.model.encode, src, what="Transformer.encode")
+    changed = src.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % _SRC_VOCAB
+    changed[changed == _PAD] = _PAD + 1
+    other = check.call(m.model.encode, changed, what="Transformer.encode")
+    if isinstance(memory, torch.Tensor) and isinstance(other, torch.Tensor) and close_enough(memory[:, 0], other[:, 0], atol=1e-6, rtol=_RTOL):
+        check.fail(
+            "Changing the last source word does not change encode(src) at the first position: your encoder "
+            "cannot see later source words, as if it used a causal mask.\nThe encoder reads the whole source "
+            "sentence: give its layers the padding mask only, make_padding_mask(src, self.pad_id); the causal "
+            "mask belongs to the decoder (make_target_mask)."
+        )
+    check.ok("the encoder sees the whole source sentence (no causal mask in encode)")
+
+
+def _long_sentences(check: Check, build: Callable, g: torch.Generator) -> None:
+    """Sentences as long as max_len (lesson 06 uses max_len = 64), on both sides."""
+    model = build()
+    src = _tokens(g, _SRC_VOCAB, (1, _MAX_LEN), _PAD)
+    tgt = _tokens(g, _TGT_VOCAB, (1, _MAX_LEN), _PAD)
+    out = check.call(model, src, tgt, what="Transformer.forward", hint=(
+        f"It works for short sentences but not for {_MAX_LEN} tokens, the max_len it was built with: is a "
+        f"table or a mask built for a fixed, smaller length?"))
+    check.tensor(out, f"the logits for sentences of {_MAX_LEN} tokens", shape=(1, _MAX_LEN, _TGT_VOCAB), dtype="float")
+    check.ok(f"handles sentences of max_len = {_MAX_LEN} tokens")
+
+
+def _moves(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
+    """.double() moves every tensor the model keeps; on another device nothing is created on the CPU."""
+    model = build()
+    logits = check.call(model, src, tgt, what="Transformer.forward")
+    model = model.double()  # the checker's own instance
+    out = check.attempt(model, src, tgt, what="Transformer.forward")
+    if isinstance(out, Raised) or not isinstance(out, torch.Tensor) or out.dtype != torch.float64:
+        got = out.message if isinstance(out, Raised) else f"It returned {describe(out)}."
+        check.fail(
+            "After `model.double()` your Transformer no longer computes in float64: some tensor it keeps did not "
+            "move with the model (`.to(dtype)` and `.to(device)` only move parameters and buffers). Register "
+            "fixed tensors (the positional-encoding table, a stored mask) with `self.register_buffer(...)`, and "
+            f"create new tensors with the dtype and device of an input.\n\n{got}"
+        )
+    if not close_enough(out.float(), logits, atol=1e-3, rtol=_RTOL):
+        check.fail("After `model.double()` your Transformer gives other logits than in float32: a tensor it keeps "
+                   "did not move with the model. Register fixed tensors with `self.register_buffer(...)`.")
+    check.ok("after .double() computes the same logits in float64 (every tensor it keeps moves with it)")
+    _device(check, build, src, tgt)
+
+
+def _device(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
+    """A tensor created without a device lands on the CPU, wherever the input lives: caught on a CPU-only machine.
+
+    The model and its input stay on the CPU, but during the call PyTorch's default device is ``meta`` (shapes
+    without data): a tensor created without ``device=`` lands there and meets the CPU input, which PyTorch
+    refuses. Where a GPU exists, the model also runs there for real.
+    """
+    model = build()
+    out = check.attempt(lambda: _on_default_device("meta", model, src, tgt), what="Transformer.forward")
+    if isinstance(out, Raised) and "meta" in str(out.exception):
+        _created_on_cpu(check, out, "lesson 06 trains on one when there is one")
+    if torch.cuda.is_available():
+        gpu = check.attempt(lambda: model.to("cuda")(src.to("cuda"), tgt.to("cuda")), what="Transformer.forward")
+        if isinstance(gpu, Raised) and "cpu" in str(gpu.exception):
+            _created_on_cpu(check, gpu, "here on the GPU")
+    check.ok("creates its tensors on the device of its input (a tensor created without `device=` is caught "
+             "with PyTorch's `meta` device as the default" + (", and on the GPU)" if torch.cuda.is_available() else ")"))
+
+
+def _on_default_device(device: str, model: nn.Module, *args: torch.Tensor):
+    with torch.device(device):
+        return model(*args)
+
+
+def _created_on_cpu(check: Check, raised: Raised, where: str) -> None:
+    check.fail(
+        f"Your Transformer creates a tensor without saying on which device, so it lands on the CPU (or on "
+        f"PyTorch's default device) whatever the device of its input: on a GPU ({where}) it meets the model's "
+        f"tensors there and PyTorch refuses to mix them.\nCreate tensors where the input lives: "
+        f"`torch.ones(L, L, dtype=torch.bool, device=tgt.device)`, `torch.arange(L, device=x.device)`.\n\n"
+        f"{raised.message}"
+    )
+
+
+def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor, p: float = 0.5) -> None:
+    """Train mode: rate p on the embeddings + positions (both sides), nothing between the stacks and the ends."""
+    model = build(dropout=p).train()
+    names = ["positional_encoding", "encoder_layers.0", f"encoder_layers.{_NUM_LAYERS - 1}", "decoder_layers.0",
+             f"decoder_layers.{_NUM_LAYERS - 1}", "generator"]
+    with mods.Recorder(model, names) as rec:
+        check.call(model, src, tgt, what="Transformer.forward")
+    pe_calls = rec.calls["positional_encoding"]
+    if len(pe_calls) != 2 or any(len(rec.calls[n]) != 1 for n in names[1:]):
+        return  # an unusual call pattern: the values above have judged it
+    pe = model.positional_encoding
+    links = []
+    for (args, kwargs, out), side, first in zip(pe_calls, ("source", "target"), ("encoder_layers.0", "decoder_layers.0")):
+        embedded = args[0] if args else next(iter(kwargs.values()))
+        pe.eval()
+        reference = check.call(pe, embedded, what="PositionalEncoding.forward")
+        pe.train()
+        pattern = mods.drop_pattern(out, reference)
+        if pattern.exact:
+            problem = mods.dropout_problem(pattern, p, f"the {side} embeddings plus positional encoding", "Transformer")
+            if problem:
+                check.fail(problem + "\nThe paper drops the sums of the embeddings and the positional encodings: "
+                           "your PositionalEncoding's own nn.Dropout(dropout) does it; build it with the dropout rate.")
+        links.append((out, rec.first_input(first), f"the {side} positional encoding", f"`{first}`"))
+    links.append((rec.output(f"decoder_layers.{_NUM_LAYERS - 1}"), rec.first_input("generator"),
+                  "the last decoder layer", "`generator`"))
+    for produced, received, source, target in links:
+        if isinstance(produced, torch.Tensor) and isinstance(received, torch.Tensor) and not identical(
+                produced.detach(), received.detach()):
+            again = mods.drop_pattern(received, produced)
+            if again.exact and again.rate > 0:
+                check.fail(f"In training mode your Transformer drops entries a second time between {source} and "
+                           f"{target} ({round(100 * again.rate)}% of them): an extra dropout. The positional "
+                           f"encoding's own dropout is the paper's; apply it once.")
+            check.fail(f"In training mode something changes the tensor between {source} and {target} (an extra "
+                       f"dropout?): the paper applies dropout only to the embeddings plus positions and inside "
+                       f"the layers.")
+    check.ok(f"in training mode drops about {round(100 * p)}% of the embeddings plus positions on both sides "
+             f"(measured), and nothing between the stacks and the output projection")
