@@ -47,6 +47,7 @@ _TOPICS = {
     "check_greedy_decode": "decoding",
     # lesson 07: inference
     "check_beam_search": "inference",
+    "check_decode_step": "inference",
     # lesson 08: real data
     "check_learn_bpe": "subwords",
 }

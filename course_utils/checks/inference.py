@@ -815,10 +815,10 @@ class _PositionalEncoding(nn.Module):
 
     def __init__(self, d_model: int, max_len: int):
         super().__init__()
-        position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
+        where = torch.arange(max_len).double()[:, None]  # (max_len, 1)
         rates = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model / 2,)
         table = torch.zeros(max_len, d_model, dtype=torch.float64)
-        table[:, 0::2], table[:, 1::2] = torch.sin(position * rates), torch.cos(position * rates)
+        table[:, 0::2], table[:, 1::2] = torch.sin(where * rates), torch.cos(where * rates)
         self.register_buffer("pe", table.float())
         self.dropout = nn.Dropout(0.0)
 
@@ -861,8 +861,8 @@ class _CourseTransformer(nn.Module):
         else:  # "first_only": each position sees position 0 only (the causal mask's first row)
             tgt_mask = torch.zeros(L, L, dtype=torch.bool)
             tgt_mask[:, 0] = True
-        for layer in self.decoder_layers:
-            x = layer(x, memory, src_mask, tgt_mask)
+        for block in self.decoder_layers:
+            x = block(x, memory, src_mask, tgt_mask)
         return self.generator(x)  # (B, L, V)
 
 
