@@ -27,6 +27,24 @@ from ._core import Check, CheckResult, Raised, close_enough, fmt_number, fmt_sha
 _ORACLE = "F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)"
 
 
+def check_label_smoothing_loss(label_smoothing_loss: Callable) -> CheckResult:
+    """Check ``label_smoothing_loss(logits, target, smoothing, pad_id)`` against F.cross_entropy."""
+    return run_check("label_smoothing_loss", _check_label_smoothing_loss, label_smoothing_loss)
+
+
+def _check_label_smoothing_loss(check: Check, label_smoothing_loss: Callable) -> None:
+    check.callable_(label_smoothing_loss, "label_smoothing_loss")
+    cases = _cases()
+    values = _check_runs(check, label_smoothing_loss, cases)
+    oracles = [_oracle(case) for case in cases]
+    _check_values(check, cases, values, [loss for loss, _ in oracles])
+    check.ok(f"matches {_ORACLE}, with several smoothing values (0.0 included) and pad ids other than 0")
+    _check_large_logits(check, label_smoothing_loss)
+    _check_lesson_sizes(check, label_smoothing_loss)
+    _check_gradients(check, label_smoothing_loss, cases, [grad for _, grad in oracles])
+    _check_device(check, label_smoothing_loss, cases[0])
+
+
 def _cases() -> list[dict]:
     """Inputs with N != V, pad ids other than 0, and real targets equal to 0; the first lacks the last class."""
     g = generator(6)
@@ -242,24 +260,6 @@ def _slips() -> list[tuple[tuple[str, ...], list[str]]]:
 
 
 # --------------------------------------------------------------------------
-
-
-def check_label_smoothing_loss(label_smoothing_loss: Callable) -> CheckResult:
-    """Check ``label_smoothing_loss(logits, target, smoothing, pad_id)`` against F.cross_entropy."""
-    return run_check("label_smoothing_loss", _check_label_smoothing_loss, label_smoothing_loss)
-
-
-def _check_label_smoothing_loss(check: Check, label_smoothing_loss: Callable) -> None:
-    check.callable_(label_smoothing_loss, "label_smoothing_loss")
-    cases = _cases()
-    values = _check_runs(check, label_smoothing_loss, cases)
-    oracles = [_oracle(case) for case in cases]
-    _check_values(check, cases, values, [loss for loss, _ in oracles])
-    check.ok(f"matches {_ORACLE}, with several smoothing values (0.0 included) and pad ids other than 0")
-    _check_large_logits(check, label_smoothing_loss)
-    _check_lesson_sizes(check, label_smoothing_loss)
-    _check_gradients(check, label_smoothing_loss, cases, [grad for _, grad in oracles])
-    _check_device(check, label_smoothing_loss, cases[0])
 
 
 def _loss(check: Check, label_smoothing_loss: Callable, case: dict, logits: torch.Tensor | None = None):

@@ -37,6 +37,47 @@ def check_noam_scheduler(make_noam_scheduler: Callable) -> CheckResult:
     return run_check("make_noam_scheduler", _check_noam_scheduler, make_noam_scheduler)
 
 
+def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
+    check.callable_(noam_lr, "noam_lr")
+    # 1. It runs on an ordinary step and returns a number.
+    at_one, _ = _number(check, check.call(noam_lr, 1, 512, 4000, what="noam_lr"), "at step=1, d_model=512, warmup_steps=4000")
+    check.ok("returns a number")
+    # 2. Step 0, which LambdaLR really asks for, must give what step 1 gives (reported after the values:
+    #    a wrong formula is the first thing to fix).
+    zero_problem = _step_zero_problem(check, noam_lr, at_one)
+    # 3. The values on grids that cross the warmup boundary.
+    rows = _noam_grid(check, noam_lr, zero_problem)
+    bad = [r for r in rows if not _near(r[3], r[4])]
+    if not bad:
+        check.ok("matches d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) before, at and after warmup_steps")
+        if zero_problem:
+            check.fail(zero_problem)
+        return
+    table = "\n".join(
+        f"  step={s:>6}, d_model={d}, warmup_steps={w}: expected {fmt_number(e)}, got {fmt_number(v)}"
+        for d, w, s, v, e in bad[:4]
+    )
+    for formula, message in _NOAM_SLIPS:
+        if _near([v for *_, v, _e in rows], [formula(s, d, w) for d, w, s, _v, _e in rows]):
+            _fail_values(check, f"noam_lr returns the wrong values.\n{table}\n{message}", zero_problem)
+    check.fail(f"noam_lr returns the wrong values.\n{table}\n" + "\n".join(_curve_notes(rows)))
+
+
+def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
+    check.callable_(make_noam_scheduler, "make_noam_scheduler")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, case in enumerate(_SCHEDULER_CASES):
+            optimizer, scheduler, setup = _build_scheduler(check, make_noam_scheduler, case)
+            observed = _observe(check, optimizer, scheduler, case[4], setup)
+            _diagnose_scheduler(check, observed, case[1], case[2], case[3], setup, later=i > 0)
+            check.stop_if_problems()
+        check.ok("works with SGD and with Adam")
+        _check_methods(check, scheduler, setup)
+        _check_last_lr(check, optimizer, scheduler, setup)
+        _check_round_trip(check, make_noam_scheduler, _SCHEDULER_CASES[1])
+
+
 def _paper(step: int, d_model: int, warmup_steps: int) -> float:
     s = max(step, 1)
     return d_model**-0.5 * min(s**-0.5, s * warmup_steps**-1.5)
@@ -146,32 +187,6 @@ def _number(check: Check, value: Any, where: str) -> tuple[float, bool]:
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
         check.fail(f"noam_lr should return a number (a float or a 0-d tensor), but {where} it returned {describe(value)}.")
     return float(value), isinstance(value, int)
-
-
-def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
-    check.callable_(noam_lr, "noam_lr")
-    # 1. It runs on an ordinary step and returns a number.
-    at_one, _ = _number(check, check.call(noam_lr, 1, 512, 4000, what="noam_lr"), "at step=1, d_model=512, warmup_steps=4000")
-    check.ok("returns a number")
-    # 2. Step 0, which LambdaLR really asks for, must give what step 1 gives (reported after the values:
-    #    a wrong formula is the first thing to fix).
-    zero_problem = _step_zero_problem(check, noam_lr, at_one)
-    # 3. The values on grids that cross the warmup boundary.
-    rows = _noam_grid(check, noam_lr, zero_problem)
-    bad = [r for r in rows if not _near(r[3], r[4])]
-    if not bad:
-        check.ok("matches d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) before, at and after warmup_steps")
-        if zero_problem:
-            check.fail(zero_problem)
-        return
-    table = "\n".join(
-        f"  step={s:>6}, d_model={d}, warmup_steps={w}: expected {fmt_number(e)}, got {fmt_number(v)}"
-        for d, w, s, v, e in bad[:4]
-    )
-    for formula, message in _NOAM_SLIPS:
-        if _near([v for *_, v, _e in rows], [formula(s, d, w) for d, w, s, _v, _e in rows]):
-            _fail_values(check, f"noam_lr returns the wrong values.\n{table}\n{message}", zero_problem)
-    check.fail(f"noam_lr returns the wrong values.\n{table}\n" + "\n".join(_curve_notes(rows)))
 
 
 def _fail_values(check: Check, message: str, zero_problem: str) -> None:
@@ -294,21 +309,6 @@ _SCHEDULER_CASES = [
     ("SGD", (0.5, 2.0), 64, 4, 9),
     ("Adam", (0.3, 1.5), 16, 6, 10),
 ]
-
-
-def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
-    check.callable_(make_noam_scheduler, "make_noam_scheduler")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for i, case in enumerate(_SCHEDULER_CASES):
-            optimizer, scheduler, setup = _build_scheduler(check, make_noam_scheduler, case)
-            observed = _observe(check, optimizer, scheduler, case[4], setup)
-            _diagnose_scheduler(check, observed, case[1], case[2], case[3], setup, later=i > 0)
-            check.stop_if_problems()
-        check.ok("works with SGD and with Adam")
-        _check_methods(check, scheduler, setup)
-        _check_last_lr(check, optimizer, scheduler, setup)
-        _check_round_trip(check, make_noam_scheduler, _SCHEDULER_CASES[1])
 
 
 def _optimizer(kind: str, lrs: tuple[float, float]) -> torch.optim.Optimizer:
