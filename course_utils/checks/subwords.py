@@ -47,34 +47,33 @@ def check_learn_bpe(learn_bpe: Callable) -> CheckResult:
 
 
 def _pair_counts(words: dict[tuple[str, ...], int], weighted: bool = True) -> Counter:
+    """How often each pair of neighbouring symbols occurs (each word counted once unless ``weighted``)."""
     counts: Counter = Counter()
-    for symbols, count in words.items():
-        for pair in zip(symbols, symbols[1:]):
-            counts[pair] += count if weighted else 1
+    for spelling, freq in words.items():
+        for position in range(len(spelling) - 1):
+            counts[spelling[position : position + 2]] += freq if weighted else 1
     return counts
 
 
-def _merge(symbols: tuple[str, ...], pair: Pair, everywhere: bool = True) -> tuple[str, ...]:
-    out: list[str] = []
-    i = 0
-    merged = False
-    while i < len(symbols):
-        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair and (everywhere or not merged):
-            out.append(pair[0] + pair[1])
-            i += 2
-            merged = True
+def _merge(spelling: tuple[str, ...], pair: Pair, everywhere: bool = True) -> tuple[str, ...]:
+    """``spelling`` with ``pair`` joined, left to right (only its first occurrence unless ``everywhere``)."""
+    joined: list[str] = []
+    position, done = 0, False
+    while position < len(spelling):
+        if spelling[position : position + 2] == pair and (everywhere or not done):
+            joined.append("".join(pair))
+            position, done = position + 2, True
         else:
-            out.append(symbols[i])
-            i += 1
-    return tuple(out)
+            joined.append(spelling[position])
+            position += 1
+    return tuple(joined)
 
 
 def _merge_all(words: dict[tuple[str, ...], int], pair: Pair, everywhere: bool = True) -> dict[tuple[str, ...], int]:
-    out: dict[tuple[str, ...], int] = {}
-    for symbols, count in words.items():
-        key = _merge(symbols, pair, everywhere)
-        out[key] = out.get(key, 0) + count
-    return out
+    merged: Counter = Counter()
+    for spelling, freq in words.items():
+        merged[_merge(spelling, pair, everywhere)] += freq
+    return dict(merged)
 
 
 def _best(counts: Counter, tie: str = "smallest") -> Pair:
