@@ -659,7 +659,7 @@ CONTRACT_MISTAKES = {
         _variant(embed=lambda s, emb, tokens: s.positional_encoding(
             emb(tokens) * (math.sqrt(s.d_model) if emb is s.tgt_embed else 1.0))),
         ["source embeddings are not multiplied by sqrt(d_model)"]),
-    "mask built on the CPU": (CPUMaskTransformer, ["creates a tensor without saying on which device", "device=tgt.device"]),
+    "mask built on the CPU": (CPUMaskTransformer, ["creates a tensor on the CPU", "device=tgt.device", "torch.ones(L, L, dtype=torch.bool)"]),
     "table kept in a plain attribute": (PlainTableTransformer, ["register_buffer"]),
     "table shorter than max_len": (ShortTableTransformer, ["ShortTablePositionalEncoding", "fix that first"]),
     "extra dropout on the embeddings": (ExtraDropoutTransformer, ["a second time", "extra dropout"]),

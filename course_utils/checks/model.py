@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from . import _devices
 from . import _modules as mods
 from ._core import Check, CheckResult, Raised, close_enough, describe, generator, identical, run_check
 
@@ -819,35 +820,33 @@ def _moves(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) 
 
 
 def _device(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
-    """A tensor created without a device lands on the CPU, wherever the input lives: caught on a CPU-only machine.
-
-    The model and its input stay on the CPU, but during the call PyTorch's default device is ``meta`` (shapes
-    without data): a tensor created without ``device=`` lands there and meets the CPU input, which PyTorch
-    refuses. Where a GPU exists, the model also runs there for real.
-    """
+    """Nothing is created on the CPU when the model and its input live elsewhere: on a pretend GPU on CPU-only
+    machines (``_devices``: tensors that report ``cuda:0`` while their data stays in memory), and on the real
+    one where there is one."""
     model = build()
-    out = check.attempt(lambda: _on_default_device("meta", model, src, tgt), what="Transformer.forward")
-    if isinstance(out, Raised) and "meta" in str(out.exception):
-        _created_on_cpu(check, out, "lesson 06 trains on one when there is one")
+    state = {name: _devices.on_device(t.detach()) for name, t in (*model.named_parameters(), *model.named_buffers())}
+
+    def on_pretend_gpu():
+        with _devices.elsewhere():
+            return torch.func.functional_call(model, state, (_devices.on_device(src), _devices.on_device(tgt)))
+
+    out = check.attempt(on_pretend_gpu, what="Transformer.forward")
+    if isinstance(out, Raised) and isinstance(out.exception, _devices.DeviceMismatch):
+        _created_on_cpu(check, out, f"{_devices.PRETEND}, pretended on this machine")
     if torch.cuda.is_available():
         gpu = check.attempt(lambda: model.to("cuda")(src.to("cuda"), tgt.to("cuda")), what="Transformer.forward")
         if isinstance(gpu, Raised) and "cpu" in str(gpu.exception):
-            _created_on_cpu(check, gpu, "here on the GPU")
-    check.ok("creates its tensors on the device of its input (a tensor created without `device=` is caught "
-             "with PyTorch's `meta` device as the default" + (", and on the GPU)" if torch.cuda.is_available() else ")"))
-
-
-def _on_default_device(device: str, model: nn.Module, *args: torch.Tensor):
-    with torch.device(device):
-        return model(*args)
+            _created_on_cpu(check, gpu, "a real one")
+    check.ok("creates its tensors on the device of its input (tried on a pretend GPU"
+             + (" and on the real one)" if torch.cuda.is_available() else ")"))
 
 
 def _created_on_cpu(check: Check, raised: Raised, where: str) -> None:
     check.fail(
-        f"Your Transformer creates a tensor without saying on which device, so it lands on the CPU (or on "
-        f"PyTorch's default device) whatever the device of its input: on a GPU ({where}) it meets the model's "
-        f"tensors there and PyTorch refuses to mix them.\nCreate tensors where the input lives: "
-        f"`torch.ones(L, L, dtype=torch.bool, device=tgt.device)`, `torch.arange(L, device=x.device)`.\n\n"
+        f"Your Transformer creates a tensor on the CPU whatever the device of its input: with the model and its "
+        f"input on a GPU ({where}; lesson 06 trains on one when there is one) it mixes devices, which PyTorch "
+        f"refuses.\nCreate tensors where the input lives: `torch.ones(L, L, dtype=torch.bool, device=tgt.device)`, "
+        f"`torch.arange(L, device=x.device)`, or move them: `make_causal_mask(L).to(tgt.device)`.\n\n"
         f"{raised.message}"
     )
 
