@@ -97,7 +97,8 @@ _ALL = (
              promises=(
                  "the table of section 3.5: column 2i holds sin(pos / 10000^(2i / d_model)), column 2i + 1 the cos "
                  "of the same angle, positions counted from 0",
-                 "a float tensor (float32, or float64), accurate up to position 5000 (the model's default max_len)",
+                 "a float32 tensor (PyTorch's default dtype), accurate up to position 5000 (the model's default "
+                 "max_len)",
                  "any even d_model (not only powers of two); nothing kept between calls",
              ),
              used_by=("03: the heatmap, similarity and rotation cells", "03: PositionalEncoding")),

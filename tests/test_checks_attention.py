@@ -117,14 +117,6 @@ def additive_minus_1e9(query, key, value, mask=None):
     return weights @ value, weights
 
 
-def float64_weights_returned(query, key, value, mask=None):
-    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    weights = F.softmax(scores, dim=-1, dtype=torch.float64)  # kept in float64: harmless for the weights
-    return weights.to(value.dtype) @ value, weights
-
-
 def einsum_per_head_loop(query, key, value, mask=None):
     # one (batch, head) pair at a time, over whatever leading dimensions there are
     lead = query.shape[:-2]
@@ -160,7 +152,7 @@ def scalar_tensor_fill(query, key, value, mask=None):
     return weights @ value, weights
 
 
-CORRECT = [einsum_per_head_loop, fill_with_finfo_min_of_dtype, scalar_tensor_fill, float64_weights_returned, additive_minus_1e9, reference, with_minus_1e9, with_einsum_and_where, with_additive_mask, with_fused_kernel,
+CORRECT = [einsum_per_head_loop, fill_with_finfo_min_of_dtype, scalar_tensor_fill, additive_minus_1e9, reference, with_minus_1e9, with_einsum_and_where, with_additive_mask, with_fused_kernel,
            by_hand_stable, mask_then_renormalise, returns_list, in_float64_cast_back, with_baddbmm, log_sum_exp]
 
 
@@ -347,6 +339,14 @@ def output_divided_by_sqrt_dk(query, key, value, mask=None):
 # -- issue 9: fresh mistakes (fill values, caches, devices, sizes, dtypes) -----------------
 
 
+
+def float64_weights_returned(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = F.softmax(scores, dim=-1, dtype=torch.float64)  # kept in float64: lesson 04 then mixes dtypes
+    return weights.to(value.dtype) @ value, weights
+
 def cpu_additive_bias(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:
@@ -493,6 +493,7 @@ WRONG = [
     ("returns CPU tensors", returns_cpu_tensors, ["cpu", "device"]),
     ("cached scale", cached_scale, ["earlier call", "d_k = 6"]),
     ("fixed-size bias table", fixed_size_bias, ["works for short sequences", "L_q = 64"]),
+    ("float64 weights returned", float64_weights_returned, ["weights have dtype torch.float64", "lesson 04"]),
     ("bias in the default dtype", bias_in_default_dtype, ["works with float32 inputs", "dtype=query.dtype"]),
     ("casts to float32", casts_to_float32, ["float64", "keep the dtype"]),
     ("wrong arity", wrong_arity, ["typeerror", "query, key, value, mask=None"]),

@@ -93,8 +93,7 @@ def pe_complex_exp(max_len, d_model):
 
 
 @pytest.mark.parametrize(
-    "fn", [pe_vectorised, pe_loops, pe_pow_stack, pe_float64_numpy, pe_float64_then_float32, pe_where, pe_polar,
-           pe_complex_exp]
+    "fn", [pe_vectorised, pe_loops, pe_pow_stack, pe_float64_then_float32, pe_where, pe_polar, pe_complex_exp]
 )
 def test_function_accepts_correct_variants(fn):
     result = check_positional_encoding(fn)
@@ -306,6 +305,7 @@ FUNCTION_MISTAKES = [
     (wrong_last_row_missing, ["row 49", "all 0", "never written"]),
     (wrong_last_pair_when_odd, ["max_len=7, d_model=6", "frequencies", "wrong"]),
     # issue 9
+    (pe_float64_numpy, ["torch.float64", "float32", ".float()"]),
     (wrong_linspace_exponent, ["linspace", "(d_model - 2) / d_model", "10000"]),
     (wrong_float16_positions, ["from position", "float16"]),
     (wrong_cached_by_max_len, ["earlier call"]),

@@ -370,21 +370,25 @@ def _call(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok: bool 
 
 
 def _require_dtype(check: Check, kind: str, value: torch.Tensor, q: torch.Tensor) -> None:
-    """The output keeps the inputs' dtype (it feeds the next layer); the weights only must not lose precision."""
+    """Output and weights keep the inputs' dtype: lesson 04 multiplies the weights (after dropout) by the values."""
+    if value.dtype == q.dtype:
+        return
     coarse = value.dtype in (torch.float16, torch.bfloat16)
-    lowered = coarse and q.dtype not in (torch.float16, torch.bfloat16)
-    if (kind == "output" and value.dtype != q.dtype) or lowered:
-        check.fail(
-            f"Your {kind} {'has' if kind == 'output' else 'have'} dtype {value.dtype}, but the inputs are "
-            f"{q.dtype}: attention should keep the dtype of its inputs.\n"
-            + (
-                f"{value.dtype} is too coarse for these values (about 3 significant digits). Likely cause: "
-                f"a `.half()` or an autocast inside; compute in the inputs' dtype."
-                if coarse
-                else "Likely cause: a conversion inside the function (such as `.double()` or `.float()`) that is "
-                "not undone. Convert the result back with `.to(query.dtype)`, or leave the dtype alone."
-            )
+    check.fail(
+        f"Your {kind} {'has' if kind == 'output' else 'have'} dtype {value.dtype}, but the inputs are "
+        f"{q.dtype}: attention should keep the dtype of its inputs"
+        + (" (lesson 04 applies dropout to your weights and multiplies them by the values, which needs one dtype)"
+           if kind == "weights" else "")
+        + ".\n"
+        + (
+            f"{value.dtype} is too coarse for these values (about 3 significant digits). Likely cause: "
+            f"a `.half()` or an autocast inside; compute in the inputs' dtype."
+            if coarse
+            else "Likely cause: a conversion inside the function (such as `.double()`, `.float()` or "
+            "`softmax(..., dtype=torch.float64)`) that is not undone. Convert back with `.to(query.dtype)`, or "
+            "leave the dtype alone."
         )
+    )
 
 
 # --------------------------------------------------------------------------

@@ -107,6 +107,13 @@ def _table_from(check: Check, fn, max_len: int, d_model: int, earlier: tuple = (
             )
         if out.dtype in (torch.float16, torch.bfloat16):
             check.fail(f"{name} has dtype {out.dtype}, which is too coarse for this table: return float32.")
+        if out.dtype != torch.float32 and out.is_floating_point() and not out.is_complex():
+            check.fail(
+                f"{name} has dtype {out.dtype}, but the course works in float32 (PyTorch's default dtype): "
+                f"lesson 03 multiplies your table by float32 rotation matrices, and the module adds it to float32 "
+                f"embeddings, which fails or changes their dtype with another one.\nComputing in float64 is a "
+                f"good idea for accuracy; return the finished table with `.float()`."
+            )
     out = check.tensor(out, name, finite=False)
     bad = ~torch.isfinite(out.detach())
     if bool(bad.any()):
