@@ -12,6 +12,12 @@ and prints one JSON line per figure, ``{"name": ..., "value": ..., "unit": ...}`
   of ``torch.nn.Transformer`` with the same configuration, wrapped in the same
   embeddings, positional encoding and output projection, measured in this run
   (interleaved, after warm-up steps);
+* ``beam4_bleu`` (and ``greedy_bleu``, the same as ``test_bleu``): the same test
+  sentences translated with lesson 07's beam search (beam 4, length penalty 0.6), and
+  ``beam4_time_ratio``, its decoding time over greedy decoding's;
+* ``kv_cache_speedup``: greedy generation of 64 tokens (never stopping at EOS) for 100
+  test sentences, without lesson 07's key/value cache over with it (interleaved medians),
+  and ``kv_cache_speedup_batch1`` for one sentence;
 * and a few more (steps, tokens per second, parameters, losses, threads).
 
     python benchmarks/bench.py            # the default configuration (about 2-3 minutes on 2 cores)
@@ -51,6 +57,7 @@ COURSE_CODE = [
     ("06_training.ipynb", ["TrainConfig", "device", "seed_everything", "noam_lr", "make_noam_scheduler",
                            "label_smoothing_loss", "greedy_decode", "build_model", "make_optimizer",
                            "train_step", "batch_stream", "translate"]),
+    ("07_inference.ipynb", ["gnmt_length_penalty", "beam_search", "decode_step"]),
 ]
 
 # The smoke configuration of --quick: it exercises every stage in seconds, and learns nothing.
@@ -134,6 +141,47 @@ def step_time_ratio(code: dict[str, Any], config, src_vocab_size: int, tgt_vocab
             "torch_params": sum(p.numel() for p in theirs.parameters())}
 
 
+def translate_with(code: dict[str, Any], search: Callable, model, sentences, src_vocab, tgt_vocab, config):
+    """Lesson 06's translate, with ``search(model, src, max_len, bos_id, eos_id, pad_id)`` in place of greedy_decode."""
+    greedy = code["greedy_decode"]
+    code["greedy_decode"] = search  # translate looks the name up in the course's namespace when it runs
+    try:
+        return code["translate"](model, sentences, src_vocab, tgt_vocab, config)
+    finally:
+        code["greedy_decode"] = greedy
+
+
+@torch.no_grad()
+def forced_generation_seconds(code: dict[str, Any], model, src: torch.Tensor, tokens: int, cached: bool) -> float:
+    """Seconds to generate ``tokens`` columns (BOS included) greedily, never stopping at EOS, with or without the cache."""
+    from course_utils.data import BOS_ID
+
+    model.eval()
+    start = time.perf_counter()
+    memory = model.encode(src)  # (B, L_src, d_model)
+    ys = torch.full((src.size(0), 1), BOS_ID, dtype=torch.long, device=src.device)  # (B, 1)
+    cache: dict = {}
+    while ys.size(1) < tokens:
+        if cached:
+            logits, cache = code["decode_step"](model, ys[:, -1:], memory, src, cache)  # (B, V)
+        else:
+            logits = model.decode(ys, memory, src)[:, -1]  # (B, V): the whole prefix again
+        ys = torch.cat([ys, logits.argmax(dim=-1, keepdim=True)], dim=1)  # (B, t + 1)
+    return time.perf_counter() - start
+
+
+def kv_cache_speedup(code: dict[str, Any], model, src: torch.Tensor, tokens: int, repeats: int = 3) -> dict[str, float]:
+    """Median seconds of forced generation without and with the cache, interleaved (after one warm-up of each)."""
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for i in range(repeats + 1):
+        for cached in ((False, True) if i % 2 == 0 else (True, False)):
+            seconds = forced_generation_seconds(code, model, src, tokens, cached)
+            if i > 0:
+                times[cached].append(seconds)
+    uncached, cached = statistics.median(times[False]), statistics.median(times[True])
+    return {"uncached_s": uncached, "cached_s": cached, "speedup": uncached / cached}
+
+
 def run(config, code: dict[str, Any], max_seconds: float, ratio_warmup: int, ratio_repeats: int) -> list[dict]:
     """Train, evaluate and time; returns the figures."""
     import sacrebleu
@@ -180,6 +228,28 @@ def run(config, code: dict[str, Any], max_seconds: float, ratio_warmup: int, rat
     score = bleu.corpus_score(hypotheses, [[p["de"] for p in pairs]])
     log(f"test BLEU {score.score:.2f} on {len(pairs)} sentences ({bleu.get_signature()})")
 
+    # Beam search (lesson 07): a beam of 4 and the paper's length penalty, on the same test sentences.
+    def beam4(model, src, max_len, bos_id, eos_id, pad_id):
+        return code["beam_search"](model, src, 4, max_len, bos_id, eos_id, pad_id, length_penalty=0.6)
+
+    start = time.perf_counter()
+    beam_hypotheses = translate_with(code, beam4, model, [p["en"] for p in pairs], src_vocab, tgt_vocab, config)
+    beam_seconds = time.perf_counter() - start
+    beam_score = bleu.corpus_score(beam_hypotheses, [[p["de"] for p in pairs]])
+    log(f"beam 4: test BLEU {beam_score.score:.2f} in {beam_seconds:.1f} s (greedy: {score.score:.2f} in "
+        f"{decode_seconds:.1f} s)")
+
+    # The key/value cache (lesson 07): 64 tokens for 100 test sentences (and for one), forced to full length.
+    from course_utils.data import encode, pad_batch, tokenize
+
+    test_src = [encode(tokenize(p["en"]), src_vocab) for p in test_split["translation"][:100]]
+    tokens = min(64, config.max_len)
+    batch = pad_batch(test_src, PAD_ID)  # (100, L_src)
+    kv_batch = kv_cache_speedup(code, model, batch, tokens)
+    kv_one = kv_cache_speedup(code, model, batch[:1, : len(test_src[0])], tokens)
+    log(f"kv cache, {tokens} tokens: batch of {batch.size(0)}: {kv_batch['uncached_s']:.2f} s -> "
+        f"{kv_batch['cached_s']:.2f} s; one sentence: {kv_one['uncached_s']:.3f} s -> {kv_one['cached_s']:.3f} s")
+
     # Step time against torch.nn.Transformer, on training batches of the usual kind.
     timing_batches = make_batches(train_src, train_tgt, config.batch_size, PAD_ID, shuffle=True, seed=12345)
     timing = step_time_ratio(code, config, len(src_vocab), len(tgt_vocab), timing_batches[:16],
@@ -198,6 +268,14 @@ def run(config, code: dict[str, Any], max_seconds: float, ratio_warmup: int, rat
     figure("parameters", sum(p.numel() for p in model.parameters()), "params")
     figure("test_sentences", len(pairs), "sentences")
     figure("decode_seconds", round(decode_seconds, 2), "s")
+    figure("greedy_bleu", round(score.score, 2), "BLEU")
+    figure("beam4_bleu", round(beam_score.score, 2), "BLEU")
+    figure("beam4_decode_seconds", round(beam_seconds, 2), "s")
+    figure("beam4_time_ratio", round(beam_seconds / decode_seconds, 3), "x")
+    figure("kv_cache_speedup", round(kv_batch["speedup"], 3), "x")
+    figure("kv_cache_speedup_batch1", round(kv_one["speedup"], 3), "x")
+    figure("kv_uncached_seconds", round(kv_batch["uncached_s"], 3), "s")
+    figure("kv_cached_seconds", round(kv_batch["cached_s"], 3), "s")
     figure("threads", torch.get_num_threads(), "threads")
     return figures
 

@@ -27,8 +27,13 @@ def test_quick_run_prints_one_json_line_per_figure():
     for f in parsed:
         assert set(f) == {"name", "value", "unit"}
         assert isinstance(f["value"], (int, float)) and math.isfinite(f["value"]), f
-    for name in ("test_bleu", "train_seconds", "step_time_ratio"):
+    for name in ("test_bleu", "train_seconds", "step_time_ratio", "greedy_bleu", "beam4_bleu", "beam4_time_ratio",
+                 "kv_cache_speedup", "kv_cache_speedup_batch1"):
         assert name in by_name
+    assert by_name["greedy_bleu"]["value"] == by_name["test_bleu"]["value"]
+    assert 0.0 <= by_name["beam4_bleu"]["value"] <= 100.0
+    for name in ("beam4_time_ratio", "kv_cache_speedup", "kv_cache_speedup_batch1"):
+        assert by_name[name]["value"] > 0
     assert 0.0 <= by_name["test_bleu"]["value"] <= 100.0
     assert by_name["train_seconds"]["value"] > 0
     assert by_name["step_time_ratio"]["value"] > 0
