@@ -620,3 +620,9 @@ def test_the_real_device_pass_runs(monkeypatch):
     monkeypatch.setattr(decoding, "_real_device", lambda: torch.device("cpu"))
     expect(check_greedy_decode(greedy_decode), "passed")
     expect(check_greedy_decode(returns_on_the_cpu), "failed", "returns its output on the cpu")
+
+
+def test_a_property_that_fails_later_is_not_listed_as_working():
+    result = check_greedy_decode(wrong_axis)
+    expect(result, "failed", "not the argmax")
+    assert not any("argmax" in item for item in result.checked), result.checked

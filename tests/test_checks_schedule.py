@@ -689,3 +689,10 @@ def test_noam_scheduler_passing_lists_the_contract():
     expect(result, "passed")
     assert any("get_last_lr" in item for item in result.checked)
     assert any("state_dict" in item and "weights_only" in item for item in result.checked)
+
+
+def test_a_property_that_fails_later_is_not_listed_as_working():
+    _SHARED["steps"] = 0
+    result = check_noam_scheduler(lambda o, d, w: GlobalCounter(o, d, w))  # right on the first call only
+    expect(result, "failed")
+    assert not any("noam_lr(1)" in item or "noam_lr(n + 1)" in item for item in result.checked), result.checked

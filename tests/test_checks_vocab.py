@@ -1142,3 +1142,12 @@ def test_specials_in_the_data_long_sentences_and_crashes(checker, fn, status, ph
 
 def test_build_vocab_that_leaves_specials_out_of_the_counts_passes():
     expect(check_build_vocab(vocab_skips_specials_in_the_data), "passed")
+
+
+def test_a_property_that_fails_later_is_not_listed_as_working():
+    result = check_pad_batch(pad_caps_at_50)  # right shape on short batches, cut on 70 ids
+    expect(result, "failed", "fixed maximum of 50")
+    assert not any("(B, L_max)" in item for item in result.checked), result.checked
+    result = check_build_vocab(vocab_renumbers_literal_specials)
+    expect(result, "failed", "literally")
+    assert not any("ids 0, 1, 2, 3" in item for item in result.checked), result.checked

@@ -55,6 +55,7 @@ def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
         # what held is recorded on the last case only: it held on every case before it too
         _diagnose(check, model, src, out, case, ok=check.ok if i == len(_CASES) - 1 else _unrecorded)
         models.append(model)
+    check.ok("returns a LongTensor (B, T)")  # recorded once every case returned one
     check.ok("decodes a batch of sentences that end at different steps, with special ids other than 0, 1, 2")
     _check_no_grad(check, models)
     _check_device(check, greedy_decode, _CASES[1])
@@ -279,7 +280,6 @@ def _check_single_sentence(check: Check, greedy_decode: Callable, case: dict) ->
     """One sentence: it runs and returns a (1, T) LongTensor."""
     _, src, out = _decode(check, greedy_decode, case)
     _output(check, out, case, src)
-    check.ok("returns a LongTensor (B, T)")
 
 
 def _check_batch_runs(check: Check, greedy_decode: Callable, case: dict) -> None:

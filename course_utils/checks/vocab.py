@@ -188,9 +188,7 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
     vocab = run(min_freq=1)
     check.ok("returns a dict from tokens (str) to ids (int)")
     _specials_in_place(check, vocab)
-    check.ok("the four special tokens have ids 0, 1, 2, 3 (<pad>, <bos>, <eos>, <unk>)")
     _ids_contiguous(check, vocab)
-    check.ok("ids are 0..n-1, each used once")
     for min_freq in (1, 2, 3, 100):
         vocab = run(min_freq=min_freq)
         _specials_in_place(check, vocab, f" (with min_freq={min_freq})")
@@ -202,8 +200,11 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
     _token_set(check, vocab, 1, counts, sentence_counts, default_call=True)
     _ids_contiguous(check, vocab, " (without min_freq)")
     check.ok("without min_freq, every token is kept (min_freq defaults to 1)")
-    check.ok("leaves the sentences it is given unchanged")
     _check_literal_specials(check, build_vocab)
+    # recorded last: every call above could still have broken them
+    check.ok("the four special tokens have ids 0, 1, 2, 3 (<pad>, <bos>, <eos>, <unk>)")
+    check.ok("ids are 0..n-1, each used once")
+    check.ok("leaves the sentences it is given unchanged")
 
 
 def _check_literal_specials(check: Check, build_vocab: Callable) -> None:
@@ -739,16 +740,18 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
     if not isinstance(out, torch.Tensor):
         check.fail(f"pad_batch should return a torch.Tensor, but returned {describe(out)}." + ("\nDid you forget a `return` statement?" if out is None else ""))
     _pad_shape(check, out, sequences)
-    check.ok("returns a tensor of shape (B, L_max): one row per sequence, as wide as the longest")
     if out.dtype != torch.long:
         check.fail(
             f"pad_batch returned dtype {str(out.dtype).replace('torch.', '')}, but ids must be torch.long (int64): "
             f"embedding layers only accept integer ids.\nPass dtype=torch.long when you create the tensor."
         )
-    check.ok("dtype is torch.long")
     _pad_values(check, out, sequences, pad_id)
-    check.ok("keeps every id in place and pads on the right with pad_id (also when pad_id is not 0 and 0 is a real id)")
     _check_more_batches(check, pad_batch)
+    # recorded last: every batch above could still have broken them
+    check.ok("returns a tensor of shape (B, L_max): one row per sequence, as wide as the longest")
+    check.ok("dtype is torch.long")
+    check.ok("keeps every id in place and pads on the right with pad_id (also when pad_id is not 0 and 0 is a real id)")
+    check.ok("handles pad_id = 0, an empty sequence, equal lengths, a single sequence of length 1, and 70 ids")
     check.ok("leaves the input lists unchanged")
 
 
@@ -852,7 +855,6 @@ def _check_more_batches(check: Check, pad_batch: Callable) -> None:
                 f"torch.tensor([]) is a float tensor: pass dtype=torch.long when you make a tensor from a sequence."
             )
         _pad_values(check, out, seqs, pid, what)
-    check.ok("handles pad_id = 0, an empty sequence, equal lengths, a single sequence of length 1, and 70 ids")
 
 
 def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, what: str = "") -> None:
