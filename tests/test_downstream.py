@@ -15,7 +15,7 @@ Two kinds of runs keep this under two minutes on two cores:
   last the benchmark builds its models from the same code;
 * **own-lesson runs**: each further variant runs in its own lesson (with the
   other exercises of that lesson on their further variants too), and in the
-  lessons that load it directly (:data:`NEXT_LESSON_ROUNDS` rounds deep).
+  lessons that load it directly (for :data:`NEXT_LESSON_ROUNDS` further rounds).
 
 Lessons run on the first pairs of each corpus split, and lesson 06 trains a
 tiny model for three steps (:func:`shrink_training`).
@@ -54,15 +54,18 @@ def shrink_training(ns: dict[str, Any]) -> None:
     """Lesson 06's configuration, made tiny: two training steps of a two-layer model of width 32."""
     config = ns["config"]
     if dataclasses.is_dataclass(config) and hasattr(config, "num_steps"):
-        ns["config"] = dataclasses.replace(
-            config, d_model=32, num_heads=2, num_layers=2, d_ff=64, batch_size=8, num_steps=2, warmup_steps=2,
-            eval_every=2, test_sentences=8, decode_batch_size=8, extra_len=4,
-        )
+        tiny = dict(d_model=32, num_heads=2, num_layers=2, d_ff=64, batch_size=8, num_steps=2, warmup_steps=2,
+                    eval_every=2, test_sentences=8, decode_batch_size=8, extra_len=4, beam_size=2)
+        fields = {f.name for f in dataclasses.fields(config)}
+        ns["config"] = dataclasses.replace(config, **{k: v for k, v in tiny.items() if k in fields})
 
 
-#: The lessons that run: the core course. Lessons 07 (beam search) and 08 (real data) are not run here.
+#: The lessons that run, in order.
 LESSONS = ("00_setup_and_data", "01_attention", "02_masks", "03_positional_encoding", "04_multi_head_attention",
-           "05_transformer", "06_training")
+           "05_transformer", "06_training", "07_inference", "08_real_data")
+#: A lesson that reads what an earlier one wrote (07 loads the model lesson 06 saved): in an own-lesson
+#: round, that earlier lesson runs first, with the same variants.
+PREREQUISITES = {"07_inference": "06_training"}
 
 
 def lessons() -> tuple[str, ...]:
@@ -216,6 +219,8 @@ def test_each_further_variant_runs_in_its_lesson(lesson: str, round_: int, workd
     mine = {e for e in variants() if lesson_of(e) == lesson}
     overrides = pick(round_, cycle=False, among=mine)
     assert overrides
+    if lesson in PREREQUISITES:
+        run(PREREQUISITES[lesson], overrides, workdir)
     outcome = run(lesson, overrides, workdir)
     assert_in_place(lesson, overrides, outcome)
     if round_ < COURSE_ROUNDS + NEXT_LESSON_ROUNDS:
