@@ -27,6 +27,7 @@ import dataclasses
 import io
 import linecache
 import os
+import random
 import sys
 import traceback
 import warnings
@@ -120,6 +121,25 @@ class LessonRun:
         return nb
 
 
+def _global_state() -> tuple:
+    """What a lesson's cells change for the whole process (print options, plot style, RNGs, dtype, grad mode)."""
+    print_options = dict(vars(torch._tensor_str.PRINT_OPTS))
+    return (print_options, matplotlib.rcParams.copy(), torch.get_rng_state(), random.getstate(),
+            torch.get_default_dtype(), torch.is_grad_enabled())
+
+
+def _restore(state: tuple) -> None:
+    print_options, rc, rng, py_rng, dtype, grad = state
+    vars(torch._tensor_str.PRINT_OPTS).update(print_options)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        matplotlib.rcParams.update(rc)
+    torch.set_rng_state(rng)
+    random.setstate(py_rng)
+    torch.set_default_dtype(dtype)
+    torch.set_grad_enabled(grad)
+
+
 @contextlib.contextmanager
 def _transparent_requires(*exercises: str) -> Iterator[None]:
     yield
@@ -175,6 +195,7 @@ def run_lesson(
     record: set[str] = set()
     shrunk = None
     cwd, threads = os.getcwd(), torch.get_num_threads()
+    saved = _global_state()
     os.chdir(workdir)
     torch.set_num_threads(1)  # tiny models: one thread is fastest, and steady on a busy machine
     try:
@@ -208,4 +229,5 @@ def run_lesson(
     finally:
         os.chdir(cwd)
         torch.set_num_threads(threads)
+        _restore(saved)
     return LessonRun(lesson, ns, results, record, nb)
