@@ -477,3 +477,127 @@ def test_decode_step_diagnoses_mistakes(fn, phrases):
 
 def test_decode_step_stub_is_not_attempted():
     expect(check_decode_step(stub), "not attempted")
+
+
+# ==========================================================================
+# to_torch_transformer: the model's weights in nn.Transformer
+
+import copy
+
+from torch import nn
+
+from course_utils.checks.inference import check_to_torch_transformer
+
+
+class _Translator(nn.Module):
+    def __init__(self, model, core, *, scale=True, flip_masks=False, no_causal=False):
+        super().__init__()
+        self.d_model, self.pad_id = model.d_model, model.pad_id
+        self.src_embed, self.tgt_embed = copy.deepcopy(model.src_embed), copy.deepcopy(model.tgt_embed)
+        self.positional_encoding = copy.deepcopy(model.positional_encoding)
+        self.generator = copy.deepcopy(model.generator)
+        self.core = core
+        self.scale, self.flip_masks, self.no_causal = scale, flip_masks, no_causal
+
+    def forward(self, src, tgt):
+        factor = math.sqrt(self.d_model) if self.scale else 1.0
+        x = self.positional_encoding(self.src_embed(src) * factor)  # (B, L_src, d_model)
+        y = self.positional_encoding(self.tgt_embed(tgt) * factor)  # (B, L_tgt, d_model)
+        src_pad, tgt_pad = src == self.pad_id, tgt == self.pad_id  # True = hidden
+        if self.flip_masks:
+            src_pad, tgt_pad = ~src_pad, ~tgt_pad
+        L = tgt.size(1)
+        causal = None if self.no_causal else torch.ones(L, L, dtype=torch.bool).triu(1)  # True = hidden (the future)
+        out = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
+                        memory_key_padding_mask=src_pad, tgt_is_causal=not self.no_causal)
+        return self.generator(out)
+
+
+def _copy_attention(dst, src, order=("W_q", "W_k", "W_v"), transpose=False):
+    weights = [getattr(src, n).weight for n in order]
+    dst.in_proj_weight.copy_(torch.cat([w.t() if transpose else w for w in weights]))
+    dst.in_proj_bias.copy_(torch.cat([getattr(src, n).bias for n in order]))
+    dst.out_proj.weight.copy_(src.W_o.weight)
+    dst.out_proj.bias.copy_(src.W_o.bias)
+
+
+def _convert(model, *, order=("W_q", "W_k", "W_v"), transpose=False, keep_final_norms=False, norm_first=False,
+             activation="relu", swap_norms=False, separate_stacks=False, **forward_options):
+    layer = model.encoder_layers[0]
+    d_model, heads = model.d_model, layer.self_attn.num_heads
+    d_ff = layer.feed_forward.linear1.out_features
+    n_enc, n_dec = len(model.encoder_layers), len(model.decoder_layers)
+    core = nn.Transformer(d_model, heads, n_enc, n_dec, d_ff, dropout=0.0, activation=activation,
+                          batch_first=True, norm_first=norm_first)
+    if not keep_final_norms:
+        core.encoder.norm, core.decoder.norm = None, None
+    with torch.no_grad():
+        for ours, theirs in zip(model.encoder_layers, core.encoder.layers):
+            _copy_attention(theirs.self_attn, ours.self_attn, order, transpose)
+            for lin in ("linear1", "linear2"):
+                getattr(theirs, lin).load_state_dict(getattr(ours.feed_forward, lin).state_dict())
+            theirs.norm1.load_state_dict(ours.norm1.state_dict())
+            theirs.norm2.load_state_dict(ours.norm2.state_dict())
+        for ours, theirs in zip(model.decoder_layers, core.decoder.layers):
+            _copy_attention(theirs.self_attn, ours.self_attn, order, transpose)
+            _copy_attention(theirs.multihead_attn, ours.cross_attn, order, transpose)
+            for lin in ("linear1", "linear2"):
+                getattr(theirs, lin).load_state_dict(getattr(ours.feed_forward, lin).state_dict())
+            names = ("norm2", "norm1", "norm3") if swap_norms else ("norm1", "norm2", "norm3")
+            for mine, yours in zip(("norm1", "norm2", "norm3"), names):
+                getattr(theirs, mine).load_state_dict(getattr(ours, yours).state_dict())
+    return _Translator(model, core, **forward_options)
+
+
+def to_torch_transformer(model):
+    return _convert(model)
+
+
+def _conversion(**options):
+    def fn(model):
+        return _convert(model, **options)
+
+    fn.__name__ = "_".join(options)
+    return fn
+
+
+def modifies_the_model(model):
+    with torch.no_grad():
+        model.generator.weight.mul_(1.0)
+        model.generator.bias.add_(1.0)
+    return _convert(model)
+
+
+TT_CORRECT = [to_torch_transformer]
+TT_WRONG = [
+    (_conversion(order=("W_k", "W_q", "W_v")), ["wrong order"]),
+    (_conversion(transpose=True), ["transposed"]),
+    (_conversion(keep_final_norms=True), ["final layernorm"]),
+    (_conversion(norm_first=True), ["norm_first"]),
+    (_conversion(activation="gelu"), ["activation"]),
+    (_conversion(swap_norms=True), ["norm1 should hold your norm1 (it holds your norm2)"]),
+    (_conversion(flip_masks=True), ["opposite of ours"]),
+    (_conversion(no_causal=True), ["opposite of ours"]),
+    (_conversion(scale=False), ["sqrt(d_model)"]),
+    (modifies_the_model, ["changed the weights of your model"]),
+    (lambda model: model, ["nn.transformerencoderlayer"]),
+]
+
+
+def test_to_torch_transformer_accepts_correct_variants():
+    for fn in TT_CORRECT:
+        result = check_to_torch_transformer(fn)
+        assert result.passed, f"{fn.__name__}:\n{result}"
+
+
+@pytest.mark.parametrize("fn, phrases", TT_WRONG, ids=[str(i) for i in range(len(TT_WRONG))])
+def test_to_torch_transformer_diagnoses_mistakes(fn, phrases):
+    result = check_to_torch_transformer(fn)
+    assert not result.passed, f"passed:\n{result}"
+    lowered = "\n".join(result.messages).lower()
+    for phrase in phrases:
+        assert phrase.lower() in lowered, f"expected {phrase!r} in:\n{result}"
+
+
+def test_to_torch_transformer_stub_is_not_attempted():
+    expect(check_to_torch_transformer(stub), "not attempted")

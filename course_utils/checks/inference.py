@@ -810,6 +810,17 @@ class _DecoderLayer(nn.Module):
         return self.norm3(x + self.dropout(self.feed_forward(x)))
 
 
+class _EncoderLayer(nn.Module):
+    def __init__(self, d_model: int, num_heads: int, d_ff: int):
+        super().__init__()
+        self.self_attn, self.feed_forward = _Attention(d_model, num_heads), _FeedForward(d_model, d_ff)
+        self.norm1, self.norm2, self.dropout = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.Dropout(0.0)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
+        return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+
 class _PositionalEncoding(nn.Module):
     """Lesson 03's layout: the table in the buffer ``pe`` (max_len, d_model), then dropout."""
 
@@ -834,7 +845,7 @@ class _CourseTransformer(nn.Module):
         self.d_model, self.pad_id = _D_MODEL, pad_id
         self.src_embed, self.tgt_embed = nn.Embedding(_SRC_V, _D_MODEL), nn.Embedding(_TGT_V, _D_MODEL)
         self.positional_encoding = _PositionalEncoding(_D_MODEL, _MAX_POS)
-        self.encoder_layers = nn.ModuleList()  # unused here: the checker passes memory in
+        self.encoder_layers = nn.ModuleList(_EncoderLayer(_D_MODEL, _HEADS, _D_FF) for _ in range(_LAYERS))
         self.decoder_layers = nn.ModuleList(_DecoderLayer(_D_MODEL, _HEADS, _D_FF) for _ in range(_LAYERS))
         self.generator = nn.Linear(_D_MODEL, _TGT_V)
         g = torch.Generator().manual_seed(seed)
@@ -846,6 +857,16 @@ class _CourseTransformer(nn.Module):
                     p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
         self.eval()
 
+    def encode(self, src):
+        x = self.positional_encoding(self.src_embed(src) * math.sqrt(self.d_model))  # (B, L_src, d_model)
+        mask = (src != self.pad_id)[:, None, None, :]  # (B, 1, 1, L_src), True = visible
+        for block in self.encoder_layers:
+            x = block(x, mask)
+        return x
+
+    def forward(self, src, tgt):
+        return self.decode(tgt, self.encode(src), src)
+
     def decode(self, tgt, memory, src, positions=None, keys="causal", src_padding=True):
         """Full recomputation (the oracle); the keyword arguments replay known mistakes."""
         B, L = tgt.shape
@@ -855,7 +876,7 @@ class _CourseTransformer(nn.Module):
         real = src != self.pad_id
         src_mask = real[:, None, None, :] if src_padding else None  # (B, 1, 1, L_src), True = visible
         if keys == "causal":
-            tgt_mask = torch.ones(L, L, dtype=torch.bool).tril()  # (L, L)
+            tgt_mask = torch.ones(L, L, dtype=torch.bool).tril() & (tgt != self.pad_id)[:, None, None, :]  # (B, 1, L, L)
         elif keys == "self_only":  # each position sees itself only: a cache that is never read
             tgt_mask = torch.eye(L, dtype=torch.bool)
         else:  # "first_only": each position sees position 0 only (the causal mask's first row)
@@ -1060,4 +1081,170 @@ def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -
                                f"projections (W_q, W_k, W_v, W_o of each layer's self_attn and cross_attn).")
 
 
-__all__ = ["check_beam_search", "check_decode_step"]
+# ==========================================================================
+# to_torch_transformer(model) -> nn.Module: the learner's weights in PyTorch's own layers.
+
+
+def check_to_torch_transformer(to_torch_transformer: Callable) -> CheckResult:
+    """Check that ``to_torch_transformer(model)`` computes the model's logits with nn.Transformer's layers."""
+    return run_check("to_torch_transformer", _check_to_torch_transformer, to_torch_transformer)
+
+
+def _same_values(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape) and \
+        torch.allclose(a.detach().double(), b.detach().double(), atol=1e-6, rtol=0)
+
+
+def _attention_problem(where: str, ours: nn.Module, theirs: nn.MultiheadAttention) -> str | None:
+    """Names how the fused projection of a PyTorch attention differs from W_q, W_k, W_v, W_o."""
+    w = [getattr(ours, n).weight for n in ("W_q", "W_k", "W_v")]
+    b = [getattr(ours, n).bias for n in ("W_q", "W_k", "W_v")]
+    fused = theirs.in_proj_weight
+    if fused is None:
+        return f"{where} has separate q/k/v projection weights: build it with kdim = vdim = d_model (the default)."
+    if not _same_values(fused, torch.cat(w)):
+        if _same_values(fused, torch.cat([x.t() for x in w])):
+            cause = "each block is transposed: nn.Linear already stores (out_features, in_features), copy it as it is"
+        elif any(_same_values(fused, torch.cat([w[i] for i in order])) for order in
+                 [(0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]):
+            cause = "the three blocks are in the wrong order: it must stack W_q, W_k, W_v, in this order"
+        else:
+            cause = "it should be torch.cat([W_q.weight, W_k.weight, W_v.weight]) (rows: queries, then keys, then values)"
+        return f"{where}.in_proj_weight does not hold your W_q, W_k, W_v: {cause}."
+    if theirs.in_proj_bias is not None and not _same_values(theirs.in_proj_bias, torch.cat(b)):
+        return f"{where}.in_proj_bias should be torch.cat([W_q.bias, W_k.bias, W_v.bias])."
+    if not _same_values(theirs.out_proj.weight, ours.W_o.weight) or not _same_values(theirs.out_proj.bias, ours.W_o.bias):
+        return f"{where}.out_proj should hold your W_o (weight and bias)."
+    return None
+
+
+def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: list[str], norms: int) -> str | None:
+    for name in attentions:
+        torch_name = "multihead_attn" if name == "cross_attn" else "self_attn"
+        problem = _attention_problem(f"{where}.{torch_name}", getattr(ours, name), getattr(theirs, torch_name))
+        if problem:
+            return problem
+    for lin in ("linear1", "linear2"):
+        mine, yours = getattr(ours.feed_forward, lin), getattr(theirs, lin)
+        if not (_same_values(yours.weight, mine.weight) and _same_values(yours.bias, mine.bias)):
+            return f"{where}.{lin} should hold your feed_forward.{lin} (weight and bias)."
+    for i in range(1, norms + 1):
+        mine, yours = getattr(ours, f"norm{i}"), getattr(theirs, f"norm{i}")
+        if not (_same_values(yours.weight, mine.weight) and _same_values(yours.bias, mine.bias)):
+            others = [j for j in range(1, norms + 1) if _same_values(yours.weight, getattr(ours, f"norm{j}").weight)]
+            extra = f" (it holds your norm{others[0]})" if others else ""
+            return f"{where}.norm{i} should hold your norm{i}{extra}: each sublayer has its own LayerNorm."
+    if getattr(theirs, "norm_first", False):
+        return (f"{where} has norm_first=True, the pre-LN variant. The paper's layers (and yours) are post-LN: "
+                f"build PyTorch's layers with norm_first=False (the default).")
+    activation = getattr(theirs, "activation", None)
+    if activation is not None and activation not in (torch.relu, torch.nn.functional.relu) and \
+            not isinstance(activation, nn.ReLU):
+        return f"{where} uses the activation {getattr(activation, '__name__', type(activation).__name__)}; yours is ReLU."
+    return None
+
+
+def _dense(out):
+    """A layer's output as a dense (B, L, d) tensor (PyTorch's encoder runs its layers on nested tensors in eval)."""
+    if isinstance(out, torch.Tensor) and out.is_nested:
+        return out.to_padded_tensor(0.0)
+    return out
+
+
+def _real(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The values of x (B, L', d) at the real positions of ``real`` (B, L), L' <= L padded with zeros."""
+    if x.dim() == 3 and x.shape[1] < real.shape[1]:
+        x = torch.cat([x, x.new_zeros(x.shape[0], real.shape[1] - x.shape[1], x.shape[2])], dim=1)
+    return x[real]
+
+
+def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) -> None:
+    check.callable_(to_torch_transformer, "to_torch_transformer")
+    model = _CourseTransformer(11, _CACHE_PAD)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    theirs = check.call(to_torch_transformer, model, what="to_torch_transformer")
+    if not isinstance(theirs, nn.Module):
+        check.fail(f"to_torch_transformer should return an nn.Module, but it returned {describe(theirs)}.")
+    if any(not torch.equal(before[k], v) for k, v in model.state_dict().items()):
+        check.fail("to_torch_transformer changed the weights of your model: copy them into the new module "
+                   "(`.copy_()` on the NEW parameters, inside torch.no_grad()), never the other way round.")
+    check.ok("returns an nn.Module and leaves your model unchanged")
+
+    enc = [m for m in theirs.modules() if isinstance(m, nn.TransformerEncoderLayer)]
+    dec = [m for m in theirs.modules() if isinstance(m, nn.TransformerDecoderLayer)]
+    if len(enc) != _LAYERS or len(dec) != _LAYERS:
+        check.fail(
+            f"The module should compute with PyTorch's own layers: {_LAYERS} nn.TransformerEncoderLayer and "
+            f"{_LAYERS} nn.TransformerDecoderLayer for a model of {_LAYERS} + {_LAYERS} layers (nn.Transformer "
+            f"holds them); it has {len(enc)} and {len(dec)}."
+        )
+    for i, (ours, yours) in enumerate(zip(model.encoder_layers, enc)):
+        problem = _layer_problem(f"encoder layer {i}", ours, yours, ["self_attn"], 2)
+        if problem:
+            check.fail(f"The weights of encoder layer {i} do not match yours: {problem}")
+    for i, (ours, yours) in enumerate(zip(model.decoder_layers, dec)):
+        problem = _layer_problem(f"decoder layer {i}", ours, yours, ["self_attn", "cross_attn"], 3)
+        if problem:
+            check.fail(f"The weights of decoder layer {i} do not match yours: {problem}")
+    check.ok("each PyTorch layer holds the weights of your layer (fused in_proj_weight = [W_q; W_k; W_v])")
+
+    # Run both on a padded batch and follow the values layer by layer.
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(1, _SRC_V, (3, 6), generator=g)
+    src[1, 4:], src[2, 2:] = _CACHE_PAD, _CACHE_PAD
+    tgt = torch.randint(1, _TGT_V, (3, 5), generator=g)
+    tgt[0, 3:] = _CACHE_PAD
+    seen: dict[str, list[torch.Tensor]] = {"ours_enc": [], "ours_dec": [], "their_enc": [], "their_dec": []}
+    handles = []
+    for key, layers in (("ours_enc", model.encoder_layers), ("ours_dec", model.decoder_layers),
+                        ("their_enc", enc), ("their_dec", dec)):
+        for layer in layers:
+            handles.append(layer.register_forward_hook(lambda m, a, out, key=key: seen[key].append(_dense(out))))
+    try:
+        theirs.eval()
+        with torch.no_grad():
+            expected = model(src, tgt)  # (B, L_tgt, V)
+            got = check.call(theirs, src, tgt, what="the module's forward(src, tgt)")
+    finally:
+        for h in handles:
+            h.remove()
+    got = check.tensor(got, "the logits of the module", shape=tuple(expected.shape), finite=False)
+    real_src, real_tgt = src != _CACHE_PAD, tgt != _CACHE_PAD
+    if close_enough_(got[real_tgt], expected[real_tgt]):
+        check.ok("its logits equal your model's to 1e-5 (eval mode, padded source and target)")
+        return
+    polarity = ("PyTorch's masks are the opposite of ours: True means HIDDEN. Pass src_key_padding_mask = "
+                "memory_key_padding_mask = (src == pad_id), and a causal tgt_mask that is True ABOVE the diagonal "
+                "(or nn.Transformer.generate_square_subsequent_mask(L)).")
+    for i, (a, b) in enumerate(zip(seen["ours_enc"], seen["their_enc"])):
+        if isinstance(b, torch.Tensor) and close_enough_(_real(b, real_src), a[real_src]):
+            continue
+        first = "the input of the encoder (embeddings * sqrt(d_model) + positional encoding)" if i == 0 else ""
+        if i == 0 and seen["their_enc"] and not bool(torch.isfinite(seen["their_enc"][0]).all()):
+            check.fail(f"Encoder layer 0 gives NaN: every key of some sentence is hidden. {polarity}")
+        check.fail(
+            f"The output of encoder layer {i} differs from yours (at the real source positions), although its "
+            f"weights match. Check " + (first + ", and " if first else "") + f"the source padding mask: {polarity}"
+        )
+    if seen["their_enc"] and len(seen["their_dec"]) and not close_enough_(
+            _real(seen["their_dec"][0], real_tgt), seen["ours_dec"][0][real_tgt]):
+        check.fail(
+            "The encoder agrees with yours, but decoder layer 0 does not. Check the decoder's input (target "
+            "embeddings * sqrt(d_model) + positional encoding), the memory it receives (nn.Transformer adds a "
+            "final LayerNorm to the encoder, and another to the decoder: the post-LN model has none, set "
+            "`transformer.encoder.norm = None` and `transformer.decoder.norm = None`), and the masks. " + polarity
+        )
+    for i, (a, b) in enumerate(zip(seen["ours_dec"], seen["their_dec"])):
+        if not close_enough_(_real(b, real_tgt), a[real_tgt]):
+            check.fail(f"Decoder layer {i} differs from yours although decoder layer 0 agrees: check the memory and "
+                       f"the masks it receives. " + polarity)
+    check.fail(
+        "Every layer agrees with yours, but the logits do not: check what comes after the last decoder layer. "
+        "nn.Transformer's decoder ends with a LayerNorm of its own (set `transformer.decoder.norm = None`), and "
+        "the output projection must be your generator.\n"
+        f"  expected (first values): {fmt_values(expected[real_tgt])}\n  actual   (first values): "
+        f"{fmt_values(got[real_tgt])}"
+    )
+
+
+__all__ = ["check_beam_search", "check_decode_step", "check_to_torch_transformer"]
