@@ -104,17 +104,22 @@ _ALL = (
              used_by=("03: the heatmap, similarity and rotation cells", "03: PositionalEncoding")),
     Contract("PositionalEncoding", "03_positional_encoding", "class",
              "PositionalEncoding(d_model, dropout=0.1, max_len=5000); forward(x (B, L, d_model)) -> (B, L, d_model)",
+             attributes=("pe",),
+             submodules=("dropout",),
              promises=(
                  "built with positional arguments in this order: PositionalEncoding(d_model, dropout, max_len)",
+                 "pe is the table as a buffer, pe[t] the row of position t (shape (max_len, d_model)); dropout is "
+                 "the nn.Dropout(dropout) that forward applies",
                  "forward(x) = dropout(x + PE[:L]) for any L <= max_len (L >= 64 included)",
-                 "no parameters; the table is a registered buffer, so .to(device) and .to(dtype) move it and "
-                 "state_dict() holds it",
+                 "no parameters; the table is a registered buffer (persistent or not), so .to(device) and "
+                 ".to(dtype) move it",
                  "in training mode, dropout with rate `dropout` on the sum, a fresh mask for every entry and every "
                  "call, drawn from the global RNG (torch.manual_seed makes it reproducible); eval mode is deterministic",
                  "keeps the input's dtype and device; x unchanged, gradients reach x",
              ),
              used_by=("03: the buffer and dropout demonstration", "05: Transformer (one module for source and "
-                      "target, moved to the GPU with the model in 06)", "benchmarks/bench.py")),
+                      "target, moved to the GPU with the model in 06)", "07: decode_step adds pe[t] and calls "
+                      "dropout itself", "benchmarks/bench.py")),
     # -- lesson 04 ---------------------------------------------------------------
     Contract("MultiHeadAttention", "04_multi_head_attention", "class",
              "MultiHeadAttention(d_model, num_heads, dropout=0.0); forward(query, key, value, mask=None) -> (B, L_q, d_model)",

@@ -346,7 +346,7 @@ class PEModule(nn.Module):
 
 
 class PEModuleBatchAxis(nn.Module):
-    """Table stored as (1, max_len, d_model), non-persistent buffer, functional dropout with training flag."""
+    """Right values, but not the contract's names: table `encoding` (1, max_len, d_model), functional dropout."""
 
     def __init__(self, d_model, dropout=0.1, max_len=5000):
         super().__init__()
@@ -359,7 +359,7 @@ class PEModuleBatchAxis(nn.Module):
 
 
 class PEModuleNarrow(nn.Module):
-    """Slices with narrow and adds with torch.add."""
+    """Right values, but not the contract's names (`table`, `drop`)."""
 
     def __init__(self, d_model, dropout=0.1, max_len=5000):
         super().__init__()
@@ -400,7 +400,7 @@ class PEModuleCrash(PEModule):
 
 
 class PEModuleRandLike(nn.Module):
-    """Dropout written by hand with rand_like (on x's device, from the global RNG)."""
+    """Right values, dropout by hand with rand_like (on x's device, from the global RNG), but no `dropout` submodule."""
 
     def __init__(self, d_model, dropout=0.1, max_len=5000):
         super().__init__()
@@ -414,8 +414,19 @@ class PEModuleRandLike(nn.Module):
         return out
 
 
-@pytest.mark.parametrize("cls", [PEModule, PEModuleBatchAxis, PEModuleNarrow, PEModuleSeqFirstTable,
-                                 PEModuleRandLike])
+class PEModuleNarrowNamed(nn.Module):
+    """Slices with narrow, adds with torch.add, non-persistent buffer, the contract's names."""
+
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        self.register_buffer("pe", pe_pow_stack(max_len, d_model), persistent=False)
+
+    def forward(self, x):
+        return self.dropout(torch.add(x, self.pe.narrow(0, 0, x.size(1)).unsqueeze(0)))
+
+
+@pytest.mark.parametrize("cls", [PEModule, PEModuleSeqFirstTable, PEModuleNarrowNamed])
 def test_module_accepts_correct_variants(cls):
     result = check_positional_encoding_module(cls)
     assert result.passed, str(result)
@@ -705,6 +716,9 @@ MODULE_MISTAKES = [
     (PEIgnoresMaxLen, ["shape (512, 16)", "not max_len=40"]),
     (PEFrozenParameter, ["nn.Parameter", "requires_grad=False", "register_buffer"]),
     # issue 9
+    (PEModuleBatchAxis, ["no buffer named `pe`", "yours is `encoding`", "lesson 07"]),
+    (PEModuleNarrow, ["no buffer named `pe`", "yours is `table`"]),
+    (PEModuleRandLike, ["submodule `dropout`", "nn.Dropout", "lesson 07"]),
     (PEReseeds, ["resets a global random seed"]),
     (PEOwnGenerator, ["global random number generator", "torch.manual_seed"]),
     (PESharedMaskOverBatch, ["same", "every sentence"]),

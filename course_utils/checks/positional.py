@@ -25,8 +25,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._core import (ATOL, RTOL, Check, CheckResult, Raised, Status, close_enough, fmt_shape, fmt_values, generator,
-                    run_check)
+from ._core import (ATOL, RTOL, Check, CheckResult, Raised, Status, close_enough, describe, fmt_shape, fmt_values,
+                    generator, run_check)
 from ._placement import on_gpu as _on_gpu
 from ._placement import real_gpu, require_on_gpu, require_real_gpu, run_on_gpu
 
@@ -386,6 +386,7 @@ def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
         check.fail("PositionalEncoding should be a subclass of nn.Module (`class PositionalEncoding(nn.Module):`).")
     check.ok("PositionalEncoding(d_model, dropout, max_len) builds")
     _registration(check, module, max_len, d_model)
+    _names_stage(check, module, max_len, d_model, 0.0)
     module.eval()
     g = generator(3)
     table = _reference(max_len, d_model)
@@ -471,6 +472,38 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
             f"table ({max_len} x {d_model} values).\nBuild the table once in __init__ and keep it with "
             f"`self.register_buffer('pe', pe)`; forward only slices it."
         )
+
+
+def _names_stage(check: Check, module: nn.Module, max_len: int, d_model: int, rate: float) -> None:
+    """Names are contract: lesson 07 adds `positional_encoding.pe[t]` and calls `positional_encoding.dropout` itself."""
+    buffers = dict(module.named_buffers(recurse=False))
+    pe = buffers.get("pe")
+    if not isinstance(pe, torch.Tensor):
+        other = [n for n, b in buffers.items() if b.numel() == max_len * d_model]
+        check.problem(
+            f"PositionalEncoding has no buffer named `pe`{f' (yours is `{other[0]}`)' if other else ''}: the names "
+            f"are part of the exercise, because lesson 07 decodes one token at a time and adds "
+            f"`model.positional_encoding.pe[t]`, the row of position t, by hand.\nRegister the table under that "
+            f"name: `self.register_buffer(\"pe\", table)`, shape (max_len, d_model)."
+        )
+    else:
+        rows = [(t, pe[t]) for t in (0, 1, max_len - 1) if t < pe.shape[0]]
+        if len(rows) < 3 or any(r.dim() > 2 or r.numel() != d_model for _, r in rows):  # values: checked below
+            check.problem(
+                f"`pe[t]` should be the row of position t ({d_model} values), but your buffer `pe` has shape "
+                f"{fmt_shape(pe.shape)}: lesson 07 adds `model.positional_encoding.pe[t]` to one token's embedding.\n"
+                f"Keep the table as it comes from sinusoidal_positional_encoding, shape (max_len, d_model)."
+            )
+    drop = getattr(module, "dropout", None)
+    if not isinstance(drop, nn.Dropout):  # its rate is measured below
+        check.problem(
+            f"PositionalEncoding(d_model, dropout={rate}, max_len) should keep its dropout as the submodule "
+            f"`dropout`, an `nn.Dropout({rate})`{f' (yours is {describe(drop)})' if drop is not None else ''}: lesson "
+            f"07 calls `model.positional_encoding.dropout(x)` on its own.\nWrite `self.dropout = nn.Dropout(dropout)` "
+            f"in __init__ and apply it in forward."
+        )
+    check.stop_if_problems()
+    check.ok("the table is the buffer `pe` (pe[t] is position t's row) and the dropout the submodule `dropout`")
 
 
 def _zero_input_stage(check: Check, module: nn.Module, table, max_len: int, d_model: int, g) -> torch.Tensor:
