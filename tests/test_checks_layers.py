@@ -917,3 +917,23 @@ WRONG_CONTRACT_LAYERS = {
 def test_layers_diagnose_contract_mistakes(name):
     checker, impl, phrases = WRONG_CONTRACT_LAYERS[name]
     expect(checker(impl), "failed", *phrases)
+
+
+class CPUGateDecoderLayer(DecoderLayer):
+    """Multiplies the memory by a gate of ones built without `device=` (a placeholder for later): on the CPU."""
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        gate = torch.ones(memory.shape[-1])
+        return super().forward(x, memory * gate, src_mask, tgt_mask)
+
+
+class FourHeadsEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = MultiHeadAttention(d_model, 4, dropout)
+
+
+def test_layers_create_tensors_on_the_input_device_and_use_their_sizes():
+    expect(check_decoder_layer(CPUGateDecoderLayer), "failed", "creates a tensor on the CPU",
+           "torch.ones(memory.shape[-1])")
+    expect(check_encoder_layer(FourHeadsEncoderLayer), "failed", "num_heads = 4", "num_heads=1")

@@ -659,7 +659,7 @@ CONTRACT_MISTAKES = {
         _variant(embed=lambda s, emb, tokens: s.positional_encoding(
             emb(tokens) * (math.sqrt(s.d_model) if emb is s.tgt_embed else 1.0))),
         ["source embeddings are not multiplied by sqrt(d_model)"]),
-    "mask built on the CPU": (CPUMaskTransformer, ["creates a tensor on the CPU", "device=tgt.device", "torch.ones(L, L, dtype=torch.bool)"]),
+    "mask built on the CPU": (CPUMaskTransformer, ["creates a tensor on the CPU", "device=x.device", "torch.ones(L, L, dtype=torch.bool)"]),
     "table kept in a plain attribute": (PlainTableTransformer, ["register_buffer"]),
     "table shorter than max_len": (ShortTableTransformer, ["ShortTablePositionalEncoding", "fix that first"]),
     "extra dropout on the embeddings": (ExtraDropoutTransformer, ["a second time", "extra dropout"]),
@@ -689,3 +689,15 @@ class ShortCausalBufferTransformer(Transformer):
 
 def test_sentences_of_max_len_are_tried():
     expect(check_transformer(ShortCausalBufferTransformer), "error", "not for 64 tokens")
+
+
+def _decode_with_masks_swapped(self, tgt, memory, src):
+    y = self.embed(self.tgt_embed, tgt)
+    for layer in self.decoder_layers:
+        y = layer(y, memory, self.tgt_mask(tgt), self.src_mask(src))
+    return self.generator(y)
+
+
+def test_masks_passed_the_wrong_way_round_are_named():
+    expect(check_transformer(_variant(decode=_decode_with_masks_swapped)), "failed", "wrong way round",
+           "layer(x, memory, src_mask, tgt_mask)")

@@ -173,7 +173,7 @@ class MHAPrescaledAdditive(MHA):
     """Scales the query first, then the fused kernel with scale=1 and an additive float mask."""
 
     def attend(self, q, k, v, mask):
-        bias = None if mask is None else torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+        bias = None if mask is None else torch.zeros(mask.shape, device=q.device).masked_fill(~mask, float("-inf"))
         q = q / math.sqrt(self.d_k)
         self.attention_weights = ((q @ k.transpose(-2, -1)) + (0 if bias is None else bias)).softmax(-1).detach()
         p = self.dropout.p if self.training else 0.0
@@ -721,6 +721,18 @@ class ShortPositionTable(MHA):
         return weights @ v
 
 
+class AdditiveMaskOnTheCPU(MHA):
+    """An additive mask built with torch.zeros(mask.shape): on the CPU whatever the device of the mask."""
+
+    def attend(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores + torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(-1)
+        self.attention_weights = weights
+        return (self.dropout(weights) if self.training else weights) @ v
+
+
 class CachedKeys(MHA):
     """Keeps the keys and values of the first call for every later call of the same shape."""
 
@@ -757,6 +769,7 @@ NEW_MISTAKES = [
     (FixedRateInTraining, ["not the `dropout` argument"]),
     (SqueezedHeads, ["num_heads=1"]),
     (CachedKeys, []),
+    (AdditiveMaskOnTheCPU, ["creates a tensor on the CPU", "torch.zeros(mask.shape)"]),
 ]
 
 

@@ -28,7 +28,7 @@ from typing import Iterator, Sequence
 import torch
 from torch import nn
 
-from ._core import Check, generator
+from ._core import Check, Raised, generator
 
 _PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 
@@ -508,3 +508,50 @@ def component_result_of_function(checker, fn) -> "object":
         entry = (ref, checker(fn))
         _FUNCTION_RESULTS[key] = entry
     return entry[1]
+
+
+# --------------------------------------------------------------------------
+# Devices: a tensor created on the CPU whatever the input's device, caught on a CPU-only machine.
+
+
+def on_pretend_gpu(check: Check, module: nn.Module, *inputs, what: str):
+    """Call ``module`` with its parameters, buffers and tensor inputs on the shared pretend GPU (``_devices``).
+
+    Returns the output or a ``Raised``; a ``_devices.DeviceMismatch`` in it means the learner's code made a
+    CPU tensor and mixed it with the GPU ones.
+    """
+    from . import _devices
+
+    state = {name: _devices.on_device(t.detach()) for name, t in (*module.named_parameters(), *module.named_buffers())}
+    moved = tuple(_devices.on_device(t) if isinstance(t, torch.Tensor) else t for t in inputs)
+
+    def run():
+        with _devices.elsewhere():
+            return torch.func.functional_call(module, state, moved)
+
+    return check.attempt(run, what=what)
+
+
+def check_device(check: Check, module: nn.Module, owner: str, *inputs) -> None:
+    """Fail, naming the line, when ``module`` creates a tensor on the CPU whatever its input's device."""
+    from . import _devices
+
+    out = on_pretend_gpu(check, module, *inputs, what=f"{owner}.forward")
+    where = f"{_devices.PRETEND}, pretended on this machine"
+    if not (isinstance(out, Raised) and isinstance(out.exception, _devices.DeviceMismatch)) and torch.cuda.is_available():
+        real = module.to("cuda")
+        out = check.attempt(real, *(t.to("cuda") if isinstance(t, torch.Tensor) else t for t in inputs),
+                            what=f"{owner}.forward")
+        real.to("cpu")
+        where = "a real one"
+        if not (isinstance(out, Raised) and "cpu" in str(out.exception)):
+            out = None
+    if isinstance(out, Raised) and (isinstance(out.exception, _devices.DeviceMismatch) or where == "a real one"):
+        check.fail(
+            f"Your {owner} creates a tensor on the CPU whatever the device of its input: with the model and its "
+            f"input on a GPU ({where}; lesson 06 trains on one when there is one) it mixes devices, which PyTorch "
+            f"refuses.\nCreate tensors where the input lives: `torch.ones(L, L, dtype=torch.bool, device=x.device)`, "
+            f"`torch.arange(L, device=x.device)`, or move them: `make_causal_mask(L).to(x.device)`.\n\n{out.message}"
+        )
+    check.ok("creates its tensors on the device of its input (tried on a pretend GPU"
+             + (" and on the real one)" if torch.cuda.is_available() else ")"))

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import _modules as mods
-from ._core import Check, CheckResult, Raised, close_enough, generator, identical, run_check
+from ._core import Check, CheckResult, Raised, close_enough, describe, generator, identical, run_check
 
 _D_MODEL, _NUM_HEADS, _D_FF = 16, 4, 24
 _ATOL, _RTOL = 1e-4, 1e-4  # layers compare float32 stacks with float64 twins
@@ -592,6 +592,8 @@ def _check_encoder_layer(check: Check, EncoderLayer: type[nn.Module]) -> None:
     _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, keep), "EncoderLayer")
     _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, keep), "EncoderLayer", x)
     _everything_dropped(check, build(1.0), lambda layer_: layer_(x, keep), x, "EncoderLayer")
+    mods.check_device(check, layer, "EncoderLayer", x, keep)
+    _check_layer_sizes(check, EncoderLayer, "EncoderLayer")
     if layout.missing:
         check.ok(_layout_unused(layout, "EncoderLayer"))
 
@@ -784,6 +786,8 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
     _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, memory, src_keep, causal),
                             "DecoderLayer", x)
     _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
+    mods.check_device(check, layer, "DecoderLayer", x, memory, src_keep, causal)
+    _check_layer_sizes(check, DecoderLayer, "DecoderLayer")
     if layout.missing:
         check.ok(_layout_unused(layout, "DecoderLayer"))
 
@@ -1092,3 +1096,29 @@ def _masks_swapped(check: Check, layer: nn.Module, x, memory, src_mask, tgt_mask
         "cross_attn(x, memory, memory, src_mask). Check the order of forward's parameters too: "
         "forward(self, x, memory, src_mask=None, tgt_mask=None).\n\n" + given.message
     )
+
+
+def _check_layer_sizes(check: Check, cls: type[nn.Module], name: str) -> None:
+    """One head, d_model = 20 (not a power of two), and lesson 06's sentence length (64; memory of 70)."""
+    D, H, d_ff, L, S = 20, 1, 36, 64, 70
+    layer = _module(check, check.build(cls, D, H, d_ff, 0.0), name).eval()
+    for sub in [n for n in ("self_attn", "cross_attn") if n in _WANTED[name]]:
+        heads = getattr(getattr(layer, sub), "num_heads", None)
+        if heads != H:
+            check.fail(f"{name}(d_model={D}, num_heads={H}, d_ff={d_ff}) builds `{sub}` with num_heads = "
+                       f"{describe(heads)}: pass the layer's own num_heads on, "
+                       f"MultiHeadAttention(d_model, num_heads, dropout).")
+    g = generator(17)
+    x = torch.randn(2, L, D, generator=g)
+    keep = torch.ones(2, 1, 1, S if name == "DecoderLayer" else L, dtype=torch.bool)
+    keep[1, ..., -5:] = False
+    args = (x, keep) if name == "EncoderLayer" else (
+        x, torch.randn(2, S, D, generator=g), keep, torch.ones(L, L, dtype=torch.bool).tril().expand(2, 1, L, L))
+    what = f"{name}(d_model={D}, num_heads={H}, d_ff={d_ff}) on sentences of {L} tokens"
+    out = check.call(layer, *args, what=f"{name}.forward", hint=(
+        f"It works for the small sizes but not for {what}: is a size fixed somewhere?"))
+    out = check.tensor(out, f"the output of {what}", shape=(2, L, D), dtype=torch.float32)
+    if not _is_normalised(out):
+        check.fail(f"The output of {what} is not layer-normalised, although it is with d_model=16 and 4 heads: "
+                   f"does your class use the d_model and num_heads it is given?")
+    check.ok(f"works with num_heads=1, d_model={D} (not a power of two) and sentences of {L} tokens")

@@ -28,9 +28,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import _devices
 from . import _modules as mods
-from ._core import Check, CheckResult, Raised, close_enough, describe, generator, identical, run_check
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, generator, identical, run_check
 
 _SRC_VOCAB, _TGT_VOCAB = 11, 13
 _D_MODEL, _NUM_HEADS, _NUM_LAYERS, _D_FF = 16, 4, 2, 24
@@ -102,6 +101,7 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
         tokens[:, j] = torch.where(same, (tokens[:, i] + 1) % vocab, tokens[:, j])
         tokens[tokens == _PAD] = _PAD + 1
 
+    _masks_swapped(check, model, src, tgt)
     logits = m.logits(src, tgt)
     check.ok(f"returns logits of shape (batch, target length, tgt_vocab_size) = ({_B}, {_L_TGT}, {_TGT_VOCAB})")
     _not_probabilities(check, logits)
@@ -729,6 +729,7 @@ def _masks_first(check: Check, Transformer: type) -> None:
     """The lesson 02 mask functions the learner's methods call: each must pass its own checker first."""
     from . import masks
 
+    passed: list[str] = []
     for method in ("encode", "decode", "forward"):
         fn = getattr(Transformer, method, None)
         code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
@@ -743,6 +744,10 @@ def _masks_first(check: Check, Transformer: type) -> None:
                     check.fail(f"Your Transformer.{method} calls {name}, which does not pass {checker_name} "
                                f"({result.status.value.upper()}): fix that first, then come back.\n"
                                + "\n".join("  " + line for line in first.splitlines()))
+                if name not in passed:
+                    passed.append(name)
+    if passed:
+        check.ok(f"the mask functions it calls pass their own checkers ({', '.join(passed)})")
 
 
 def _xavier(check: Check, model: nn.Module) -> None:
@@ -820,35 +825,8 @@ def _moves(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) 
 
 
 def _device(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
-    """Nothing is created on the CPU when the model and its input live elsewhere: on a pretend GPU on CPU-only
-    machines (``_devices``: tensors that report ``cuda:0`` while their data stays in memory), and on the real
-    one where there is one."""
-    model = build()
-    state = {name: _devices.on_device(t.detach()) for name, t in (*model.named_parameters(), *model.named_buffers())}
-
-    def on_pretend_gpu():
-        with _devices.elsewhere():
-            return torch.func.functional_call(model, state, (_devices.on_device(src), _devices.on_device(tgt)))
-
-    out = check.attempt(on_pretend_gpu, what="Transformer.forward")
-    if isinstance(out, Raised) and isinstance(out.exception, _devices.DeviceMismatch):
-        _created_on_cpu(check, out, f"{_devices.PRETEND}, pretended on this machine")
-    if torch.cuda.is_available():
-        gpu = check.attempt(lambda: model.to("cuda")(src.to("cuda"), tgt.to("cuda")), what="Transformer.forward")
-        if isinstance(gpu, Raised) and "cpu" in str(gpu.exception):
-            _created_on_cpu(check, gpu, "a real one")
-    check.ok("creates its tensors on the device of its input (tried on a pretend GPU"
-             + (" and on the real one)" if torch.cuda.is_available() else ")"))
-
-
-def _created_on_cpu(check: Check, raised: Raised, where: str) -> None:
-    check.fail(
-        f"Your Transformer creates a tensor on the CPU whatever the device of its input: with the model and its "
-        f"input on a GPU ({where}; lesson 06 trains on one when there is one) it mixes devices, which PyTorch "
-        f"refuses.\nCreate tensors where the input lives: `torch.ones(L, L, dtype=torch.bool, device=tgt.device)`, "
-        f"`torch.arange(L, device=x.device)`, or move them: `make_causal_mask(L).to(tgt.device)`.\n\n"
-        f"{raised.message}"
-    )
+    """Nothing is created on the CPU when the model and its input live elsewhere (a pretend GPU here)."""
+    mods.check_device(check, build(), "Transformer", src, tgt)
 
 
 def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor, p: float = 0.5) -> None:
@@ -890,3 +868,25 @@ def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: tor
                        f"the layers.")
     check.ok(f"in training mode drops about {round(100 * p)}% of the embeddings plus positions on both sides "
              f"(measured), and nothing between the stacks and the output projection")
+
+
+def _masks_swapped(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> None:
+    """A crash, and the first decoder layer received the target mask where the source mask goes: say so."""
+    seen: list = []
+    handle = model.decoder_layers[0].register_forward_pre_hook(lambda _m, args: seen.append(args))
+    try:
+        out = check.attempt(model, src, tgt, what="Transformer.forward")
+    finally:
+        handle.remove()
+    if not isinstance(out, Raised) or not seen or len(seen[0]) < 4:
+        return
+    third, fourth = seen[0][2], seen[0][3]
+    L_src, L_tgt = src.shape[1], tgt.shape[1]
+    if (isinstance(third, torch.Tensor) and isinstance(fourth, torch.Tensor) and third.dim() == 4
+            and fourth.dim() == 4 and third.shape[-2:] == (L_tgt, L_tgt) and fourth.shape[-1] == L_src):
+        check.fail(
+            "Your Transformer passes the two masks to its decoder layers the wrong way round: the third argument "
+            f"has the shape of the target mask {fmt_shape(third.shape)}, the fourth that of the source mask "
+            f"{fmt_shape(fourth.shape)}. DecoderLayer.forward is (x, memory, src_mask, tgt_mask): call "
+            f"`layer(x, memory, src_mask, tgt_mask)`.\n\n{out.message}"
+        )

@@ -226,6 +226,7 @@ def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     _check_other_size(check, cls, g)
     _check_sizes(check, cls, g)
     _check_dropout(check, cls, g)
+    mods.check_device(check, module, "MultiHeadAttention", q, k, v, padding)
     _check_divisibility(check, cls)
 
 
