@@ -572,13 +572,13 @@ TT_CORRECT = [to_torch_transformer]
 TT_WRONG = [
     (_conversion(order=("W_k", "W_q", "W_v")), ["wrong order"]),
     (_conversion(transpose=True), ["transposed"]),
-    (_conversion(keep_final_norms=True), ["final layernorm"]),
+    (_conversion(keep_final_norms=True), ["final layernorm", "encoder.norm = none"]),
     (_conversion(norm_first=True), ["norm_first"]),
     (_conversion(activation="gelu"), ["activation"]),
     (_conversion(swap_norms=True), ["norm1 should hold your norm1 (it holds your norm2)"]),
     (_conversion(flip_masks=True), ["opposite of ours"]),
     (_conversion(no_causal=True), ["opposite of ours"]),
-    (_conversion(scale=False), ["sqrt(d_model)"]),
+    (_conversion(scale=False), ["input of the first encoder layer", "sqrt(d_model)"]),
     (modifies_the_model, ["changed the weights of your model"]),
     (lambda model: model, ["nn.transformerencoderlayer"]),
 ]

@@ -1187,6 +1187,14 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
         if problem:
             check.fail(f"The weights of decoder layer {i} do not match yours: {problem}")
     check.ok("each PyTorch layer holds the weights of your layer (fused in_proj_weight = [W_q; W_k; W_v])")
+    for stack in [m for m in theirs.modules() if isinstance(m, (nn.TransformerEncoder, nn.TransformerDecoder))]:
+        if isinstance(stack.norm, nn.LayerNorm):
+            which = "encoder" if isinstance(stack, nn.TransformerEncoder) else "decoder"
+            check.fail(
+                f"The {which} stack of your module ends with a final LayerNorm: nn.Transformer adds one to each "
+                f"stack (for pre-LN models). The paper's post-LN layers end with their own LayerNorm, and your "
+                f"model has no final one: set `transformer.encoder.norm = None` and `transformer.decoder.norm = None`."
+            )
 
     # Run both on a padded batch and follow the values layer by layer.
     g = torch.Generator().manual_seed(5)
@@ -1196,6 +1204,14 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
     tgt[0, 3:] = _CACHE_PAD
     seen: dict[str, list[torch.Tensor]] = {"ours_enc": [], "ours_dec": [], "their_enc": [], "their_dec": []}
     handles = []
+    inputs: dict[str, torch.Tensor] = {}
+    for key, layer in (("ours_enc", model.encoder_layers[0]), ("their_enc", enc[0]), ("ours_dec", model.decoder_layers[0]),
+                       ("their_dec", dec[0])):
+        def remember(module, args, key=key):
+            if args and key not in inputs:
+                inputs[key] = _dense(args[0])  # (returns None: the layer's inputs stay as they are)
+
+        handles.append(layer.register_forward_pre_hook(remember))
     for key, layers in (("ours_enc", model.encoder_layers), ("ours_dec", model.decoder_layers),
                         ("their_enc", enc), ("their_dec", dec)):
         for layer in layers:
@@ -1216,23 +1232,31 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
     polarity = ("PyTorch's masks are the opposite of ours: True means HIDDEN. Pass src_key_padding_mask = "
                 "memory_key_padding_mask = (src == pad_id), and a causal tgt_mask that is True ABOVE the diagonal "
                 "(or nn.Transformer.generate_square_subsequent_mask(L)).")
+    for side, real in (("enc", real_src), ("dec", real_tgt)):
+        a, b = inputs.get(f"ours_{side}"), inputs.get(f"their_{side}")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and not close_enough_(_real(b, real), a[real]):
+            which = "source" if side == "enc" else "target"
+            check.fail(
+                f"The input of the first {'encoder' if side == 'enc' else 'decoder'} layer differs from yours: "
+                f"it should be the {which} embeddings times sqrt(d_model), plus the positional encoding (use your "
+                f"model's own embeddings and positional_encoding).\n"
+                f"  expected (first values): {fmt_values(a[real])}\n  actual   (first values): {fmt_values(_real(b, real))}"
+            )
     for i, (a, b) in enumerate(zip(seen["ours_enc"], seen["their_enc"])):
         if isinstance(b, torch.Tensor) and close_enough_(_real(b, real_src), a[real_src]):
             continue
-        first = "the input of the encoder (embeddings * sqrt(d_model) + positional encoding)" if i == 0 else ""
         if i == 0 and seen["their_enc"] and not bool(torch.isfinite(seen["their_enc"][0]).all()):
             check.fail(f"Encoder layer 0 gives NaN: every key of some sentence is hidden. {polarity}")
         check.fail(
             f"The output of encoder layer {i} differs from yours (at the real source positions), although its "
-            f"weights match. Check " + (first + ", and " if first else "") + f"the source padding mask: {polarity}"
+            f"weights and its input match: check the source padding mask. {polarity}"
         )
     if seen["their_enc"] and len(seen["their_dec"]) and not close_enough_(
             _real(seen["their_dec"][0], real_tgt), seen["ours_dec"][0][real_tgt]):
         check.fail(
-            "The encoder agrees with yours, but decoder layer 0 does not. Check the decoder's input (target "
-            "embeddings * sqrt(d_model) + positional encoding), the memory it receives (nn.Transformer adds a "
-            "final LayerNorm to the encoder, and another to the decoder: the post-LN model has none, set "
-            "`transformer.encoder.norm = None` and `transformer.decoder.norm = None`), and the masks. " + polarity
+            "The encoder and the decoder's input agree with yours, but decoder layer 0 does not: check the "
+            "memory it receives (the encoder's output) and the masks: the causal tgt_mask, and "
+            "memory_key_padding_mask for the source. " + polarity
         )
     for i, (a, b) in enumerate(zip(seen["ours_dec"], seen["their_dec"])):
         if not close_enough_(_real(b, real_tgt), a[real_tgt]):
