@@ -129,7 +129,7 @@ _ALL = (
                  "num_heads is the head count it was built with, d_k = d_model // num_heads",
                  "attention_weights holds the weights of the last call, shape (B, num_heads, L_q, L_k)",
                  "W_q, W_k, W_v, W_o are four distinct nn.Linear(d_model, d_model)",
-                 "a ValueError (or an error with a message) when num_heads does not divide d_model",
+                 "a ValueError with a message when num_heads does not divide d_model (lesson 04 catches ValueError)",
                  "in training mode, dropout with rate `dropout` on the attention weights and nowhere else; "
                  "a fresh mask on every call, drawn from the global RNG",
                  "eval mode is deterministic",

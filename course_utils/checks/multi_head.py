@@ -373,21 +373,26 @@ def _check_divisibility(check: Check, cls) -> None:
         pass
     elif isinstance(refused, Raised):  # the learner's error: what we want
         exc = refused.exception
-        if not str(exc).strip():
+        if not isinstance(exc, ValueError):
             check.problem(
-                f"MultiHeadAttention(10, 4) raises {type(exc).__name__} without a message. Say what is wrong, "
-                f"e.g. `assert d_model % num_heads == 0, \"d_model must be divisible by num_heads\"` or raise a "
-                f"ValueError with that text."
+                f"MultiHeadAttention(10, 4) raises {type(exc).__name__}"
+                + ("" if str(exc).strip() else " without a message")
+                + ", but the exercise asks for a ValueError (lesson 04's next cell catches ValueError): "
+                f"`if d_model % num_heads != 0: raise ValueError(\"d_model must be divisible by num_heads\")`."
+            )
+        elif not str(exc).strip():
+            check.problem(
+                "MultiHeadAttention(10, 4) raises ValueError without a message. Say what is wrong: "
+                "`raise ValueError(\"d_model must be divisible by num_heads\")`."
             )
         else:
-            check.ok("refuses a d_model that num_heads does not divide, with a message")
+            check.ok("refuses a d_model that num_heads does not divide with a ValueError and a message")
     else:
         check.problem(
             "MultiHeadAttention(10, 4) was built without complaint, but 10 is not divisible by 4 heads: the "
-            "heads would not cover d_model. Raise an error in __init__ (a ValueError, or an assert with a "
-            "message) when `d_model % num_heads != 0`."
+            "heads would not cover d_model. Raise a ValueError with a message in __init__ when "
+            "`d_model % num_heads != 0`."
         )
-
 
 
 
