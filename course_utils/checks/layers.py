@@ -41,6 +41,156 @@ def check_decoder_layer(DecoderLayer: type[nn.Module]) -> CheckResult:
     return run_check("DecoderLayer", _check_decoder_layer, DecoderLayer)
 
 
+def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
+    check.callable_(FeedForward, "FeedForward", want_class=True)
+    g = generator(0)
+    ff = _module(check, check.build(FeedForward, _D_MODEL, _D_FF, 0.0), "FeedForward")
+    mods.missing_submodules(check, ff, "FeedForward", _WANTED["FeedForward"], _WHY)
+    ff.eval()
+    x = torch.randn(3, 5, _D_MODEL, generator=g)
+    out = check.call(ff, x, what="FeedForward.forward")
+    hint = ""
+    if isinstance(out, torch.Tensor) and out.shape[-1:] == (_D_FF,):
+        hint = (
+            f"The last dimension is d_ff = {_D_FF}: the second linear layer, nn.Linear(d_ff, d_model), "
+            f"which maps back to d_model, seems to be missing."
+        )
+    out = check.tensor(out, "the output of FeedForward(16, 24)", shape=(3, 5, _D_MODEL), dtype=torch.float32, shape_hint=hint)
+    check.ok("returns a (batch, length, d_model) tensor")
+
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    moved = check.tensor(check.call(ff, x[:, perm], what="FeedForward.forward"), "the output", shape=(3, 5, _D_MODEL))
+    changed = x.clone()
+    changed[:, 2] = torch.randn(3, _D_MODEL, generator=g)
+    local = check.tensor(check.call(ff, changed, what="FeedForward.forward"), "the output", shape=(3, 5, _D_MODEL))
+    others = [0, 1, 3, 4]
+    if not close_enough(moved, out[:, perm], _ATOL, _RTOL) or not close_enough(local[:, others], out[:, others], _ATOL, _RTOL):
+        check.fail(
+            "Your FeedForward mixes positions: changing or shuffling some positions of the input changed "
+            "the outputs at other positions.\n"
+            "The network is position-wise: the same two linear layers act on each position's d_model "
+            "vector on its own, so apply them along the last dimension only (no reshaping across positions)."
+        )
+    check.ok("processes each position independently (position-wise)")
+    _check_ffn_values(check, ff, x, out)
+    _check_ffn_dropout(check, FeedForward, x)
+
+
+def _check_encoder_layer(check: Check, EncoderLayer: type[nn.Module]) -> None:
+    check.callable_(EncoderLayer, "EncoderLayer", want_class=True)
+    g = generator(1)
+    B, L = 2, 5
+    layer = _module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "EncoderLayer")
+    _contract(check, layer, "EncoderLayer")
+    _uses_d_ff(check, layer, "EncoderLayer")
+    layer.eval()
+    x = torch.randn(B, L, _D_MODEL, generator=g)
+    keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
+    keep[1, ..., 3:] = False  # the last two positions of sentence 1 are padding
+
+    def run(layer_, x_, mask_=None):
+        out_ = check.call(layer_, x_, mask_, what="EncoderLayer.forward")
+        if mask_ is not None:
+            _nan_with_mask(check, out_, "EncoderLayer")
+        return check.tensor(out_, "the output of EncoderLayer", shape=(B, L, _D_MODEL), dtype=torch.float32)
+
+    plain = run(layer, x)
+    check.ok("returns a (batch, length, d_model) tensor")
+    _allow_all_is_no_mask(check, run(layer, x, torch.ones(B, 1, 1, L, dtype=torch.bool)), plain, "EncoderLayer", "a mask")
+    out = run(layer, x, keep)
+    check.ok("runs with and without a mask (mask=None)")
+
+    x2 = x.clone()
+    x2[1, 3:] = torch.randn(2, _D_MODEL, generator=g)
+    if close_enough(run(layer, x2)[1, :3], plain[1, :3], _ATOL, _RTOL):
+        _causal_encoder(check, run, layer, x, plain, g)
+        check.fail(
+            "Without a mask, changing some positions of x did not change the outputs at the other "
+            "positions: your EncoderLayer does not mix information between positions.\n"
+            "Its first sublayer is self-attention over the whole sequence: self_attn(x, x, x, mask)."
+        )
+    if not close_enough(run(layer, x2, keep)[1, :3], out[1, :3], _ATOL, _RTOL):
+        check.fail(
+            "Positions hidden by the mask still influence the outputs: changing padded positions of x "
+            "changed the outputs at the real positions.\n"
+            "Pass the mask to the self-attention as it is: self_attn(x, x, x, mask). Its shape (batch, 1, 1, "
+            "length) hides keys (the last axis); transposing it would hide queries instead."
+        )
+    check.ok("honours the mask: hidden positions do not influence the others")
+    layout = _values(check, layer, "EncoderLayer", out, lambda layer_: run(layer_, x, keep),
+                     lambda layout_, normalised: _compare_encoderlayer(check, layout_, run, g, x, keep, normalised))
+
+    def build(p):
+        return lambda: _module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "EncoderLayer")
+
+    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, keep), "EncoderLayer")
+    _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, keep), "EncoderLayer", x)
+    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, keep), x, "EncoderLayer")
+    mods.check_device(check, layer, "EncoderLayer", x, keep)
+    _check_layer_sizes(check, EncoderLayer, "EncoderLayer")
+    if layout.missing:
+        check.ok(_layout_unused(layout, "EncoderLayer"))
+
+
+def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
+    check.callable_(DecoderLayer, "DecoderLayer", want_class=True)
+    g = generator(2)
+    B, T, S = 2, 4, 6  # target length T differs from memory length S
+    layer = _module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "DecoderLayer")
+    _contract(check, layer, "DecoderLayer")
+    _uses_d_ff(check, layer, "DecoderLayer")
+    layer.eval()
+    x = torch.randn(B, T, _D_MODEL, generator=g)
+    memory = torch.randn(B, S, _D_MODEL, generator=g)
+    src_keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    src_keep[1, ..., 4:] = False  # the last two memory positions of sentence 1 are padding
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T).clone()
+
+    def run(layer_, x_, memory_, src_mask_=None, tgt_mask_=None):
+        if src_mask_ is not None and tgt_mask_ is not None:
+            out_ = check.attempt(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
+            if isinstance(out_, Raised):
+                _masks_swapped(check, layer_, x_, memory_, src_mask_, tgt_mask_, out_)
+        else:
+            out_ = Raised(None, "")
+        if isinstance(out_, Raised):
+            out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
+        hint = ""
+        if isinstance(out_, torch.Tensor) and out_.dim() == 3 and out_.shape[1] == S:
+            hint = (
+                "The output has one row per memory position: in cross-attention the queries come from the "
+                "decoder (x), the keys and values from memory: cross_attn(x, memory, memory, src_mask)."
+            )
+        if (src_mask_ is not None or tgt_mask_ is not None) and not hint:
+            _nan_with_mask(check, out_, "DecoderLayer")
+        return check.tensor(out_, "the output of DecoderLayer", shape=(B, T, _D_MODEL), dtype=torch.float32, shape_hint=hint)
+
+    plain = run(layer, x, memory)
+    check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
+    allow_src = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    allow_tgt = torch.ones(B, 1, T, T, dtype=torch.bool)
+    _allow_all_is_no_mask(check, run(layer, x, memory, allow_src, allow_tgt), plain, "DecoderLayer", "masks")
+    out = run(layer, x, memory, src_keep, causal)
+    check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
+
+    _decoder_properties(check, run, layer, x, memory, src_keep, causal, plain, out, g)
+    layout = _values(check, layer, "DecoderLayer", out, lambda layer_: run(layer_, x, memory, src_keep, causal),
+                     lambda layout_, normalised: _compare_decoderlayer(check, layout_, run, g, x, memory, src_keep,
+                                                                       causal, normalised))
+
+    def build(p):
+        return lambda: _module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "DecoderLayer")
+
+    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, memory, src_keep, causal), "DecoderLayer")
+    _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, memory, src_keep, causal),
+                            "DecoderLayer", x)
+    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
+    mods.check_device(check, layer, "DecoderLayer", x, memory, src_keep, causal)
+    _check_layer_sizes(check, DecoderLayer, "DecoderLayer")
+    if layout.missing:
+        check.ok(_layout_unused(layout, "DecoderLayer"))
+
+
 # --------------------------------------------------------------------------
 # Shared pieces.
 
@@ -330,41 +480,6 @@ def _ffn_value(x: torch.Tensor, cand: tuple, act: Callable = torch.relu, after: 
     return torch.relu(y) if after else y
 
 
-def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
-    check.callable_(FeedForward, "FeedForward", want_class=True)
-    g = generator(0)
-    ff = _module(check, check.build(FeedForward, _D_MODEL, _D_FF, 0.0), "FeedForward")
-    mods.missing_submodules(check, ff, "FeedForward", _WANTED["FeedForward"], _WHY)
-    ff.eval()
-    x = torch.randn(3, 5, _D_MODEL, generator=g)
-    out = check.call(ff, x, what="FeedForward.forward")
-    hint = ""
-    if isinstance(out, torch.Tensor) and out.shape[-1:] == (_D_FF,):
-        hint = (
-            f"The last dimension is d_ff = {_D_FF}: the second linear layer, nn.Linear(d_ff, d_model), "
-            f"which maps back to d_model, seems to be missing."
-        )
-    out = check.tensor(out, "the output of FeedForward(16, 24)", shape=(3, 5, _D_MODEL), dtype=torch.float32, shape_hint=hint)
-    check.ok("returns a (batch, length, d_model) tensor")
-
-    perm = torch.tensor([3, 0, 4, 1, 2])
-    moved = check.tensor(check.call(ff, x[:, perm], what="FeedForward.forward"), "the output", shape=(3, 5, _D_MODEL))
-    changed = x.clone()
-    changed[:, 2] = torch.randn(3, _D_MODEL, generator=g)
-    local = check.tensor(check.call(ff, changed, what="FeedForward.forward"), "the output", shape=(3, 5, _D_MODEL))
-    others = [0, 1, 3, 4]
-    if not close_enough(moved, out[:, perm], _ATOL, _RTOL) or not close_enough(local[:, others], out[:, others], _ATOL, _RTOL):
-        check.fail(
-            "Your FeedForward mixes positions: changing or shuffling some positions of the input changed "
-            "the outputs at other positions.\n"
-            "The network is position-wise: the same two linear layers act on each position's d_model "
-            "vector on its own, so apply them along the last dimension only (no reshaping across positions)."
-        )
-    check.ok("processes each position independently (position-wise)")
-    _check_ffn_values(check, ff, x, out)
-    _check_ffn_dropout(check, FeedForward, x)
-
-
 def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.Tensor) -> None:
     """relu(x W1 + b1) W2 + b2 with the module's own two matrices; named causes otherwise."""
     candidates = _ffn_candidates(ff, _D_MODEL, _D_FF)
@@ -431,7 +546,6 @@ def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.T
             "Use torch.relu (or nn.ReLU()): max(0, x W1 + b1)."
         )
     check.ok("computes relu(x W1 + b1) W2 + b2 with its two linear layers")
-
 
 
 def _check_ffn_dropout(check: Check, FeedForward, x: torch.Tensor) -> None:
@@ -540,62 +654,6 @@ def _check_ffn_hidden_dropout(check: Check, ffs: nn.Module, x: torch.Tensor, can
 
 # --------------------------------------------------------------------------
 # EncoderLayer
-
-
-def _check_encoder_layer(check: Check, EncoderLayer: type[nn.Module]) -> None:
-    check.callable_(EncoderLayer, "EncoderLayer", want_class=True)
-    g = generator(1)
-    B, L = 2, 5
-    layer = _module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "EncoderLayer")
-    _contract(check, layer, "EncoderLayer")
-    _uses_d_ff(check, layer, "EncoderLayer")
-    layer.eval()
-    x = torch.randn(B, L, _D_MODEL, generator=g)
-    keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
-    keep[1, ..., 3:] = False  # the last two positions of sentence 1 are padding
-
-    def run(layer_, x_, mask_=None):
-        out_ = check.call(layer_, x_, mask_, what="EncoderLayer.forward")
-        if mask_ is not None:
-            _nan_with_mask(check, out_, "EncoderLayer")
-        return check.tensor(out_, "the output of EncoderLayer", shape=(B, L, _D_MODEL), dtype=torch.float32)
-
-    plain = run(layer, x)
-    check.ok("returns a (batch, length, d_model) tensor")
-    _allow_all_is_no_mask(check, run(layer, x, torch.ones(B, 1, 1, L, dtype=torch.bool)), plain, "EncoderLayer", "a mask")
-    out = run(layer, x, keep)
-    check.ok("runs with and without a mask (mask=None)")
-
-    x2 = x.clone()
-    x2[1, 3:] = torch.randn(2, _D_MODEL, generator=g)
-    if close_enough(run(layer, x2)[1, :3], plain[1, :3], _ATOL, _RTOL):
-        _causal_encoder(check, run, layer, x, plain, g)
-        check.fail(
-            "Without a mask, changing some positions of x did not change the outputs at the other "
-            "positions: your EncoderLayer does not mix information between positions.\n"
-            "Its first sublayer is self-attention over the whole sequence: self_attn(x, x, x, mask)."
-        )
-    if not close_enough(run(layer, x2, keep)[1, :3], out[1, :3], _ATOL, _RTOL):
-        check.fail(
-            "Positions hidden by the mask still influence the outputs: changing padded positions of x "
-            "changed the outputs at the real positions.\n"
-            "Pass the mask to the self-attention as it is: self_attn(x, x, x, mask). Its shape (batch, 1, 1, "
-            "length) hides keys (the last axis); transposing it would hide queries instead."
-        )
-    check.ok("honours the mask: hidden positions do not influence the others")
-    layout = _values(check, layer, "EncoderLayer", out, lambda layer_: run(layer_, x, keep),
-                     lambda layout_, normalised: _compare_encoderlayer(check, layout_, run, g, x, keep, normalised))
-
-    def build(p):
-        return lambda: _module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "EncoderLayer")
-
-    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, keep), "EncoderLayer")
-    _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, keep), "EncoderLayer", x)
-    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, keep), x, "EncoderLayer")
-    mods.check_device(check, layer, "EncoderLayer", x, keep)
-    _check_layer_sizes(check, EncoderLayer, "EncoderLayer")
-    if layout.missing:
-        check.ok(_layout_unused(layout, "EncoderLayer"))
 
 
 def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable, g: torch.Generator,
@@ -731,65 +789,6 @@ def _swapped_encoder(t, x, sa, ff):
 
 # --------------------------------------------------------------------------
 # DecoderLayer
-
-
-def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
-    check.callable_(DecoderLayer, "DecoderLayer", want_class=True)
-    g = generator(2)
-    B, T, S = 2, 4, 6  # target length T differs from memory length S
-    layer = _module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "DecoderLayer")
-    _contract(check, layer, "DecoderLayer")
-    _uses_d_ff(check, layer, "DecoderLayer")
-    layer.eval()
-    x = torch.randn(B, T, _D_MODEL, generator=g)
-    memory = torch.randn(B, S, _D_MODEL, generator=g)
-    src_keep = torch.ones(B, 1, 1, S, dtype=torch.bool)
-    src_keep[1, ..., 4:] = False  # the last two memory positions of sentence 1 are padding
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T).clone()
-
-    def run(layer_, x_, memory_, src_mask_=None, tgt_mask_=None):
-        if src_mask_ is not None and tgt_mask_ is not None:
-            out_ = check.attempt(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
-            if isinstance(out_, Raised):
-                _masks_swapped(check, layer_, x_, memory_, src_mask_, tgt_mask_, out_)
-        else:
-            out_ = Raised(None, "")
-        if isinstance(out_, Raised):
-            out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
-        hint = ""
-        if isinstance(out_, torch.Tensor) and out_.dim() == 3 and out_.shape[1] == S:
-            hint = (
-                "The output has one row per memory position: in cross-attention the queries come from the "
-                "decoder (x), the keys and values from memory: cross_attn(x, memory, memory, src_mask)."
-            )
-        if (src_mask_ is not None or tgt_mask_ is not None) and not hint:
-            _nan_with_mask(check, out_, "DecoderLayer")
-        return check.tensor(out_, "the output of DecoderLayer", shape=(B, T, _D_MODEL), dtype=torch.float32, shape_hint=hint)
-
-    plain = run(layer, x, memory)
-    check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
-    allow_src = torch.ones(B, 1, 1, S, dtype=torch.bool)
-    allow_tgt = torch.ones(B, 1, T, T, dtype=torch.bool)
-    _allow_all_is_no_mask(check, run(layer, x, memory, allow_src, allow_tgt), plain, "DecoderLayer", "masks")
-    out = run(layer, x, memory, src_keep, causal)
-    check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
-
-    _decoder_properties(check, run, layer, x, memory, src_keep, causal, plain, out, g)
-    layout = _values(check, layer, "DecoderLayer", out, lambda layer_: run(layer_, x, memory, src_keep, causal),
-                     lambda layout_, normalised: _compare_decoderlayer(check, layout_, run, g, x, memory, src_keep,
-                                                                       causal, normalised))
-
-    def build(p):
-        return lambda: _module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "DecoderLayer")
-
-    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, memory, src_keep, causal), "DecoderLayer")
-    _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, memory, src_keep, causal),
-                            "DecoderLayer", x)
-    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
-    mods.check_device(check, layer, "DecoderLayer", x, memory, src_keep, causal)
-    _check_layer_sizes(check, DecoderLayer, "DecoderLayer")
-    if layout.missing:
-        check.ok(_layout_unused(layout, "DecoderLayer"))
 
 
 def _decoder_properties(check: Check, run: Callable, layer: nn.Module, x, memory, src_keep, causal,

@@ -43,40 +43,6 @@ def check_transformer(Transformer: type[nn.Module]) -> CheckResult:
     return run_check("Transformer", _check_transformer, Transformer)
 
 
-def _tokens(g: torch.Generator, vocab: int, shape: tuple, pad: int) -> torch.Tensor:
-    """Random real tokens (never pad, sometimes 0)."""
-    t = torch.randint(0, vocab - 1, shape, generator=g)
-    return t + (t >= pad).long()  # skip the pad id
-
-
-class _Model:
-    """The learner's model with guarded calls."""
-
-    def __init__(self, check: Check, model: nn.Module):
-        self.check, self.model = check, model
-
-    def logits(self, src: torch.Tensor, tgt: torch.Tensor, what: str = "the logits", nan_hint: str = "") -> torch.Tensor:
-        out = self.check.call(self.model, src, tgt, what="Transformer.forward")
-        hint = ""
-        shape = (src.shape[0], tgt.shape[1], _TGT_VOCAB)
-        if isinstance(out, torch.Tensor) and nan_hint and tuple(out.shape) == shape and out.is_floating_point():
-            bad = ~torch.isfinite(out.detach())
-            if bool(bad.any()):
-                self.check.fail(f"The logits contain {int(bad.sum())} NaN or infinite values (out of {out.numel()}). "
-                                f"{nan_hint}")
-        if isinstance(out, torch.Tensor) and out.dim() == 3:
-            if tuple(out.shape) == (tgt.shape[1], src.shape[0], _TGT_VOCAB):
-                hint = ("The batch and length axes are swapped: return (batch, target length, tgt_vocab_size), "
-                        "batch first, as the inputs are.")
-            elif out.shape[1] == src.shape[1] and out.shape[1] != tgt.shape[1]:
-                hint = "There is one row per source position: the logits belong to the target positions (the decoder's output)."
-            elif out.shape[-1] == _D_MODEL:
-                hint = "The last dimension is d_model: the final nn.Linear(d_model, tgt_vocab_size) seems to be missing."
-            elif out.shape[-1] == _SRC_VOCAB:
-                hint = "The last dimension is the source vocabulary size: the output projection maps to tgt_vocab_size."
-        return self.check.tensor(out, what, shape=shape, dtype="float", shape_hint=hint)
-
-
 def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
     check.callable_(Transformer, "Transformer", want_class=True)
     g = generator(5)
@@ -131,6 +97,40 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
     _dropout_measured(check, build, src, tgt)
     _long_sentences(check, build, g)
     _moves(check, build, src, tgt)
+
+
+def _tokens(g: torch.Generator, vocab: int, shape: tuple, pad: int) -> torch.Tensor:
+    """Random real tokens (never pad, sometimes 0)."""
+    t = torch.randint(0, vocab - 1, shape, generator=g)
+    return t + (t >= pad).long()  # skip the pad id
+
+
+class _Model:
+    """The learner's model with guarded calls."""
+
+    def __init__(self, check: Check, model: nn.Module):
+        self.check, self.model = check, model
+
+    def logits(self, src: torch.Tensor, tgt: torch.Tensor, what: str = "the logits", nan_hint: str = "") -> torch.Tensor:
+        out = self.check.call(self.model, src, tgt, what="Transformer.forward")
+        hint = ""
+        shape = (src.shape[0], tgt.shape[1], _TGT_VOCAB)
+        if isinstance(out, torch.Tensor) and nan_hint and tuple(out.shape) == shape and out.is_floating_point():
+            bad = ~torch.isfinite(out.detach())
+            if bool(bad.any()):
+                self.check.fail(f"The logits contain {int(bad.sum())} NaN or infinite values (out of {out.numel()}). "
+                                f"{nan_hint}")
+        if isinstance(out, torch.Tensor) and out.dim() == 3:
+            if tuple(out.shape) == (tgt.shape[1], src.shape[0], _TGT_VOCAB):
+                hint = ("The batch and length axes are swapped: return (batch, target length, tgt_vocab_size), "
+                        "batch first, as the inputs are.")
+            elif out.shape[1] == src.shape[1] and out.shape[1] != tgt.shape[1]:
+                hint = "There is one row per source position: the logits belong to the target positions (the decoder's output)."
+            elif out.shape[-1] == _D_MODEL:
+                hint = "The last dimension is d_model: the final nn.Linear(d_model, tgt_vocab_size) seems to be missing."
+            elif out.shape[-1] == _SRC_VOCAB:
+                hint = "The last dimension is the source vocabulary size: the output projection maps to tgt_vocab_size."
+        return self.check.tensor(out, what, shape=shape, dtype="float", shape_hint=hint)
 
 
 def _not_probabilities(check: Check, logits: torch.Tensor) -> None:

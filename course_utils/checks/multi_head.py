@@ -31,6 +31,51 @@ def check_multi_head_attention(MultiHeadAttention: type[nn.Module]) -> CheckResu
     return run_check("MultiHeadAttention", _check_multi_head_attention, MultiHeadAttention)
 
 
+@dataclasses.dataclass
+class _Case:
+    """The module under test, its inputs, and the weights installed in it (float32 and float64)."""
+
+    module: nn.Module
+    num_heads: int
+    weights: dict
+    uniform: dict  # the same with W_q = 0: every score equal
+    w: dict = dataclasses.field(default_factory=dict)  # float64 copies, zero bias where the layer has none
+    wu: dict = dataclasses.field(default_factory=dict)
+
+
+def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
+    check.callable_(cls, "MultiHeadAttention", want_class=True)
+    D, H = 12, 3
+    B, L, L_k = 2, 5, 7
+    g = generator(4)
+    module = check.build(cls, D, H)
+    _check_structure(check, module, D, H)
+    _check_head_attributes(check, module, D, H)
+    module.eval()
+    x = torch.randn(B, L, D, generator=g)
+    _check_runs(check, module, x)
+    weights = _random_weights(g, D)
+    uniform = dict(weights)
+    uniform["W_q"] = (torch.zeros(D, D), torch.zeros(D))
+    case = _Case(module, H, weights, uniform)
+    case.w, case.wu = _install(module, weights), _install(module, uniform)
+    _check_value_path(check, case, x)
+    _check_self_attention(check, case, x)
+    q = torch.randn(B, L, D, generator=g)
+    k = torch.randn(B, L_k, D, generator=g)
+    v = torch.randn(B, L_k, D, generator=g)
+    _check_cross_attention(check, case, q, k, v)
+    previous = _check_attention_weights(check, module, case.w, H, q, k, v, None, None, "cross-attention")
+    padding = _check_masks(check, case, q, k, v, g, previous)
+    _check_gradients(check, module, weights, case.w, q, k, v, padding, H, g)
+    check.ok("gradients reach query, key, value and W_q, W_k, W_v, W_o as in nn.MultiheadAttention")
+    _check_other_size(check, cls, g)
+    _check_sizes(check, cls, g)
+    _check_dropout(check, cls, g)
+    mods.check_device(check, module, "MultiHeadAttention", q, k, v, padding)
+    _check_divisibility(check, cls)
+
+
 # --------------------------------------------------------------------------
 # Weights, the oracle, and the outputs of uniform attention.
 
@@ -183,51 +228,6 @@ def _check_structure(check: Check, module: Any, d_model: int, num_heads: int) ->
 
 # --------------------------------------------------------------------------
 # The check.
-
-
-@dataclasses.dataclass
-class _Case:
-    """The module under test, its inputs, and the weights installed in it (float32 and float64)."""
-
-    module: nn.Module
-    num_heads: int
-    weights: dict
-    uniform: dict  # the same with W_q = 0: every score equal
-    w: dict = dataclasses.field(default_factory=dict)  # float64 copies, zero bias where the layer has none
-    wu: dict = dataclasses.field(default_factory=dict)
-
-
-def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
-    check.callable_(cls, "MultiHeadAttention", want_class=True)
-    D, H = 12, 3
-    B, L, L_k = 2, 5, 7
-    g = generator(4)
-    module = check.build(cls, D, H)
-    _check_structure(check, module, D, H)
-    _check_head_attributes(check, module, D, H)
-    module.eval()
-    x = torch.randn(B, L, D, generator=g)
-    _check_runs(check, module, x)
-    weights = _random_weights(g, D)
-    uniform = dict(weights)
-    uniform["W_q"] = (torch.zeros(D, D), torch.zeros(D))
-    case = _Case(module, H, weights, uniform)
-    case.w, case.wu = _install(module, weights), _install(module, uniform)
-    _check_value_path(check, case, x)
-    _check_self_attention(check, case, x)
-    q = torch.randn(B, L, D, generator=g)
-    k = torch.randn(B, L_k, D, generator=g)
-    v = torch.randn(B, L_k, D, generator=g)
-    _check_cross_attention(check, case, q, k, v)
-    previous = _check_attention_weights(check, module, case.w, H, q, k, v, None, None, "cross-attention")
-    padding = _check_masks(check, case, q, k, v, g, previous)
-    _check_gradients(check, module, weights, case.w, q, k, v, padding, H, g)
-    check.ok("gradients reach query, key, value and W_q, W_k, W_v, W_o as in nn.MultiheadAttention")
-    _check_other_size(check, cls, g)
-    _check_sizes(check, cls, g)
-    _check_dropout(check, cls, g)
-    mods.check_device(check, module, "MultiHeadAttention", q, k, v, padding)
-    _check_divisibility(check, cls)
 
 
 def _check_runs(check: Check, module: nn.Module, x: torch.Tensor) -> None:
@@ -393,7 +393,6 @@ def _check_divisibility(check: Check, cls) -> None:
             "heads would not cover d_model. Raise a ValueError with a message in __init__ when "
             "`d_model % num_heads != 0`."
         )
-
 
 
 def _diagnose_value_path(check: Check, out, wu, x, B, L, H, d_k) -> None:
