@@ -354,7 +354,7 @@ TARGET_WRONG = [
     ("causal on the CPU", target_causal_on_cpu, ["creates a tensor on the cpu", ".to(tokens.device)"]),
     ("loops, mask on the CPU", target_loops_on_cpu, ["on the cpu"]),
     ("own padding mask fails its checker", target_with_own_parts,
-     ["your make_padding_mask", "fails its own checker", "fix that first", "hard-coded"]),
+     ["your make_padding_mask", "fails its own checker", "fix that first", "wrong values"]),
 ]
 
 

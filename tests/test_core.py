@@ -1,5 +1,6 @@
 """The checker engine: outcomes, formatting, and leaving no trace."""
 
+import importlib
 import random
 
 import torch
@@ -218,6 +219,8 @@ def test_a_global_setting_changed_by_learner_code_is_named_and_put_back(change, 
         change()
         return x + y
 
+    if setting == "deterministic algorithms":
+        importlib.import_module("torch._inductor.config")  # its first import takes seconds: not the learner's time
     threads = torch.get_num_threads()
     result = run_check("add", _body, changes)
     expect(result, "failed", f"{setting} was", "put the setting back")

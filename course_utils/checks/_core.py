@@ -944,8 +944,10 @@ def preserved_state(seed: int = 0) -> Iterator[None]:
         random.setstate(py_state)
         if numpy is not None:
             numpy.random.set_state(np_state)
+        now = _read_settings()
         for name, (_, restore, _) in _SETTINGS.items():
-            restore(settings[name])
+            if now[name] != settings[name]:  # only what changed: restoring the deterministic flag imports torch._inductor
+                restore(settings[name])
 
 
 _FALLBACK = (

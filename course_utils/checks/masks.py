@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ._core import Check, CheckResult, Raised, Status, fmt_shape, generator, run_check
+from ._core import Check, CheckResult, Raised, fmt_shape, generator, run_check
 from ._placement import real_gpu, require_on_gpu, require_real_gpu, run_on_gpu
 
 
@@ -359,20 +359,7 @@ def _components_first(check: Check, fn: Callable) -> None:
                                                    ("make_causal_mask", check_causal_mask))
              if name in used and callable(names.get(name))]
     for name, checker in parts:
-        part = names[name]
-        result = checker(part)
-        if result.status is Status.NOT_ATTEMPTED:
-            check.not_attempted(
-                f"Your make_target_mask uses your {name}, which is not written yet: do that exercise first.\n"
-                + result.messages[0]
-            )
-        if not result.passed:
-            check.fail(
-                f"Your make_target_mask uses your {name}, which fails its own checker: fix that first "
-                f"(run check_{name.removeprefix('make_')}({name}) for the details).\n{result.messages[0]}"
-            )
-    if parts:
-        check.ok(f"your {' and '.join(name for name, _ in parts)}, which it uses, pass their own checkers")
+        check.require_component(checker, names[name], name)
 
 
 def _target_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, earlier: list) -> None:

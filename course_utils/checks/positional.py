@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._core import (ATOL, RTOL, Check, CheckResult, Raised, Status, close_enough, describe, fmt_shape, fmt_values,
+from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values,
                     generator, run_check)
 from ._placement import on_gpu as _on_gpu
 from ._placement import real_gpu, require_on_gpu, require_real_gpu, run_on_gpu
@@ -408,17 +408,7 @@ def _component_first(check: Check, cls: type) -> None:
     part = getattr(init, "__globals__", {}).get("sinusoidal_positional_encoding")
     if "sinusoidal_positional_encoding" not in used or not callable(part):
         return
-    result = check_positional_encoding(part)
-    if result.status is Status.NOT_ATTEMPTED:
-        check.not_attempted("PositionalEncoding builds its table with your sinusoidal_positional_encoding, which "
-                            "is not written yet: do that exercise first.\n" + result.messages[0])
-    if not result.passed:
-        check.fail(
-            "PositionalEncoding builds its table with your sinusoidal_positional_encoding, which fails its own "
-            "checker: fix that first (run check_positional_encoding(sinusoidal_positional_encoding) for the "
-            f"details).\n{result.messages[0]}"
-        )
-    check.ok("your sinusoidal_positional_encoding, which it uses, passes its own checker")
+    check.require_component(check_positional_encoding, part, "sinusoidal_positional_encoding")
 
 
 def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -> None:
