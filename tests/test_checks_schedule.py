@@ -117,7 +117,7 @@ def forgets_return(step, d_model, warmup_steps):
     noam_lr(step, d_model, warmup_steps)
 
 
-def stub(*args):
+def stub(*args, **kwargs):
     raise NotImplementedError()
 
 
@@ -229,6 +229,14 @@ class NoamSubclass(LRScheduler):
         return [base * rate for base in self.base_lrs]
 
 
+def hand_written_complete(optimizer, d_model, warmup_steps):
+    return HandWrittenComplete(optimizer, d_model, warmup_steps)
+
+
+def noam_subclass(optimizer, d_model, warmup_steps):
+    return NoamSubclass(optimizer, d_model, warmup_steps)
+
+
 def scheduler_list_of_lambdas(optimizer, d_model, warmup_steps):
     rate = lambda step: noam_lr(step + 1, d_model, warmup_steps)  # noqa: E731
     return LambdaLR(optimizer, [rate] * len(optimizer.param_groups))
@@ -320,10 +328,10 @@ def compounding(optimizer, d_model, warmup_steps):
 
 @pytest.mark.parametrize(
     "fn",
-    [make_noam_scheduler, scheduler_partial, HandWrittenComplete, NoamSubclass, scheduler_list_of_lambdas],
+    [make_noam_scheduler, scheduler_partial, hand_written_complete, noam_subclass, scheduler_list_of_lambdas],
 )
 def test_noam_scheduler_accepts_correct_variants(fn):
-    expect(check_noam_scheduler(fn if not isinstance(fn, type) else (lambda o, d, w: fn(o, d, w))), "passed")
+    expect(check_noam_scheduler(fn), "passed")
 
 
 @pytest.mark.parametrize(
@@ -348,7 +356,7 @@ def test_noam_scheduler_accepts_correct_variants(fn):
 def test_noam_scheduler_diagnoses_mistakes(fn, phrases):
     if isinstance(fn, type):
         cls = fn
-        fn = lambda o, d, w: cls(o, d, w)  # noqa: E731
+        fn = lambda optimizer, d_model, warmup_steps: cls(optimizer, d_model, warmup_steps)  # noqa: E731
     expect(check_noam_scheduler(fn), "failed", *phrases)
 
 
@@ -487,8 +495,8 @@ class CallableRate:
     "fn",
     [
         scheduler_sequential,
-        lambda o, d, w: OptionalEpoch(o, d, w),
-        lambda o, d, w: LambdaLR(o, CallableRate(d, w)),
+        lambda optimizer, d_model, warmup_steps: OptionalEpoch(optimizer, d_model, warmup_steps),
+        lambda optimizer, d_model, warmup_steps: LambdaLR(optimizer, CallableRate(d_model, warmup_steps)),
     ],
 )
 def test_noam_scheduler_accepts_unusual_correct_variants(fn):
@@ -568,14 +576,14 @@ def returns_scheduler_and_rate(optimizer, d_model, warmup_steps):
 def test_noam_scheduler_diagnoses_unusual_mistakes(fn, phrases):
     if isinstance(fn, type):
         cls = fn
-        fn = lambda o, d, w: cls(o, d, w)  # noqa: E731
+        fn = lambda optimizer, d_model, warmup_steps: cls(optimizer, d_model, warmup_steps)  # noqa: E731
     expect(check_noam_scheduler(fn), "failed", *phrases)
 
 
 def test_noam_scheduler_names_state_shared_between_calls():
     _SHARED["steps"] = 0
     expect(
-        check_noam_scheduler(lambda o, d, w: GlobalCounter(o, d, w)),
+        check_noam_scheduler(lambda optimizer, d_model, warmup_steps: GlobalCounter(optimizer, d_model, warmup_steps)),
         "failed",
         "first call of make_noam_scheduler",
         "global step counter",
@@ -680,7 +688,7 @@ class LoadsIntoACopy(LambdaLR):
 def test_noam_scheduler_contract(fn, phrases):
     if isinstance(fn, type):
         cls = fn
-        fn = lambda o, d, w: cls(o, d, w)  # noqa: E731
+        fn = lambda optimizer, d_model, warmup_steps: cls(optimizer, d_model, warmup_steps)  # noqa: E731
     expect(check_noam_scheduler(fn), "failed", *phrases)
 
 
@@ -693,6 +701,14 @@ def test_noam_scheduler_passing_lists_the_contract():
 
 def test_a_property_that_fails_later_is_not_listed_as_working():
     _SHARED["steps"] = 0
-    result = check_noam_scheduler(lambda o, d, w: GlobalCounter(o, d, w))  # right on the first call only
+    result = check_noam_scheduler(lambda optimizer, d_model, warmup_steps: GlobalCounter(optimizer, d_model, warmup_steps))  # right on the first call only
     expect(result, "failed")
     assert not any("noam_lr(1)" in item or "noam_lr(n + 1)" in item for item in result.checked), result.checked
+
+
+def test_noam_scheduler_is_called_by_keyword_as_lesson_06_does():
+    def positional_names(opt, d, w):
+        return make_noam_scheduler(opt, d, w)
+
+    expect(check_noam_scheduler(positional_names), "failed", "d_model=512, warmup_steps=4000",
+           "def make_noam_scheduler(optimizer, d_model, warmup_steps)")

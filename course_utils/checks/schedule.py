@@ -64,6 +64,7 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
 
 
 def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
+    _optimizer("SGD", (1.0, 1.0))  # torch.optim's first use in a process imports torch._dynamo (seconds): here, not mid-check
     check.callable_(make_noam_scheduler, "make_noam_scheduler")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -327,7 +328,15 @@ def _build_scheduler(check: Check, make_noam_scheduler: Callable, case: tuple) -
         f"(a torch.optim.{kind} with two param groups whose lr are {lrs[0]} and {lrs[1]}, "
         f"d_model={d_model}, warmup_steps={warmup_steps})"
     )
-    scheduler = check.attempt(make_noam_scheduler, optimizer, d_model, warmup_steps, what="make_noam_scheduler")
+    # by keyword, as lesson 06 calls it: the parameter names are part of the contract
+    scheduler = check.attempt(make_noam_scheduler, optimizer, d_model=d_model, warmup_steps=warmup_steps,
+                              what="make_noam_scheduler")
+    if isinstance(scheduler, Raised) and isinstance(scheduler.exception, TypeError) and "keyword" in str(scheduler.exception):
+        check.fail(
+            f"make_noam_scheduler cannot be called as lesson 06 calls it, "
+            f"`make_noam_scheduler(optimizer, d_model=512, warmup_steps=4000)`: {scheduler.exception}.\n"
+            f"Name its parameters as the exercise does: `def make_noam_scheduler(optimizer, d_model, warmup_steps)`."
+        )
     if isinstance(scheduler, Raised):
         _construction_failed(check, make_noam_scheduler, scheduler, optimizer, d_model, warmup_steps)
     if scheduler is None:
@@ -364,7 +373,7 @@ def _construction_failed(check: Check, make_noam_scheduler, raised: Raised, opti
             "(LambdaLR multiplies each group's own lr by your function's value, so make the function handle step 0.)"
         )
     if isinstance(exc, NotImplementedError):  # not attempted: let call() say so, as for every exercise
-        check.call(make_noam_scheduler, optimizer, d_model, warmup_steps, guard_inputs=False)
+        check.call(make_noam_scheduler, optimizer, d_model=d_model, warmup_steps=warmup_steps, guard_inputs=False)
     check.error(raised.message)
 
 
