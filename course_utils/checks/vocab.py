@@ -36,8 +36,8 @@ import torch
 
 from ._core import Check, CheckResult, Raised, describe, fmt_shape, run_check
 
-PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
-_SPECIAL_IDS = {PAD: 0, BOS: 1, EOS: 2, UNK: 3}
+_PAD, _BOS, _EOS, _UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+_SPECIAL_IDS = {_PAD: 0, _BOS: 1, _EOS: 2, _UNK: 3}
 
 
 def check_build_vocab(build_vocab: Callable) -> CheckResult:
@@ -480,7 +480,7 @@ def _ids_result(check: Check, value: Any, call: str) -> list[int]:
             f"`vocab.get(token)` gives None for a token that is not in the vocabulary. Give it a default: "
             f"`vocab.get(token, vocab['<unk>'])`."
         )
-    if UNK in value and all(v == UNK or not isinstance(v, str) for v in value):
+    if _UNK in value and all(v == _UNK or not isinstance(v, str) for v in value):
         check.fail(
             f"{call} put the string '<unk>' where a token is unknown: {_show(value)}.\n"
             f"Use the id of <unk> instead of the token itself: `vocab.get(token, vocab['<unk>'])`."
@@ -506,42 +506,42 @@ def _check_encode(check: Check, encode: Callable) -> None:
     v = _VOCAB
     tokens = ["die", "katze", "sieht", "die", "maus", "."]  # 'die' twice
     ids = [v[t] for t in tokens]
-    want = [v[BOS]] + ids + [v[EOS]]
+    want = [v[_BOS]] + ids + [v[_EOS]]
     got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
     check.ok("returns a list of int ids")
     positions = [list(v).index(t) for t in tokens]
     if got != want:
         shown = f"  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}"
-        if got == want + [v[EOS]]:
+        if got == want + [v[_EOS]]:
             cause = "<eos> is added twice at the end: add it once (check whether the tokens already end with it)."
-        elif len(got) > len(want) and got[: len(want)] == want and set(got[len(want):]) == {v[PAD]}:
+        elif len(got) > len(want) and got[: len(want)] == want and set(got[len(want):]) == {v[_PAD]}:
             cause = "encode added padding after <eos>: return just the sentence; padding a batch is pad_batch's job."
-        elif got == [v[BOS]] + [v[t] for t in tokens if t.isalnum()] + [v[EOS]]:
+        elif got == [v[_BOS]] + [v[t] for t in tokens if t.isalnum()] + [v[_EOS]]:
             cause = "The punctuation ('.') was dropped: punctuation marks are tokens too; encode every token."
-        elif got == [v[BOS]] + ids[::-1] + [v[EOS]]:
+        elif got == [v[_BOS]] + ids[::-1] + [v[_EOS]]:
             cause = "The ids are in reverse order: keep the tokens in the order they were given."
-        elif got == [v[BOS]] + [v[t] for t in dict.fromkeys(tokens)] + [v[EOS]]:
+        elif got == [v[_BOS]] + [v[t] for t in dict.fromkeys(tokens)] + [v[_EOS]]:
             cause = (
                 "The repeated token 'die' appears only once: every occurrence needs its own id, in place "
                 "(no set or dict.fromkeys on the tokens)."
             )
         elif got == ids:
             cause = "Add the id of <bos> at the start and the id of <eos> at the end."
-        elif got == ids + [v[EOS]]:
+        elif got == ids + [v[_EOS]]:
             cause = "The id of <bos> (1) is missing at the start."
-        elif got == [v[BOS]] + ids:
+        elif got == [v[_BOS]] + ids:
             cause = "The id of <eos> (2) is missing at the end."
-        elif got == [v[EOS]] + ids + [v[BOS]]:
+        elif got == [v[_EOS]] + ids + [v[_BOS]]:
             cause = "<bos> and <eos> are swapped: <bos> (1) starts the sentence, <eos> (2) ends it."
         elif got[1:-1] == positions or got == positions or got[1:-1] == [p + 1 for p in positions]:
             cause = (
                 "The ids are the tokens' positions in the dict, not their ids. The id of a token is vocab[token]; "
                 "the order in which a dict stores its keys is not the numbering."
             )
-        elif len(got) == len(want) and got[0] != v[BOS]:
-            cause = f"The first id should be vocab['<bos>'] = {v[BOS]}, not {got[0]}."
-        elif len(got) == len(want) and got[-1] != v[EOS]:
-            cause = f"The last id should be vocab['<eos>'] = {v[EOS]}, not {got[-1]}."
+        elif len(got) == len(want) and got[0] != v[_BOS]:
+            cause = f"The first id should be vocab['<bos>'] = {v[_BOS]}, not {got[0]}."
+        elif len(got) == len(want) and got[-1] != v[_EOS]:
+            cause = f"The last id should be vocab['<eos>'] = {v[_EOS]}, not {got[-1]}."
         else:
             cause = "Expected [vocab['<bos>']] + [vocab[t] for each token] + [vocab['<eos>']]."
         check.fail(f"encode returned the wrong ids.\n{shown}\n{cause}")
@@ -554,7 +554,7 @@ def _check_encode(check: Check, encode: Callable) -> None:
 
 def _encode_second_vocabulary(check: Check, encode: Callable, tokens: list[str]) -> None:
     v2 = _VOCAB_2
-    want = [v2[BOS]] + [v2[t] for t in tokens] + [v2[EOS]]
+    want = [v2[_BOS]] + [v2[t] for t in tokens] + [v2[_EOS]]
     got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v2)), "encode"), "encode(tokens, vocab)")
     if got != want:
         check.fail(
@@ -567,7 +567,7 @@ def _encode_second_vocabulary(check: Check, encode: Callable, tokens: list[str])
 def _encode_unknown_tokens(check: Check, encode: Callable) -> None:
     v = _VOCAB
     unknown = ["die", "ente", "sieht", "den", "hund", "."]
-    want = [v[BOS], v["die"], v[UNK], v["sieht"], v[UNK], v["hund"], v["."], v[EOS]]
+    want = [v[_BOS], v["die"], v[_UNK], v["sieht"], v[_UNK], v["hund"], v["."], v[_EOS]]
     probe = check.attempt(encode, list(unknown), dict(v), what="encode")
     if isinstance(probe, Raised) and isinstance(probe.exception, KeyError):  # a diagnosis, not just a traceback
         check.fail(
@@ -579,19 +579,19 @@ def _encode_unknown_tokens(check: Check, encode: Callable) -> None:
         shown = f"  tokens:   {unknown}  ('ente' and 'den' are not in the vocabulary)\n  expected: {want}\n  actual:   {got}"
         if len(got) == len(want) - 2:
             cause = "Unknown tokens were dropped; each one must become the id of <unk> (3), so the sentence keeps its length."
-        elif len(got) == len(want) and got[2] == got[4] == v[PAD]:
+        elif len(got) == len(want) and got[2] == got[4] == v[_PAD]:
             cause = "Unknown tokens became 0, the id of <pad>; they should get the id of <unk>, vocab['<unk>'] = 3."
         elif len(got) == len(want) and got[2] == got[4]:
-            cause = f"Unknown tokens became {got[2]}; they should get the id of <unk>, vocab['<unk>'] = {v[UNK]}."
+            cause = f"Unknown tokens became {got[2]}; they should get the id of <unk>, vocab['<unk>'] = {v[_UNK]}."
         else:
             cause = "Each unknown token should become vocab['<unk>'] and every known token its own id."
         check.fail(f"encode handles unknown tokens wrongly.\n{shown}\n{cause}")
 
     capital = ["Hund", "."]
     got = _ids_result(check, _guarded(check, encode, (list(capital), dict(v)), "encode"), "encode(tokens, vocab)")
-    if got != [v[BOS], v[UNK], v["."], v[EOS]]:
+    if got != [v[_BOS], v[_UNK], v["."], v[_EOS]]:
         check.fail(
-            f"encode(['Hund', '.'], vocab) should give {[v[BOS], v[UNK], v['.'], v[EOS]]} ('Hund' with a capital H "
+            f"encode(['Hund', '.'], vocab) should give {[v[_BOS], v[_UNK], v['.'], v[_EOS]]} ('Hund' with a capital H "
             f"is not in the vocabulary), but gave {got}.\n"
             f"encode should look tokens up exactly as given; lowercasing is the tokenizer's job."
         )
@@ -605,17 +605,17 @@ def _encode_edge_cases(check: Check, encode: Callable) -> None:
     """An empty sentence, a sentence of 14 tokens, and a special token written as a word."""
     v = _VOCAB
     got = _ids_result(check, _guarded(check, encode, ([], dict(v)), "encode"), "encode([], vocab)")
-    if got != [v[BOS], v[EOS]]:
-        check.fail(f"encode([], vocab) should be [{v[BOS]}, {v[EOS]}] (just <bos> and <eos>), but it is {got}.")
+    if got != [v[_BOS], v[_EOS]]:
+        check.fail(f"encode([], vocab) should be [{v[_BOS]}, {v[_EOS]}] (just <bos> and <eos>), but it is {got}.")
     check.ok("an empty sentence becomes [<bos>, <eos>]")
-    literal = ["der", EOS, "hund", "."]
+    literal = ["der", _EOS, "hund", "."]
     for tokens, cause in (
         (_LONG_TOKENS, f"A sentence of {len(_LONG_TOKENS)} tokens: encode every token, however long the sentence "
                        f"(no fixed length, no cut)."),
         (literal, "The sentence contains '<eos>' as a word: it is in the vocabulary, so it is looked up like any "
                   "other token, vocab[token] (only the first and last ids are added by encode)."),
     ):
-        want = [v[BOS]] + [v.get(t, v[UNK]) for t in tokens] + [v[EOS]]
+        want = [v[_BOS]] + [v.get(t, v[_UNK]) for t in tokens] + [v[_EOS]]
         got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
         if got != want:
             check.fail(
@@ -664,9 +664,9 @@ def _check_decode(check: Check, decode: Callable) -> None:
         itos = {i: t for t, i in v.items()}
         want = []
         for i in ids:
-            if i == v[EOS]:
+            if i == v[_EOS]:
                 break
-            if i not in (v[BOS], v[PAD]):
+            if i not in (v[_BOS], v[_PAD]):
                 want.append(itos[i])
         got = _tokens_result(check, _guarded(check, decode, (list(ids), dict(v)), "decode"), f"decode({ids}, vocab)")
         if got == want:
@@ -676,22 +676,22 @@ def _check_decode(check: Check, decode: Callable) -> None:
         if v is _VOCAB_2:
             check.fail(f"decode returned the wrong tokens with a second, different vocabulary.\n{shown}\n  vocab: {v}\n{_OWN_VOCAB}")
         tail = ids[ids.index(2) + 1 :] if 2 in ids else []
-        after_eos = [itos[i] for i in tail if i not in (v[BOS], v[PAD], v[EOS])]
-        if EOS in got:
+        after_eos = [itos[i] for i in tail if i not in (v[_BOS], v[_PAD], v[_EOS])]
+        if _EOS in got:
             cause = "<eos> ends the sentence: stop before it, without adding it to the tokens."
         elif after_eos and got[-len(after_eos):] == after_eos:
             cause = "Tokens after the first <eos> were kept: stop at the first <eos> (break out of the loop)."
-        elif BOS in got and "second <bos>" in what:
+        elif _BOS in got and "second <bos>" in what:
             cause = "<bos> should be dropped wherever it appears, not only as the first id."
-        elif BOS in got:
+        elif _BOS in got:
             cause = "<bos> should be dropped: it only marks the start."
-        elif PAD in got and "<pad> in the middle" in what:
+        elif _PAD in got and "<pad> in the middle" in what:
             cause = "<pad> should be dropped wherever it appears, not only at the end."
-        elif PAD in got:
+        elif _PAD in got:
             cause = "<pad> should be dropped: padding is not part of the sentence."
         elif "<pad> in the middle" in what and got == want[: len(got)] and len(got) < len(want):
             cause = "Decoding stopped at <pad>: <pad> is skipped wherever it appears; only <eos> ends the sentence."
-        elif got == ["?" if t == UNK else t for t in want]:
+        elif got == ["?" if t == _UNK else t for t in want]:
             cause = "<unk> was shown as '?': keep the token '<unk>' itself (turning it into text is a display choice for later)."
         elif got and set(got) <= set(v) and any(t in by_position for t in got) and got != want and len(got) == len(want):
             cause = (
@@ -702,7 +702,7 @@ def _check_decode(check: Check, decode: Callable) -> None:
             cause = "The first token was removed although it is not <bos>: drop <bos> by its id, not by its position (ids[1:])."
         elif what.startswith("no <eos>") and got == want[:-1]:
             cause = "The last token was removed although there is no <eos>: stop at <eos> by its id, not by cutting off the end (ids[1:-1])."
-        elif what == "an <unk> in the sentence" and got == [t for t in want if t != UNK]:
+        elif what == "an <unk> in the sentence" and got == [t for t in want if t != _UNK]:
             cause = "<unk> should stay in the output as the token '<unk>': only <bos> and <pad> are dropped."
         elif what == "an <unk> in the sentence" and len(got) < len(want):
             cause = "Decoding stopped at <unk>; only <eos> ends the sentence."
