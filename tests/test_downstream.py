@@ -14,8 +14,8 @@ Two kinds of runs keep this under two minutes on two cores:
   checker results (each exercise passed, under its own name), and after the
   last the benchmark builds its models from the same code;
 * **own-lesson runs**: each further variant runs in its own lesson (with the
-  other exercises of that lesson on their further variants too), and in the
-  lessons that load it directly (for :data:`NEXT_LESSON_ROUNDS` further rounds).
+  other exercises of that lesson on their further variants too), and, for
+  :data:`NEXT_LESSON_ROUNDS` rounds, in the lessons that load it.
 
 Lessons run on the first pairs of each corpus split, and lesson 06 trains a
 tiny model for three steps (:func:`shrink_training`).
@@ -44,8 +44,9 @@ from downstream_variants import catalogue, exercise_of
 ROOT = SOLUTIONS.parent
 #: Rounds in which every lesson runs with a variant of every exercise in place.
 COURSE_ROUNDS = 3
-#: Further rounds that also run the lessons loading the exercise directly (beyond its own lesson).
-NEXT_LESSON_ROUNDS = 2
+#: Further rounds that also run the lessons loading the exercise (beyond its own lesson). Each costs about as
+#: much as a whole-course round, which tries a variant of every exercise at once: so none by default.
+NEXT_LESSON_ROUNDS = 0
 
 pytestmark = pytest.mark.integration
 
