@@ -48,6 +48,7 @@ _TOPICS = {
     # lesson 07: inference
     "check_beam_search": "inference",
     "check_decode_step": "inference",
+    "check_to_torch_transformer": "inference",
     # lesson 08: real data
     "check_learn_bpe": "subwords",
 }

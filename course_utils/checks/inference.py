@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import warnings
 from typing import Callable
 
 import torch
@@ -1218,7 +1219,8 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
             handles.append(layer.register_forward_hook(lambda m, a, out, key=key: seen[key].append(_dense(out))))
     try:
         theirs.eval()
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*nested tensors.*")  # PyTorch's note on its fast path
             expected = model(src, tgt)  # (B, L_tgt, V)
             got = check.call(theirs, src, tgt, what="the module's forward(src, tgt)")
     finally:
