@@ -243,11 +243,11 @@ def run(config, code: dict[str, Any], max_seconds: float, ratio_warmup: int, rat
     from course_utils.data import encode, pad_batch, tokenize
 
     test_src = [encode(tokenize(p["en"]), src_vocab) for p in test_split["translation"][:100]]
-    tokens = min(64, config.max_len)
+    kv_tokens = min(64, config.max_len)
     batch = pad_batch(test_src, PAD_ID)  # (100, L_src)
-    kv_batch = kv_cache_speedup(code, model, batch, tokens)
-    kv_one = kv_cache_speedup(code, model, batch[:1, : len(test_src[0])], tokens)
-    log(f"kv cache, {tokens} tokens: batch of {batch.size(0)}: {kv_batch['uncached_s']:.2f} s -> "
+    kv_batch = kv_cache_speedup(code, model, batch, kv_tokens)
+    kv_one = kv_cache_speedup(code, model, batch[:1, : len(test_src[0])], kv_tokens)
+    log(f"kv cache, {kv_tokens} tokens: batch of {batch.size(0)}: {kv_batch['uncached_s']:.2f} s -> "
         f"{kv_batch['cached_s']:.2f} s; one sentence: {kv_one['uncached_s']:.3f} s -> {kv_one['cached_s']:.3f} s")
 
     # Step time against torch.nn.Transformer, on training batches of the usual kind.

@@ -34,6 +34,7 @@ def test_quick_run_prints_one_json_line_per_figure():
     assert 0.0 <= by_name["beam4_bleu"]["value"] <= 100.0
     for name in ("beam4_time_ratio", "kv_cache_speedup", "kv_cache_speedup_batch1"):
         assert by_name[name]["value"] > 0
+    assert by_name["train_tokens_per_second"]["value"] > 100, "the training tokens are counted, not overwritten"
     assert 0.0 <= by_name["test_bleu"]["value"] <= 100.0
     assert by_name["train_seconds"]["value"] > 0
     assert by_name["step_time_ratio"]["value"] > 0
