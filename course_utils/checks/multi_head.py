@@ -645,7 +645,7 @@ def _check_distinct_projections(check: Check, module: nn.Module) -> None:
                 )
 
 
-def _check_head_attributes(check: Check, module: nn.Module, d_model: int, num_heads: int) -> None:
+def _check_head_attributes(check: Check, module: nn.Module, d_model: int, num_heads: int, record: bool = True) -> None:
     """``num_heads`` and ``d_k``: later cells (the heads plot, lesson 06's cross-attention plot) read them."""
     wanted = {"num_heads": num_heads, "d_k": d_model // num_heads}
     for name, value in wanted.items():
@@ -666,7 +666,8 @@ def _check_head_attributes(check: Check, module: nn.Module, d_model: int, num_he
                 f"{value}" + (" (d_k = d_model // num_heads, the size of one head)" if name == "d_k" else
                               " (the num_heads it was built with)") + "."
             )
-    check.ok("stores num_heads and d_k = d_model // num_heads")
+    if record:
+        check.ok(f"stores num_heads and d_k = d_model // num_heads (d_model={d_model}, num_heads={num_heads})")
 
 
 def _oracle_weights(weights: dict, num_heads: int, query, key, mask=None) -> torch.Tensor:
@@ -726,7 +727,7 @@ def _check_sizes(check: Check, cls, g: torch.Generator) -> None:
     for D, H, B, L, L_k in ((20, 1, 2, 9, 9), (20, 4, 2, 64, 70)):
         what = f"d_model={D}, num_heads={H}, L_q={L}, L_k={L_k}"
         module = check.build(cls, D, H)
-        _check_head_attributes(check, module, D, H)
+        _check_head_attributes(check, module, D, H, record=False)
         module.eval()
         w = _install(module, _random_weights(g, D))
         q, kv = torch.randn(B, L, D, generator=g), torch.randn(B, L_k, D, generator=g)
