@@ -235,6 +235,36 @@ _ALL = (
                  "creates its tensors on src's device and returns the output there",
              ),
              used_by=("06: translate and the BLEU score", "06: the cross-attention plot")),
+    # -- lesson 07 ---------------------------------------------------------------
+    Contract("beam_search", "07_inference", "function",
+             "beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6) -> LongTensor (B, T)",
+             promises=(
+                 "model.encode once per sentence, memory and src repeated per beam, B * beam_size rows per step",
+                 "scores are sums of log-probabilities; EOS candidates within the beam_size best finish (never "
+                 "extended); the beam_size best others stay open; GNMT penalty ((5 + n) / 6) ** length_penalty",
+                 "a sentence stops when its best finished score >= best open score / lp(max_len - 1)",
+                 "the best hypothesis per sentence, bos_id first, pad_id after eos_id, T = the longest; "
+                 "no_grad; on src's device",
+             ),
+             used_by=("07: BLEU against beam size, the length penalty plot, the cached search",
+                      "benchmarks/bench.py (beam4_bleu)")),
+    Contract("decode_step", "07_inference", "function",
+             "decode_step(model, y_last (B, 1), memory, src, cache) -> (logits (B, V), cache)",
+             promises=(
+                 "logits equal model.decode(prefix, memory, src)[:, -1] for the whole prefix fed so far (1e-5)",
+                 "each projection sees one new position per step; cross-attention keys and values computed once",
+                 "everything a step needs is in the cache, every tensor in it with the rows first (reorder_cache)",
+             ),
+             used_by=("07: CachedDecoder (greedy_decode and beam_search with the cache), the time-per-token plot",
+                      "benchmarks/bench.py (kv_cache_speedup)")),
+    Contract("TorchTransformerModel", "07_inference", "class", "TorchTransformerModel(model)",
+             promises=("forward(src, tgt) runs nn.Transformer (no final norms) between copies of the model's "
+                       "embeddings, positional encoding and generator, with PyTorch's mask polarity",),
+             used_by=("07: to_torch_transformer",)),
+    Contract("to_torch_transformer", "07_inference", "function", "to_torch_transformer(model) -> nn.Module",
+             promises=("the returned module's logits equal model(src, tgt) to 1e-5 in eval mode",
+                       "PyTorch's layers hold copies of the model's weights; the model is unchanged"),
+             used_by=("07: the trained model compared with its nn.Transformer copy",)),
     # -- lesson 08 ---------------------------------------------------------------
     Contract("learn_bpe", "08_real_data", "function", "learn_bpe(word_counts, num_merges) -> list[tuple[str, str]]",
              promises=(
