@@ -25,6 +25,19 @@ import torch.nn.functional as F
 from ._core import Check, CheckResult, Raised, fmt_shape, generator, run_check
 from ._placement import real_gpu, require_on_gpu, require_real_gpu, run_on_gpu
 
+_BOOL_NOTE = (
+    "Masks are boolean (True = may attend): build them with comparisons such as `tokens != pad_id` "
+    "or `torch.tril(...)` on a bool tensor, or convert with `.bool()`."
+)
+
+_PREFIX_NOTE = (
+    "Your mask marks the first n positions of each sentence as real (n = its number of real tokens), which "
+    "is right only when the padding sits at the end; here {where}. Compare every token with the pad id "
+    "instead: `tokens != pad_id`."
+)
+
+_SIZES = (5, 4, 1, 8, 64, 130)  # causal masks: small, one, lesson 06's max_len and more
+
 
 def check_padding_mask(make_padding_mask: Callable) -> CheckResult:
     """Check ``make_padding_mask(tokens, pad_id) -> bool (B, 1, 1, L)``, True at real tokens."""
@@ -41,14 +54,42 @@ def check_target_mask(make_target_mask: Callable) -> CheckResult:
     return run_check("make_target_mask", _check_make_target_mask, make_target_mask)
 
 
+def _check_make_padding_mask(check: Check, make_padding_mask: Callable) -> None:
+    check.callable_(make_padding_mask, "make_padding_mask")
+    for i, (tokens, pad_id) in enumerate(_BATCHES):
+        _padding_case(check, make_padding_mask, tokens.clone(), pad_id, _BATCHES[:i])
+    check.ok("returns a bool mask of shape (B, 1, 1, L)")
+    check.ok("True at real tokens, False at padding, for any pad id (also when real tokens equal 0)")
+    check.ok("works for several batch sizes and lengths, from a single token to 70, and for a new batch of an "
+             "earlier batch's shape")
+    _device_stage(check, make_padding_mask, "make_padding_mask", *_BATCHES[0])
+    check.ok("tokens on a GPU give a mask on that GPU")
+
+
+def _check_make_causal_mask(check: Check, make_causal_mask: Callable) -> None:
+    check.callable_(make_causal_mask, "make_causal_mask")
+    for i, size in enumerate(_SIZES):
+        _causal_case(check, make_causal_mask, size, _SIZES[:i])
+    check.ok("returns a bool mask of shape (size, size)")
+    check.ok("True on and below the diagonal (each position sees itself and the past)")
+    check.ok(f"works for sizes {', '.join(str(n) for n in sorted(_SIZES))}, called one after the other")
+
+
+def _check_make_target_mask(check: Check, make_target_mask: Callable) -> None:
+    check.callable_(make_target_mask, "make_target_mask")
+    _components_first(check, make_target_mask)
+    for i, (tokens, pad_id) in enumerate(_BATCHES):
+        _target_case(check, make_target_mask, tokens.clone(), pad_id, _BATCHES[:i])
+    check.ok("returns a bool mask of shape (B, 1, L, L)")
+    check.ok("padding on the key axis AND causal, for any pad id (also when real tokens equal 0)")
+    check.ok("works for lengths from 1 to 70, and for a new batch of an earlier batch's shape")
+    _device_stage(check, make_target_mask, "make_target_mask", *_BATCHES[0])
+    check.ok("tokens on a GPU give a mask on that GPU")
+
+
 # --------------------------------------------------------------------------
 # The inputs.
 
-
-_BOOL_NOTE = (
-    "Masks are boolean (True = may attend): build them with comparisons such as `tokens != pad_id` "
-    "or `torch.tril(...)` on a bool tensor, or convert with `.bool()`."
-)
 
 def _long_batch() -> torch.Tensor:
     """(2, 70): 66 real tokens then 4 pads, and 12 real tokens then 58 pads (lesson 06's lengths and more)."""
@@ -58,7 +99,7 @@ def _long_batch() -> torch.Tensor:
     return tokens
 
 
-# Token batches: (tokens, pad_id). Mostly right-padded; the last batch is padded on the left, so a
+# Token batches: (tokens, pad_id). Mostly right-padded; the fourth is padded on the left, so a
 # mask that marks "the first n positions" or trusts the first token to be real is caught.
 _BATCHES = [
     (torch.tensor([[1, 7, 4, 9, 2, 0], [1, 5, 2, 0, 0, 0], [1, 6, 3, 8, 5, 2]]), 0),
@@ -69,13 +110,6 @@ _BATCHES = [
     (torch.tensor([[1, 7, 4, 0, 0, 0], [1, 5, 2, 9, 9, 2], [1, 0, 0, 0, 0, 0]]), 0),  # the first batch's shape
     (_long_batch(), 0),
 ]
-_SIZES = (5, 4, 1, 8, 64, 130)  # causal masks: small, one, lesson 06's max_len and more
-
-_PREFIX_NOTE = (
-    "Your mask marks the first n positions of each sentence as real (n = its number of real tokens), which "
-    "is right only when the padding sits at the end; here {where}. Compare every token with the pad id "
-    "instead: `tokens != pad_id`."
-)
 
 
 def _prefix(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
@@ -166,40 +200,6 @@ def _device_stage(check: Check, fn: Callable, what: str, tokens: torch.Tensor, p
 # Padding mask.
 
 
-def _padding_shape_hint(shape: torch.Size, B: int, L: int) -> str:
-    shape = tuple(shape)
-    if shape == (B, L):
-        return (
-            "Add a head axis and a query axis so the mask broadcasts over the scores (B, num_heads, L_q, L): "
-            "shape (B, 1, 1, L)."
-        )
-    if shape in ((B, 1, L), (1, B, L)):
-        return "One axis short: the scores have a head axis and a query axis, so the mask needs shape (B, 1, 1, L)."
-    if len(shape) == 4 and shape[:3] == (B, 1, 1) and shape[3] < L:
-        return (
-            f"It has {shape[3]} positions for tokens of length {L}: a size is fixed somewhere (a table of positions "
-            f"built for a few). Build the mask from the tokens themselves, `tokens != pad_id`."
-        )
-    if shape == (B, 1, L, 1):
-        return (
-            "This puts the tokens on the query axis; padding hides *keys*, so the tokens go on the last axis: "
-            "(B, 1, 1, L)."
-        )
-    return "Shape (B, 1, 1, L): one row per sentence, the tokens on the last (key) axis."
-
-
-def _check_make_padding_mask(check: Check, make_padding_mask: Callable) -> None:
-    check.callable_(make_padding_mask, "make_padding_mask")
-    for i, (tokens, pad_id) in enumerate(_BATCHES):
-        _padding_case(check, make_padding_mask, tokens.clone(), pad_id, _BATCHES[:i])
-    check.ok("returns a bool mask of shape (B, 1, 1, L)")
-    check.ok("True at real tokens, False at padding, for any pad id (also when real tokens equal 0)")
-    check.ok("works for several batch sizes and lengths, from a single token to 70, and for a new batch of an "
-             "earlier batch's shape")
-    _device_stage(check, make_padding_mask, "make_padding_mask", *_BATCHES[0])
-    check.ok("tokens on a GPU give a mask on that GPU")
-
-
 def _padding_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, earlier: list) -> None:
     B, L = tokens.shape
     value = check.call(fn, tokens, pad_id, hint=_long_hint(L))
@@ -228,40 +228,30 @@ def _padding_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int,
     )
 
 
+def _padding_shape_hint(shape: torch.Size, B: int, L: int) -> str:
+    shape = tuple(shape)
+    if shape == (B, L):
+        return (
+            "Add a head axis and a query axis so the mask broadcasts over the scores (B, num_heads, L_q, L): "
+            "shape (B, 1, 1, L)."
+        )
+    if shape in ((B, 1, L), (1, B, L)):
+        return "One axis short: the scores have a head axis and a query axis, so the mask needs shape (B, 1, 1, L)."
+    if len(shape) == 4 and shape[:3] == (B, 1, 1) and shape[3] < L:
+        return (
+            f"It has {shape[3]} positions for tokens of length {L}: a size is fixed somewhere (a table of positions "
+            f"built for a few). Build the mask from the tokens themselves, `tokens != pad_id`."
+        )
+    if shape == (B, 1, L, 1):
+        return (
+            "This puts the tokens on the query axis; padding hides *keys*, so the tokens go on the last axis: "
+            "(B, 1, 1, L)."
+        )
+    return "Shape (B, 1, 1, L): one row per sentence, the tokens on the last (key) axis."
+
+
 # --------------------------------------------------------------------------
 # Causal mask.
-
-
-def _causal_shape_hint(shape: torch.Size, size: int, earlier: tuple[int, ...] = ()) -> str:
-    shape = tuple(shape)
-    if len(shape) == 2 and shape[0] == shape[1] and shape[0] in earlier:
-        return (
-            f"It has the shape of the mask for size = {shape[0]}, an earlier call: is the size hard-coded, or the "
-            f"mask kept (cached) from an earlier call? Build it from each call's own `size` (a cache is fine only "
-            f"when it is keyed by the size, such as `functools.lru_cache`)."
-        )
-    if len(shape) == 2 and shape[0] == shape[1] and shape[0] < size and all(n <= shape[0] for n in earlier):
-        return (
-            f"It was called with size = {size} but has {shape[0]} rows: it looks built for {shape[0]} positions "
-            f"(a fixed-size table, sliced), and right only below that. Build it from `size`."
-        )
-    if len(shape) > 2 and shape[-2:] == (size, size) and all(d == 1 for d in shape[:-2]):
-        return (
-            "It has extra leading axes of size 1. Return just (size, size): broadcasting adds the batch and "
-            "head axes when the mask is combined with a padding mask or the scores."
-        )
-    if len(shape) == 2 and shape[0] == shape[1]:
-        return f"It was called with size = {size}: is the size hard-coded instead of taken from the argument?"
-    return "One row per query position, one column per key position: (size, size)."
-
-
-def _check_make_causal_mask(check: Check, make_causal_mask: Callable) -> None:
-    check.callable_(make_causal_mask, "make_causal_mask")
-    for i, size in enumerate(_SIZES):
-        _causal_case(check, make_causal_mask, size, _SIZES[:i])
-    check.ok("returns a bool mask of shape (size, size)")
-    check.ok("True on and below the diagonal (each position sees itself and the past)")
-    check.ok(f"works for sizes {', '.join(str(n) for n in sorted(_SIZES))}, called one after the other")
 
 
 def _causal_case(check: Check, fn: Callable, size: int, earlier: tuple[int, ...]) -> None:
@@ -294,61 +284,31 @@ def _causal_case(check: Check, fn: Callable, size: int, earlier: tuple[int, ...]
     )
 
 
+def _causal_shape_hint(shape: torch.Size, size: int, earlier: tuple[int, ...] = ()) -> str:
+    shape = tuple(shape)
+    if len(shape) == 2 and shape[0] == shape[1] and shape[0] in earlier:
+        return (
+            f"It has the shape of the mask for size = {shape[0]}, an earlier call: is the size hard-coded, or the "
+            f"mask kept (cached) from an earlier call? Build it from each call's own `size` (a cache is fine only "
+            f"when it is keyed by the size, such as `functools.lru_cache`)."
+        )
+    if len(shape) == 2 and shape[0] == shape[1] and shape[0] < size and all(n <= shape[0] for n in earlier):
+        return (
+            f"It was called with size = {size} but has {shape[0]} rows: it looks built for {shape[0]} positions "
+            f"(a fixed-size table, sliced), and right only below that. Build it from `size`."
+        )
+    if len(shape) > 2 and shape[-2:] == (size, size) and all(d == 1 for d in shape[:-2]):
+        return (
+            "It has extra leading axes of size 1. Return just (size, size): broadcasting adds the batch and "
+            "head axes when the mask is combined with a padding mask or the scores."
+        )
+    if len(shape) == 2 and shape[0] == shape[1]:
+        return f"It was called with size = {size}: is the size hard-coded instead of taken from the argument?"
+    return "One row per query position, one column per key position: (size, size)."
+
+
 # --------------------------------------------------------------------------
 # Target mask.
-
-
-def _target_shape_hint(shape: torch.Size, B: int, L: int) -> str:
-    shape = tuple(shape)
-    if shape == (B, L, L):
-        return "The head axis is missing: (B, 1, L, L), so the mask broadcasts over the heads."
-    if shape == (B, 1, 1, L):
-        return "This is the shape of a padding mask alone; combine it with the (L, L) causal mask to get (B, 1, L, L)."
-    if shape == (L, L) or shape == (1, 1, L, L):
-        return "The batch axis is missing: the padding differs from sentence to sentence, so the mask is (B, 1, L, L)."
-    return "Shape (B, 1, L, L): sentence, head axis of size 1, query position, key position."
-
-
-def _leaks(mask: torch.Tensor, tokens: torch.Tensor, pad_id: int) -> list[str]:
-    """Use the mask as attn_mask in PyTorch's attention and say what the output depends on."""
-    B, L = tokens.shape
-    g = generator(5)
-    q, k, v = (torch.randn(B, 2, L, 3, generator=g, dtype=torch.float64) for _ in range(3))
-    base = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    real = tokens != pad_id
-    found = []
-    for t in range(L - 1):  # change every key/value after position t
-        k2, v2 = k.clone(), v.clone()
-        k2[:, :, t + 1:] += 1.0
-        v2[:, :, t + 1:] += 1.0
-        out = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask)
-        rows = slice(0, t + 1)
-        if not torch.allclose(out[:, :, rows], base[:, :, rows], equal_nan=True):
-            found.append(f"the output at position {t} changes when a later token changes (the future leaks)")
-            break
-    k2, v2 = k.clone(), v.clone()
-    pad = (~real)[:, None, :, None].expand_as(k2)
-    k2[pad] += 1.0
-    v2[pad] += 1.0
-    out = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask)
-    keep = real[:, None, :, None].expand_as(out)
-    if bool(pad.any()) and not torch.allclose(out[keep], base[keep], equal_nan=True):
-        found.append("the output at real tokens changes when a padding token changes (padding leaks)")
-    if bool(base[keep].isnan().any()):
-        found.append("some real positions attend to nothing at all, which gives NaN in the softmax")
-    return found
-
-
-def _check_make_target_mask(check: Check, make_target_mask: Callable) -> None:
-    check.callable_(make_target_mask, "make_target_mask")
-    _components_first(check, make_target_mask)
-    for i, (tokens, pad_id) in enumerate(_BATCHES):
-        _target_case(check, make_target_mask, tokens.clone(), pad_id, _BATCHES[:i])
-    check.ok("returns a bool mask of shape (B, 1, L, L)")
-    check.ok("padding on the key axis AND causal, for any pad id (also when real tokens equal 0)")
-    check.ok("works for lengths from 1 to 70, and for a new batch of an earlier batch's shape")
-    _device_stage(check, make_target_mask, "make_target_mask", *_BATCHES[0])
-    check.ok("tokens on a GPU give a mask on that GPU")
 
 
 def _components_first(check: Check, fn: Callable) -> None:
@@ -428,3 +388,44 @@ def _target_mistakes(tokens: torch.Tensor, pad_id: int) -> list[tuple[torch.Tens
         (_prefix(tokens, pad_id).reshape(B, 1, 1, L) & causal,
          _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
     ]
+
+
+def _target_shape_hint(shape: torch.Size, B: int, L: int) -> str:
+    shape = tuple(shape)
+    if shape == (B, L, L):
+        return "The head axis is missing: (B, 1, L, L), so the mask broadcasts over the heads."
+    if shape == (B, 1, 1, L):
+        return "This is the shape of a padding mask alone; combine it with the (L, L) causal mask to get (B, 1, L, L)."
+    if shape == (L, L) or shape == (1, 1, L, L):
+        return "The batch axis is missing: the padding differs from sentence to sentence, so the mask is (B, 1, L, L)."
+    return "Shape (B, 1, L, L): sentence, head axis of size 1, query position, key position."
+
+
+def _leaks(mask: torch.Tensor, tokens: torch.Tensor, pad_id: int) -> list[str]:
+    """Use the mask as attn_mask in PyTorch's attention and say what the output depends on."""
+    B, L = tokens.shape
+    g = generator(5)
+    q, k, v = (torch.randn(B, 2, L, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    base = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    real = tokens != pad_id
+    found = []
+    for t in range(L - 1):  # change every key/value after position t
+        k2, v2 = k.clone(), v.clone()
+        k2[:, :, t + 1:] += 1.0
+        v2[:, :, t + 1:] += 1.0
+        out = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask)
+        rows = slice(0, t + 1)
+        if not torch.allclose(out[:, :, rows], base[:, :, rows], equal_nan=True):
+            found.append(f"the output at position {t} changes when a later token changes (the future leaks)")
+            break
+    k2, v2 = k.clone(), v.clone()
+    pad = (~real)[:, None, :, None].expand_as(k2)
+    k2[pad] += 1.0
+    v2[pad] += 1.0
+    out = F.scaled_dot_product_attention(q, k2, v2, attn_mask=mask)
+    keep = real[:, None, :, None].expand_as(out)
+    if bool(pad.any()) and not torch.allclose(out[keep], base[keep], equal_nan=True):
+        found.append("the output at real tokens changes when a padding token changes (padding leaks)")
+    if bool(base[keep].isnan().any()):
+        found.append("some real positions attend to nothing at all, which gives NaN in the softmax")
+    return found

@@ -44,10 +44,6 @@ def check_positional_encoding_module(PositionalEncoding: type[nn.Module]) -> Che
     return run_check("PositionalEncoding", _check_positional_encoding, PositionalEncoding)
 
 
-# --------------------------------------------------------------------------
-# The table: sinusoidal_positional_encoding
-
-
 def _check_sinusoidal_positional_encoding(check: Check, fn: Callable) -> None:
     check.callable_(fn, "sinusoidal_positional_encoding")
     table = _table_from(check, fn, 50, 16)
@@ -61,6 +57,34 @@ def _check_sinusoidal_positional_encoding(check: Check, fn: Callable) -> None:
     check.ok("matches the paper's formula for (50, 16), (7, 6), (1, 4), (3, 32) and (50, 10), called in turn")
     _long_table_stage(check, fn, sizes)
     check.ok(f"accurate up to position {_LONG[0] - 1} (max_len={_LONG[0]}, d_model={_LONG[1]})")
+
+
+def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
+    check.callable_(cls, "PositionalEncoding", want_class=True)
+    _component_first(check, cls)
+    d_model, max_len = 16, 40
+    module = check.build(cls, d_model, 0.0, max_len)
+    if not isinstance(module, nn.Module):
+        check.fail("PositionalEncoding should be a subclass of nn.Module (`class PositionalEncoding(nn.Module):`).")
+    check.ok("PositionalEncoding(d_model, dropout, max_len) builds")
+    _registration(check, module, max_len, d_model)
+    _names_stage(check, module, max_len, d_model, 0.0)
+    module.eval()
+    g = generator(3)
+    table = _reference(max_len, d_model)
+    x = _zero_input_stage(check, module, table, max_len, d_model, g)
+    _eval_values_stage(check, module, x, table, max_len, d_model)
+    _sizes_stage(check, cls, module, table, max_len, d_model, g)
+    _long_stage(check, cls)
+    _dtype_stage(check, cls)
+    _dropout_stage(check, cls, x, table, max_len, d_model, g)
+    _randomness_stage(check, cls)
+    _device_stage(check, cls)
+    _defaults_stage(check, cls)
+
+
+# --------------------------------------------------------------------------
+# The table's stages
 
 
 def _table_from(check: Check, fn, max_len: int, d_model: int, earlier: tuple = ()) -> torch.Tensor:
@@ -374,31 +398,7 @@ def _name_invariant(check: Check, table: torch.Tensor, expected: torch.Tensor, m
 
 
 # --------------------------------------------------------------------------
-# The module: PositionalEncoding
-
-
-def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
-    check.callable_(cls, "PositionalEncoding", want_class=True)
-    _component_first(check, cls)
-    d_model, max_len = 16, 40
-    module = check.build(cls, d_model, 0.0, max_len)
-    if not isinstance(module, nn.Module):
-        check.fail("PositionalEncoding should be a subclass of nn.Module (`class PositionalEncoding(nn.Module):`).")
-    check.ok("PositionalEncoding(d_model, dropout, max_len) builds")
-    _registration(check, module, max_len, d_model)
-    _names_stage(check, module, max_len, d_model, 0.0)
-    module.eval()
-    g = generator(3)
-    table = _reference(max_len, d_model)
-    x = _zero_input_stage(check, module, table, max_len, d_model, g)
-    _eval_values_stage(check, module, x, table, max_len, d_model)
-    _sizes_stage(check, cls, module, table, max_len, d_model, g)
-    _long_stage(check, cls)
-    _dtype_stage(check, cls)
-    _dropout_stage(check, cls, x, table, max_len, d_model, g)
-    _randomness_stage(check, cls)
-    _device_stage(check, cls)
-    _defaults_stage(check, cls)
+# The module's stages
 
 
 def _component_first(check: Check, cls: type) -> None:
