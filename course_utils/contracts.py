@@ -257,12 +257,10 @@ _ALL = (
              ),
              used_by=("07: CachedDecoder (greedy_decode and beam_search with the cache), the time-per-token plot",
                       "benchmarks/bench.py (kv_cache_speedup)")),
-    Contract("TorchTransformerModel", "07_inference", "class", "TorchTransformerModel(model)",
-             promises=("forward(src, tgt) runs nn.Transformer (no final norms) between copies of the model's "
-                       "embeddings, positional encoding and generator, with PyTorch's mask polarity",),
-             used_by=("07: to_torch_transformer",)),
     Contract("to_torch_transformer", "07_inference", "function", "to_torch_transformer(model) -> nn.Module",
-             promises=("the returned module's logits equal model(src, tgt) to 1e-5 in eval mode",
+             promises=("the returned module runs nn.Transformer's layers (no final norms) between copies of the "
+                       "model's embeddings, positional encoding and generator, with PyTorch's mask polarity",
+                       "its logits equal model(src, tgt) to 1e-5 in eval mode",
                        "PyTorch's layers hold copies of the model's weights; the model is unchanged"),
              used_by=("07: the trained model compared with its nn.Transformer copy",)),
     # -- lesson 08 ---------------------------------------------------------------

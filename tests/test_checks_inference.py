@@ -316,10 +316,10 @@ WRONG = [
 ]
 
 
-def test_accepts_the_correct_variants():
-    for fn in CORRECT:
-        result = check_beam_search(fn)
-        assert result.passed, f"{fn.__name__}:\n{result}"
+@pytest.mark.parametrize("fn", CORRECT, ids=[fn.__name__ for fn in CORRECT])
+def test_accepts_the_correct_variants(fn):
+    result = check_beam_search(fn)
+    assert result.passed, f"{fn.__name__}:\n{result}"
 
 
 @pytest.mark.parametrize("fn, phrases", WRONG, ids=[fn.__name__ + str(i) for i, (fn, _) in enumerate(WRONG)])
@@ -460,10 +460,10 @@ KV_WRONG = [
 ]
 
 
-def test_decode_step_accepts_correct_variants():
-    for fn in KV_CORRECT:
-        result = check_decode_step(fn)
-        assert result.passed, f"{fn.__name__}:\n{result}"
+@pytest.mark.parametrize("fn", KV_CORRECT, ids=[fn.__name__ for fn in KV_CORRECT])
+def test_decode_step_accepts_correct_variants(fn):
+    result = check_decode_step(fn)
+    assert result.passed, f"{fn.__name__}:\n{result}"
 
 
 @pytest.mark.parametrize("fn, phrases", KV_WRONG, ids=[str(i) for i in range(len(KV_WRONG))])
@@ -568,7 +568,25 @@ def modifies_the_model(model):
     return _convert(model)
 
 
-TT_CORRECT = [to_torch_transformer]
+def float_causal_mask(model):
+    """PyTorch's own causal mask (floats, -inf above the diagonal) and the stacks' final norms as nn.Identity."""
+    converted = _convert(model, keep_final_norms=True)
+    converted.core.encoder.norm, converted.core.decoder.norm = nn.Identity(), nn.Identity()
+
+    def forward(src, tgt):
+        x = converted.positional_encoding(converted.src_embed(src) * math.sqrt(converted.d_model))
+        y = converted.positional_encoding(converted.tgt_embed(tgt) * math.sqrt(converted.d_model))
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1))  # (L, L) floats
+        src_pad = (src == converted.pad_id).float().masked_fill(src == converted.pad_id, float("-inf"))
+        tgt_pad = (tgt == converted.pad_id).float().masked_fill(tgt == converted.pad_id, float("-inf"))
+        return converted.generator(converted.core(x, y, tgt_mask=causal, src_key_padding_mask=src_pad,
+                                                  tgt_key_padding_mask=tgt_pad, memory_key_padding_mask=src_pad))
+
+    converted.forward = forward
+    return converted
+
+
+TT_CORRECT = [to_torch_transformer, float_causal_mask]
 TT_WRONG = [
     (_conversion(order=("W_k", "W_q", "W_v")), ["wrong order"]),
     (_conversion(transpose=True), ["transposed"]),
@@ -584,10 +602,10 @@ TT_WRONG = [
 ]
 
 
-def test_to_torch_transformer_accepts_correct_variants():
-    for fn in TT_CORRECT:
-        result = check_to_torch_transformer(fn)
-        assert result.passed, f"{fn.__name__}:\n{result}"
+@pytest.mark.parametrize("fn", TT_CORRECT, ids=[fn.__name__ for fn in TT_CORRECT])
+def test_to_torch_transformer_accepts_correct_variants(fn):
+    result = check_to_torch_transformer(fn)
+    assert result.passed, f"{fn.__name__}:\n{result}"
 
 
 @pytest.mark.parametrize("fn, phrases", TT_WRONG, ids=[str(i) for i in range(len(TT_WRONG))])
