@@ -859,13 +859,13 @@ class _CourseTransformer(nn.Module):
         self.eval()
 
     def encode(self, src):
-        x = self.positional_encoding(self.src_embed(src) * math.sqrt(self.d_model))  # (B, L_src, d_model)
+        x = self.positional_encoding(math.sqrt(self.d_model) * self.src_embed(src))  # (B, L_src, d_model)
         mask = (src != self.pad_id)[:, None, None, :]  # (B, 1, 1, L_src), True = visible
         for block in self.encoder_layers:
             x = block(x, mask)
         return x
 
-    def forward(self, src, tgt):
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         return self.decode(tgt, self.encode(src), src)
 
     def decode(self, tgt, memory, src, positions=None, keys="causal", src_padding=True):
