@@ -1,4 +1,9 @@
-"""Checkers for lesson 07: inference (beam search).
+"""Checkers for lesson 07: inference.
+
+* ``check_beam_search``: beam search with the GNMT length penalty, on scripted models (below);
+* ``check_decode_step``: one step of incremental decoding with a key/value cache, against full
+  recomputation on a stand-in with the course's layout, every projection watched by hooks;
+* ``check_to_torch_transformer``: the learner's weights in ``nn.Transformer``'s layers, same logits.
 
 ``beam_search`` is run on scripted stand-ins for a trained Transformer: modules
 with ``encode(src)`` and ``decode(tgt, memory, src)`` whose next-token
@@ -45,6 +50,25 @@ from ._core import Check, CheckResult, Raised, describe, fmt_shape, fmt_values, 
 
 _WIDTH = 3  # features of the scripted memory
 _SLACK = 2  # decode calls allowed past the contract's bound before the scripted model refuses
+
+
+# --------------------------------------------------------------------------
+# Entry points
+
+
+def check_beam_search(beam_search: Callable) -> CheckResult:
+    """Check ``beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)``."""
+    return run_check("beam_search", _check_beam_search, beam_search)
+
+
+def check_decode_step(decode_step: Callable) -> CheckResult:
+    """Check ``decode_step(model, y_last, memory, src, cache) -> (logits, cache)`` against full recomputation."""
+    return run_check("decode_step", _check_decode_step, decode_step)
+
+
+def check_to_torch_transformer(to_torch_transformer: Callable) -> CheckResult:
+    """Check that ``to_torch_transformer(model)`` computes the model's logits with nn.Transformer's layers."""
+    return run_check("to_torch_transformer", _check_to_torch_transformer, to_torch_transformer)
 
 
 def _mix(*numbers: int) -> float:
@@ -375,11 +399,6 @@ _VARIANTS = {
 # --------------------------------------------------------------------------
 
 
-def check_beam_search(beam_search: Callable) -> CheckResult:
-    """Check ``beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)``."""
-    return run_check("beam_search", _check_beam_search, beam_search)
-
-
 def _run(check: Check, beam_search: Callable, case: dict, beam_size: int | None = None, alpha: float | None = None,
          max_len: int | None = None, probe: bool = False, pretend_device: bool = False):
     """Run beam_search on a fresh scripted model: (model, src, output, beam_size, alpha, max_len).
@@ -705,7 +724,6 @@ def _compare(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.
                    f"{expected_text}\n{yours_text}\n{cause}")
 
 
-
 def _stopping(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
               alpha: float, max_len: int) -> None:
     """Early stopping: no more steps than the slowest sentence of the batch needs."""
@@ -756,8 +774,6 @@ def _device(check: Check, beam_search: Callable) -> None:
             "tokens go."
         )
     check.ok("creates its tensors on src's device, so it runs on a GPU too")
-
-
 
 
 # ==========================================================================
@@ -949,11 +965,6 @@ class _Projections:
             handle.remove()
 
 
-def check_decode_step(decode_step: Callable) -> CheckResult:
-    """Check ``decode_step(model, y_last, memory, src, cache) -> (logits, cache)`` against full recomputation."""
-    return run_check("decode_step", _check_decode_step, decode_step)
-
-
 def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache, t: int):
     out = check.call(decode_step, model, y_last, memory, src, cache, what="decode_step",
                      hint=f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0)")
@@ -1084,11 +1095,6 @@ def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -
 
 # ==========================================================================
 # to_torch_transformer(model) -> nn.Module: the learner's weights in PyTorch's own layers.
-
-
-def check_to_torch_transformer(to_torch_transformer: Callable) -> CheckResult:
-    """Check that ``to_torch_transformer(model)`` computes the model's logits with nn.Transformer's layers."""
-    return run_check("to_torch_transformer", _check_to_torch_transformer, to_torch_transformer)
 
 
 def _same_values(a, b) -> bool:
