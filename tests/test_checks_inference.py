@@ -513,12 +513,26 @@ class _Translator(nn.Module):
         return self.generator(out)
 
 
+def _bias(linear):
+    return linear.bias if linear.bias is not None else torch.zeros(linear.out_features)
+
+
+def _copy_linear(src, dst):
+    dst.weight.copy_(src.weight)
+    dst.bias.copy_(_bias(src))
+
+
+def _copy_norm(src, dst):
+    """Scale then shift, whatever the learner's LayerNorm calls them."""
+    for mine, theirs in zip(dst.parameters(), src.parameters()):
+        mine.copy_(theirs)
+
+
 def _copy_attention(dst, src, order=("W_q", "W_k", "W_v"), transpose=False):
     weights = [getattr(src, n).weight for n in order]
     dst.in_proj_weight.copy_(torch.cat([w.t() if transpose else w for w in weights]))
-    dst.in_proj_bias.copy_(torch.cat([getattr(src, n).bias for n in order]))
-    dst.out_proj.weight.copy_(src.W_o.weight)
-    dst.out_proj.bias.copy_(src.W_o.bias)
+    dst.in_proj_bias.copy_(torch.cat([_bias(getattr(src, n)) for n in order]))
+    _copy_linear(src.W_o, dst.out_proj)
 
 
 def _convert(model, *, order=("W_q", "W_k", "W_v"), transpose=False, keep_final_norms=False, norm_first=False,
@@ -535,17 +549,17 @@ def _convert(model, *, order=("W_q", "W_k", "W_v"), transpose=False, keep_final_
         for ours, theirs in zip(model.encoder_layers, core.encoder.layers):
             _copy_attention(theirs.self_attn, ours.self_attn, order, transpose)
             for lin in ("linear1", "linear2"):
-                getattr(theirs, lin).load_state_dict(getattr(ours.feed_forward, lin).state_dict())
-            theirs.norm1.load_state_dict(ours.norm1.state_dict())
-            theirs.norm2.load_state_dict(ours.norm2.state_dict())
+                _copy_linear(getattr(ours.feed_forward, lin), getattr(theirs, lin))
+            _copy_norm(ours.norm1, theirs.norm1)
+            _copy_norm(ours.norm2, theirs.norm2)
         for ours, theirs in zip(model.decoder_layers, core.decoder.layers):
             _copy_attention(theirs.self_attn, ours.self_attn, order, transpose)
             _copy_attention(theirs.multihead_attn, ours.cross_attn, order, transpose)
             for lin in ("linear1", "linear2"):
-                getattr(theirs, lin).load_state_dict(getattr(ours.feed_forward, lin).state_dict())
+                _copy_linear(getattr(ours.feed_forward, lin), getattr(theirs, lin))
             names = ("norm2", "norm1", "norm3") if swap_norms else ("norm1", "norm2", "norm3")
             for mine, yours in zip(("norm1", "norm2", "norm3"), names):
-                getattr(theirs, mine).load_state_dict(getattr(ours, yours).state_dict())
+                _copy_norm(getattr(ours, yours), getattr(theirs, mine))
     return _Translator(model, core, **forward_options)
 
 
