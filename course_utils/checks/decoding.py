@@ -22,7 +22,7 @@ or ``mps`` device exists, the decoding runs there too.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -285,14 +285,21 @@ def _check_single_sentence(check: Check, greedy_decode: Callable, case: dict) ->
 def _check_batch_runs(check: Check, greedy_decode: Callable, case: dict) -> None:
     """A batch of three: crashing here but not on one sentence means the loop handles one sentence only."""
     _, src, out = _decode(check, greedy_decode, case, probe=True)
+    crashes_on_a_batch(
+        check, "greedy_decode", out, src.shape[0],
+        "It should decode the whole batch at once: keep ys as a (B, T) tensor, take the argmax for every "
+        "sentence (`.argmax(dim=-1)` gives shape (B,)), and avoid `.item()`, which works only for one sentence.",
+    )
+
+
+def crashes_on_a_batch(check: Check, name: str, out: Any, batch_size: int, advice: str) -> None:
+    """Fail when a decoder that ran on one sentence crashed on a batch (``out`` from ``check.attempt``)."""
     if isinstance(out, Raised) and not isinstance(out.exception, NotImplementedError):
         exc = out.exception
         text = str(exc).strip().splitlines()
         check.fail(
-            f"greedy_decode works for one sentence but crashes on a batch of {src.shape[0]}: "
-            f"{type(exc).__name__}" + (f": {text[0]}" if text else "") + ".\n"
-            "It should decode the whole batch at once: keep ys as a (B, T) tensor, take the argmax for every "
-            "sentence (`.argmax(dim=-1)` gives shape (B,)), and avoid `.item()`, which works only for one sentence."
+            f"{name} works for one sentence but crashes on a batch of {batch_size}: "
+            f"{type(exc).__name__}" + (f": {text[0]}" if text else "") + f".\n{advice}"
         )
 
 

@@ -46,7 +46,8 @@ import torch
 from torch import nn
 
 from . import _devices
-from ._core import Check, CheckResult, Raised, describe, fmt_shape, fmt_values, run_check
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
+from .decoding import crashes_on_a_batch
 
 _WIDTH = 3  # features of the scripted memory
 _SLACK = 2  # decode calls allowed past the contract's bound before the scripted model refuses
@@ -442,15 +443,11 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
     # 2. A batch: crashing here but not above means one sentence only.
     batch = _CASES[1]
     _, src_b, out_b, *_ = _run(check, beam_search, batch, probe=True)
-    if isinstance(out_b, Raised) and not isinstance(out_b.exception, NotImplementedError):
-        exc = out_b.exception
-        text = str(exc).strip().splitlines()
-        check.fail(
-            f"beam_search works for one sentence but crashes on a batch of {src_b.shape[0]}: "
-            f"{type(exc).__name__}" + (f": {text[0]}" if text else "") + ".\n"
-            "It should search for every sentence of the batch at once: B * beam_size rows through the decoder, "
-            "memory and src repeated with `repeat_interleave(beam_size, dim=0)`, scores of shape (B, beam_size)."
-        )
+    crashes_on_a_batch(
+        check, "beam_search", out_b, src_b.shape[0],
+        "It should search for every sentence of the batch at once: B * beam_size rows through the decoder, "
+        "memory and src repeated with `repeat_interleave(beam_size, dim=0)`, scores of shape (B, beam_size).",
+    )
 
     # 3. Every case against the contract, one mechanism at a time.
     runs = []
@@ -530,7 +527,7 @@ def _output(check: Check, out, case: dict, src: torch.Tensor, max_len: int) -> t
         check.fail(
             f"The output of beam_search should have shape (B, T) with B = {n}, one row (the best hypothesis) per "
             f"source sentence, but it has shape {fmt_shape(out.shape)} {_setup(case, src)}."
-            + (f"\nReturn only the best of the beam_size hypotheses of each sentence, not all of them."
+            + ("\nReturn only the best of the beam_size hypotheses of each sentence, not all of them."
                if out.dim() == 2 and out.shape[0] == n * case["beam_size"] else "")
         )
     if out.shape[1] > max_len:
@@ -543,8 +540,16 @@ def _mechanics(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torc
                alpha: float, max_len: int) -> None:
     setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
     sentences = [model.sentence(row) for row in src.tolist()]
-    bos, eos, pad = case["bos_id"], case["eos_id"], case["pad_id"]
+    bos, eos = case["bos_id"], case["eos_id"]
 
+    _encoding_and_grad(check, model, sentences, setup, k)
+    _prefixes(check, model, sentences, setup, bos, eos)
+    _duplicate_beams(check, model, sentences, setup, k)
+    _output_layout(check, out, case, setup)
+
+
+def _encoding_and_grad(check: Check, model: _ScriptedModel, sentences: list, setup: str, k: int) -> None:
+    """The encoder runs once per sentence, under no_grad, with memory and src rows aligned."""
     if model.encode_calls == 0:
         check.fail(f"beam_search never called model.encode(src) {setup}. Encode the source once, before the loop.")
     if sorted(model.encoded) != sorted(sentences):
@@ -575,7 +580,9 @@ def _mechanics(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torc
             f"(`.repeat(beam_size, 1, 1)` puts the copies in another order)."
         )
 
-    # Every decoded prefix grows by one token from a prefix decoded for the same sentence.
+
+def _prefixes(check: Check, model: _ScriptedModel, sentences: list, setup: str, bos: int, eos: int) -> None:
+    """Every decoded prefix grows by one token from a prefix decoded for the same sentence."""
     seen: dict[tuple, set[tuple]] = {s: set() for s in sentences}
     for call in model.rows:
         for sentence, prefix in call:
@@ -609,7 +616,9 @@ def _mechanics(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torc
                 )
             seen[sentence].add(prefix)
 
-    # Duplicate beams: beam_size identical rows of one sentence after the first step.
+
+def _duplicate_beams(check: Check, model: _ScriptedModel, sentences: list, setup: str, k: int) -> None:
+    """No beam_size identical rows of one sentence after the first step."""
     language = model.language
     if k > 1 and len(language.ordinary) >= k:
         for call in model.rows:
@@ -626,7 +635,10 @@ def _mechanics(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torc
                         f"scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the first step)."
                     )
 
-    # The output's layout: BOS first, padding only after EOS.
+
+def _output_layout(check: Check, out: torch.Tensor, case: dict, setup: str) -> None:
+    """BOS first, padding only after EOS, as wide as the longest hypothesis."""
+    bos, eos, pad = case["bos_id"], case["eos_id"], case["pad_id"]
     rows = out.tolist()
     if not all(row and row[0] == bos for row in rows):
         check.fail(f"Column 0 of the output should be bos_id = {bos} for every sentence {setup}; yours is "
@@ -691,13 +703,18 @@ def _causes(model: _ScriptedModel, sentences: list[tuple[int, ...]], got: list[t
     return [why for _, _, why in sorted(ranked)]
 
 
-def _compare(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
-             alpha: float, max_len: int) -> None:
+def _replayed(model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int, alpha: float,
+              max_len: int) -> tuple[str, list, list, list]:
+    """The case's description, its sentences, the contract's search of each, and the learner's hypotheses."""
     setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
     sentences = [model.sentence(row) for row in src.tolist()]
-    language = model.language
-    searches = [_search(language, s, k, max_len, alpha) for s in sentences]
-    got = [_strip(row, case) for row in out.tolist()]
+    searches = [_search(model.language, s, k, max_len, alpha) for s in sentences]
+    return setup, sentences, searches, [_strip(row, case) for row in out.tolist()]
+
+
+def _compare(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+             alpha: float, max_len: int) -> None:
+    setup, sentences, searches, got = _replayed(model, src, out, case, k, alpha, max_len)
     for b, (search, mine) in enumerate(zip(searches, got)):
         if mine == search.best:
             continue
@@ -727,17 +744,13 @@ def _compare(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.
 def _stopping(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
               alpha: float, max_len: int) -> None:
     """Early stopping: no more steps than the slowest sentence of the batch needs."""
-    setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
-    sentences = [model.sentence(row) for row in src.tolist()]
-    language = model.language
-    searches = [_search(language, s, k, max_len, alpha) for s in sentences]
-    got = [_strip(row, case) for row in out.tolist()]
+    setup, sentences, searches, got = _replayed(model, src, out, case, k, alpha, max_len)
     steps = max((len(p) for call in model.rows for _, p in call), default=0)
     needed = max(s.steps for s in searches)
     if steps != needed:
         named = []
         for variant, why in _VARIANTS.items():
-            replays = [_search(language, s, k, max_len, alpha, variant) for s in sentences]
+            replays = [_search(model.language, s, k, max_len, alpha, variant) for s in sentences]
             if (all(r.best == m and _follows(r, _history(model, s)) for r, m, s in zip(replays, got, sentences))
                     and max(r.steps for r in replays) == steps):
                 named.append(why)
@@ -981,6 +994,17 @@ def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache
 def _check_decode_step(check: Check, decode_step: Callable) -> None:
     check.callable_(decode_step, "decode_step")
     model, src, memory, tgt = _cache_case(7)
+    oracle, causes = _cache_oracles(model, src, memory, tgt)
+    watch = _Projections(model)
+    try:
+        _cache_steps(check, decode_step, model, src, memory, tgt, oracle, causes, watch)
+        _cache_reorder(check, decode_step, model, src, memory, tgt, watch)
+    finally:
+        watch.remove()
+
+
+def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tgt: torch.Tensor) -> tuple[dict, dict]:
+    """Full recomputations in float64: the right logits, and those of each named mistake (with its cause)."""
     B, T = tgt.shape
     oracle = {}
     with torch.no_grad():
@@ -1003,67 +1027,66 @@ def _check_decode_step(check: Check, decode_step: Callable) -> None:
         "no src mask": "cross-attention ignores the source padding: pass the source padding mask, "
         "`make_padding_mask(src, model.pad_id)`, to the cross-attention, as model.decode does",
     }
+    return oracle, causes
 
-    watch = _Projections(model)
-    try:
-        # Steps 0..T-1 on the batch: logits equal the full recomputation at every step.
-        with torch.no_grad():
-            cache: object = {}
-            for t in range(T):
-                logits, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
-                seen = watch.take()
-                if not close_enough_(logits, oracle["right"][:, t]):
-                    named = [why for key, why in causes.items() if close_enough_(logits, oracle[key][:, t])]
-                    check.fail(
-                        f"At step {t} (the cache holds {t} token{'s' if t != 1 else ''}), the logits of decode_step "
-                        f"differ from those of model.decode on the whole prefix (batch of 3 sentences of source "
-                        f"lengths 5, 2 and 4, padded).\n"
-                        f"  expected (first values): {fmt_values(oracle['right'][:, t])}\n"
-                        f"  actual   (first values): {fmt_values(logits)}\n"
-                        + (f"Likely cause: {named[0]}." if named else
-                           "Follow model.decode for one position: embedding * sqrt(d_model) + pe[t], then per layer "
-                           "self-attention over the cached keys and values plus the new ones, cross-attention "
-                           "to memory with the source padding mask, the feed-forward network, each wrapped with "
-                           "its residual and LayerNorm; then the generator.")
-                    )
-                _positions(check, seen, t, memory.shape[1])
-        check.ok("logits equal the full recomputation at every step (batch with source padding)")
-        check.ok("every projection sees one new position per step; cross-attention keys and values are computed once")
 
-        # Beam search reorders the rows: the cache must follow (every tensor with the rows first).
-        with torch.no_grad():
-            rows = torch.tensor([2, 0, 0])  # (B,): beams reordered, one duplicated
-            cache = {}
-            for t in range(3):
-                _, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
-            watch.take()
-            cache = _select_rows(cache, rows)
-            tgt2, memory2, src2 = tgt[rows], memory[rows], src[rows]
-            expected = model.decode(tgt2[:, :4], memory2, src2)[:, -1]
-            out = check.attempt(decode_step, model, tgt2[:, 3:4], memory2, src2, cache, what="decode_step")
-            logits = out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
-            if isinstance(out, Raised) or not isinstance(logits, torch.Tensor) or not close_enough_(logits, expected):
-                found = (f"decode_step raised {type(out.exception).__name__}: {str(out.exception).splitlines()[0]}"
-                         if isinstance(out, Raised) else
-                         f"expected (first values): {fmt_values(expected)}\n"
-                         f"  actual   (first values): {fmt_values(logits) if isinstance(logits, torch.Tensor) else describe(logits)}")
+def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
+                 tgt: torch.Tensor, oracle: dict, causes: dict, watch: "_Projections") -> None:
+    """Steps 0..T-1 on the batch: logits equal the full recomputation, one new position per projection."""
+    T = tgt.shape[1]
+    with torch.no_grad():
+        cache: object = {}
+        for t in range(T):
+            logits, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
+            seen = watch.take()
+            if not close_enough(logits, oracle["right"][:, t]):
+                named = [why for key, why in causes.items() if close_enough(logits, oracle[key][:, t])]
                 check.fail(
-                    "After the rows were reordered as beam search does (rows [2, 0, 0] of the batch, memory and src "
-                    "reordered the same way, and every tensor of the cache indexed along its first dimension), "
-                    "the next step goes wrong:\n"
-                    f"  {found}\n"
-                    "Keep everything a step needs inside the cache (not on the model or in a global), and give "
-                    "every tensor in it the rows as its first dimension, (B, H, t, d_k) for keys and values, so "
-                    "that reorder_cache can select rows."
+                    f"At step {t} (the cache holds {t} token{'s' if t != 1 else ''}), the logits of decode_step "
+                    f"differ from those of model.decode on the whole prefix (batch of 3 sentences of source "
+                    f"lengths 5, 2 and 4, padded).\n"
+                    f"  expected (first values): {fmt_values(oracle['right'][:, t])}\n"
+                    f"  actual   (first values): {fmt_values(logits)}\n"
+                    + (f"Likely cause: {named[0]}." if named else
+                       "Follow model.decode for one position: embedding * sqrt(d_model) + pe[t], then per layer "
+                       "self-attention over the cached keys and values plus the new ones, cross-attention "
+                       "to memory with the source padding mask, the feed-forward network, each wrapped with "
+                       "its residual and LayerNorm; then the generator.")
                 )
-        check.ok("the cache follows the rows when beam search reorders them")
-    finally:
-        watch.remove()
+            _positions(check, seen, t, memory.shape[1])
+    check.ok("logits equal the full recomputation at every step (batch with source padding)")
+    check.ok("every projection sees one new position per step; cross-attention keys and values are computed once")
 
 
-def close_enough_(actual: torch.Tensor, expected: torch.Tensor) -> bool:
-    return tuple(actual.shape) == tuple(expected.shape) and torch.allclose(
-        actual.detach().double(), expected.detach().double(), atol=1e-5, rtol=1e-4)
+def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
+                   tgt: torch.Tensor, watch: "_Projections") -> None:
+    """Beam search reorders the rows: the cache must follow (every tensor with the rows first)."""
+    with torch.no_grad():
+        rows = torch.tensor([2, 0, 0])  # (B,): beams reordered, one duplicated
+        cache = {}
+        for t in range(3):
+            _, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
+        watch.take()
+        cache = _select_rows(cache, rows)
+        tgt2, memory2, src2 = tgt[rows], memory[rows], src[rows]
+        expected = model.decode(tgt2[:, :4], memory2, src2)[:, -1]
+        out = check.attempt(decode_step, model, tgt2[:, 3:4], memory2, src2, cache, what="decode_step")
+        logits = out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
+        if isinstance(out, Raised) or not isinstance(logits, torch.Tensor) or not close_enough(logits, expected):
+            found = (f"decode_step raised {type(out.exception).__name__}: {str(out.exception).splitlines()[0]}"
+                     if isinstance(out, Raised) else
+                     f"expected (first values): {fmt_values(expected)}\n"
+                     f"  actual   (first values): {fmt_values(logits) if isinstance(logits, torch.Tensor) else describe(logits)}")
+            check.fail(
+                "After the rows were reordered as beam search does (rows [2, 0, 0] of the batch, memory and src "
+                "reordered the same way, and every tensor of the cache indexed along its first dimension), "
+                "the next step goes wrong:\n"
+                f"  {found}\n"
+                "Keep everything a step needs inside the cache (not on the model or in a global), and give "
+                "every tensor in it the rows as its first dimension, (B, H, t, d_k) for keys and values, so "
+                "that reorder_cache can select rows."
+            )
+    check.ok("the cache follows the rows when beam search reorders them")
 
 
 def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -> None:
@@ -1177,6 +1200,13 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
                    "(`.copy_()` on the NEW parameters, inside torch.no_grad()), never the other way round.")
     check.ok("returns an nn.Module and leaves your model unchanged")
 
+    enc, dec = _copied_layers(check, model, theirs)
+    src, tgt, expected, got, inputs, seen = _traced_run(check, model, theirs, enc, dec)
+    _first_mismatch(check, src, tgt, expected, got, inputs, seen)
+
+
+def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[list, list]:
+    """PyTorch's own layers, each holding the weights of the learner's layer; no extra final norms."""
     enc = [m for m in theirs.modules() if isinstance(m, nn.TransformerEncoderLayer)]
     dec = [m for m in theirs.modules() if isinstance(m, nn.TransformerDecoderLayer)]
     if len(enc) != _LAYERS or len(dec) != _LAYERS:
@@ -1202,8 +1232,11 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
                 f"stack (for pre-LN models). The paper's post-LN layers end with their own LayerNorm, and your "
                 f"model has no final one: set `transformer.encoder.norm = None` and `transformer.decoder.norm = None`."
             )
+    return enc, dec
 
-    # Run both on a padded batch and follow the values layer by layer.
+
+def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, dec: list) -> tuple:
+    """Both models on a padded batch, with every layer's input and output recorded."""
     g = torch.Generator().manual_seed(5)
     src = torch.randint(1, _SRC_V, (3, 6), generator=g)
     src[1, 4:], src[2, 2:] = _CACHE_PAD, _CACHE_PAD
@@ -1233,8 +1266,14 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
         for h in handles:
             h.remove()
     got = check.tensor(got, "the logits of the module", shape=tuple(expected.shape), finite=False)
+    return src, tgt, expected, got, inputs, seen
+
+
+def _first_mismatch(check: Check, src: torch.Tensor, tgt: torch.Tensor, expected: torch.Tensor, got: torch.Tensor,
+                    inputs: dict, seen: dict) -> None:
+    """Equal logits pass; otherwise name the first piece (input, encoder, decoder, final norm) that differs."""
     real_src, real_tgt = src != _CACHE_PAD, tgt != _CACHE_PAD
-    if close_enough_(got[real_tgt], expected[real_tgt]):
+    if close_enough(got[real_tgt], expected[real_tgt]):
         check.ok("its logits equal your model's to 1e-5 (eval mode, padded source and target)")
         return
     polarity = ("PyTorch's masks are the opposite of ours: True means HIDDEN. Pass src_key_padding_mask = "
@@ -1242,7 +1281,7 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
                 "(or nn.Transformer.generate_square_subsequent_mask(L)).")
     for side, real in (("enc", real_src), ("dec", real_tgt)):
         a, b = inputs.get(f"ours_{side}"), inputs.get(f"their_{side}")
-        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and not close_enough_(_real(b, real), a[real]):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and not close_enough(_real(b, real), a[real]):
             which = "source" if side == "enc" else "target"
             check.fail(
                 f"The input of the first {'encoder' if side == 'enc' else 'decoder'} layer differs from yours: "
@@ -1251,7 +1290,7 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
                 f"  expected (first values): {fmt_values(a[real])}\n  actual   (first values): {fmt_values(_real(b, real))}"
             )
     for i, (a, b) in enumerate(zip(seen["ours_enc"], seen["their_enc"])):
-        if isinstance(b, torch.Tensor) and close_enough_(_real(b, real_src), a[real_src]):
+        if isinstance(b, torch.Tensor) and close_enough(_real(b, real_src), a[real_src]):
             continue
         if i == 0 and seen["their_enc"] and not bool(torch.isfinite(seen["their_enc"][0]).all()):
             check.fail(f"Encoder layer 0 gives NaN: every key of some sentence is hidden. {polarity}")
@@ -1259,7 +1298,7 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
             f"The output of encoder layer {i} differs from yours (at the real source positions), although its "
             f"weights and its input match: check the source padding mask. {polarity}"
         )
-    if seen["their_enc"] and len(seen["their_dec"]) and not close_enough_(
+    if seen["their_enc"] and len(seen["their_dec"]) and not close_enough(
             _real(seen["their_dec"][0], real_tgt), seen["ours_dec"][0][real_tgt]):
         check.fail(
             "The encoder and the decoder's input agree with yours, but decoder layer 0 does not: check the "
@@ -1267,7 +1306,7 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
             "memory_key_padding_mask for the source. " + polarity
         )
     for i, (a, b) in enumerate(zip(seen["ours_dec"], seen["their_dec"])):
-        if not close_enough_(_real(b, real_tgt), a[real_tgt]):
+        if not close_enough(_real(b, real_tgt), a[real_tgt]):
             check.fail(f"Decoder layer {i} differs from yours although decoder layer 0 agrees: check the memory and "
                        f"the masks it receives. " + polarity)
     check.fail(
