@@ -52,9 +52,6 @@ META_KEY = "course"
 META_SOURCE = "generated_from"
 META_HASH = "generated_sha256"
 
-#: Environment variable that replaces the pip target of the Colab setup cell
-#: (tests point it at a local ``git+file://`` clone).
-PIP_TARGET_ENV = "COURSE_UTILS_PIP_TARGET"
 #: Environment variable the progress report sets in the kernels it starts.
 PROGRESS_ENV = "COURSE_PROGRESS_RUN"
 
