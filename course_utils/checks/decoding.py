@@ -65,7 +65,7 @@ def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
 # The scripted model.
 
 
-class _Runaway(BaseException):
+class Runaway(BaseException):
     """The scripted model's answer to a loop that does not stop (a BaseException: `except Exception` cannot hide it)."""
 
 
@@ -118,7 +118,7 @@ class _ScriptedTransformer(nn.Module):
                 + ": it does not stop at max_len"
             )
         if self.runaway:
-            raise _Runaway(self.runaway)
+            raise Runaway(self.runaway)
 
     def _arrived(self, what: str, *tensors: torch.Tensor) -> None:
         """Inputs must be on the model's device (raises as a GPU would)."""
@@ -252,7 +252,7 @@ def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = Fal
     """Run greedy_decode on a fresh scripted model: (model, src, output).
 
     With ``probe`` a crash comes back as a ``Raised`` (otherwise it ends the check as an error); a loop that runs
-    past the scripted model's bounds ends the check with a failure either way (``_Runaway`` is a BaseException,
+    past the scripted model's bounds ends the check with a failure either way (``Runaway`` is a BaseException,
     so the learner's `except Exception` cannot hide it, and the wrapper turns it into that failure).
     """
     src = _source(case)
@@ -261,7 +261,7 @@ def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = Fal
     def greedy_decode_(model, src, max_len, bos_id, eos_id, pad_id):
         try:
             return greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
-        except _Runaway as exc:
+        except Runaway as exc:
             check.fail(
                 f"greedy_decode does not stop: {exc} {_setup(case, src)}.\n"
                 f"A sentence that never emits eos_id must stop when ys has max_len columns (BOS included): loop "

@@ -47,7 +47,7 @@ from torch import nn
 
 from . import _devices
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
-from .decoding import crashes_on_a_batch
+from .decoding import Runaway, crashes_on_a_batch
 
 _WIDTH = 3  # features of the scripted memory
 _SLACK = 2  # decode calls allowed past the contract's bound before the scripted model refuses
@@ -130,10 +130,6 @@ class _Language:
         return logits.float()
 
 
-class _Runaway(BaseException):
-    """The scripted model's answer to a loop that does not stop (a BaseException: `except Exception` cannot hide it)."""
-
-
 class _ScriptedModel(nn.Module):
     """Stands in for a trained Transformer and records how it is called."""
 
@@ -171,7 +167,7 @@ class _ScriptedModel(nn.Module):
     def encode(self, src: torch.Tensor) -> torch.Tensor:
         self.encode_calls += 1
         if self.encode_calls > self.max_calls:
-            raise _Runaway(f"your loop called model.encode {self.encode_calls} times with max_len={self.max_len}")
+            raise Runaway(f"your loop called model.encode {self.encode_calls} times with max_len={self.max_len}")
         if not isinstance(src, torch.Tensor) or src.dim() != 2:
             raise ValueError(f"model.encode(src) expects the source batch (B, S), got {describe(src)}")
         (src,) = self._arrived("encode", src)
@@ -181,7 +177,7 @@ class _ScriptedModel(nn.Module):
     def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
         self.decode_calls += 1
         if self.decode_calls > self.max_calls:
-            raise _Runaway(
+            raise Runaway(
                 f"your loop called model.decode {self.decode_calls} times with max_len={self.max_len}: it does "
                 f"not stop at max_len (the output, BOS included, has at most max_len columns, so at most "
                 f"max_len - 1 decoding steps per sentence)"
@@ -191,7 +187,7 @@ class _ScriptedModel(nn.Module):
                 f"model.decode(tgt, memory, src) expects tgt of shape (B, L), the tokens so far; got {describe(tgt)}"
             )
         if tgt.shape[1] > self.max_len + _SLACK:
-            raise _Runaway(
+            raise Runaway(
                 f"model.decode received a prefix of {tgt.shape[1]} tokens with max_len={self.max_len}: your loop "
                 f"does not stop at max_len"
             )
@@ -417,7 +413,7 @@ def _run(check: Check, beam_search: Callable, case: dict, beam_size: int | None 
     def beam_search_(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty):
         try:
             return beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=length_penalty)
-        except _Runaway as exc:
+        except Runaway as exc:
             check.fail(
                 f"beam_search does not stop: {exc} {_setup(dict(case, beam_size=k, alpha=a), src)}.\n"
                 f"Loop at most max_len - 1 times (`for t in range(1, max_len)`), and break once every sentence "
