@@ -414,7 +414,7 @@ def _time_limit(seconds: float) -> Iterator[_Deadline]:
             signal.setitimer(signal.ITIMER_REAL, first, 0.2)  # re-fires, in case learner code swallows one
         else:
             previous_trace = sys.gettrace()
-            sys.settrace(_make_tracer(previous_trace))
+            sys.settrace(_make_tracer())
         yield deadline
     finally:
         _deadlines.remove(deadline)
@@ -428,7 +428,7 @@ def _time_limit(seconds: float) -> Iterator[_Deadline]:
             sys.settrace(previous_trace)
 
 
-def _make_tracer(previous: Any) -> Callable:
+def _make_tracer() -> Callable:
     """A trace function that raises :class:`_TimeLimit` in Python code once time is up."""
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
@@ -466,11 +466,10 @@ _SEEDERS = (
 
 @dataclasses.dataclass
 class _Watch:
-    """What one learner call did to the session: settings before, seeding calls seen, printing."""
+    """What one learner call did to the session: the settings before it, and the seeding calls it made."""
 
     settings: dict[str, Any]
     seeded: list[str] = dataclasses.field(default_factory=list)
-    printed: int = 0
 
 
 def _read_settings() -> dict[str, Any]:
@@ -509,7 +508,6 @@ def _watched() -> Iterator[_Watch]:
     finally:
         for owner, name, original in originals:
             setattr(owner, name, original)
-        watch.printed = sink.written
 
 
 class _CappedOutput(io.TextIOBase):
@@ -524,7 +522,7 @@ class _CappedOutput(io.TextIOBase):
         if room > 0:
             self.target.write(text[:room])
             if len(text) > room:
-                self.target.write(f"\n[... the checker hides the rest of what your code printed]\n")
+                self.target.write("\n[... the checker hides the rest of what your code printed]\n")
         self.written += len(text)
         return len(text)
 

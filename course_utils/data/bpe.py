@@ -22,7 +22,6 @@ specials are the course's: ``<pad>`` 0, ``<bos>`` 1, ``<eos>`` 2, ``<unk>`` 3.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import torch
