@@ -1,4 +1,4 @@
-"""The checker of lesson 07 for beam search."""
+"""The checkers of lesson 07: beam search, the key/value cache (decode_step) and to_torch_transformer."""
 
 from __future__ import annotations
 
@@ -432,6 +432,61 @@ def decode_step_tuples(model, y_last, memory, src, cache):
     return model.generator(x).squeeze(1), {"t": t + 1, "layers": new}
 
 
+def decode_step_preallocated(model, y_last, memory, src, cache):
+    """Keys and values written into buffers sized for max_len at the first step, then sliced; einsum attention."""
+    t = cache.get("t", 0)
+    B, L_max = y_last.size(0), model.positional_encoding.pe.size(0)
+    x = model.tgt_embed(y_last) * math.sqrt(model.d_model) + model.positional_encoding.pe[t]  # (B, 1, d_model)
+    x = model.positional_encoding.dropout(x)
+    keep = (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
+    for i, layer in enumerate(model.decoder_layers):
+        a, c = layer.self_attn, layer.cross_attn
+        if f"k{i}" not in cache:
+            cache[f"k{i}"] = x.new_zeros(B, a.num_heads, L_max, a.d_k)  # (B, H, L_max, d_k)
+            cache[f"v{i}"] = x.new_zeros(B, a.num_heads, L_max, a.d_k)
+            cache[f"mk{i}"], cache[f"mv{i}"] = _heads(c.W_k(memory), c), _heads(c.W_v(memory), c)
+        cache[f"k{i}"][:, :, t] = _heads(a.W_k(x), a)[:, :, 0]
+        cache[f"v{i}"][:, :, t] = _heads(a.W_v(x), a)[:, :, 0]
+        k, v = cache[f"k{i}"][:, :, : t + 1], cache[f"v{i}"][:, :, : t + 1]  # (B, H, t + 1, d_k)
+        w = torch.einsum("bhqd,bhkd->bhqk", _heads(a.W_q(x), a), k).div(math.sqrt(a.d_k)).softmax(-1)
+        x = layer.norm1(x + layer.dropout(a.W_o(_merge(torch.einsum("bhqk,bhkd->bhqd", w, v)))))
+        scores = torch.einsum("bhqd,bhkd->bhqk", _heads(c.W_q(x), c), cache[f"mk{i}"]) / math.sqrt(c.d_k)
+        w = scores.masked_fill(~keep, torch.finfo(scores.dtype).min).softmax(-1)
+        x = layer.norm2(x + layer.dropout(c.W_o(_merge(torch.einsum("bhqk,bhkd->bhqd", w, cache[f"mv{i}"])))))
+        x = layer.norm3(x + layer.dropout(layer.feed_forward(x)))
+    cache["t"] = t + 1
+    return model.generator(x)[:, 0], cache
+
+
+def decode_step_stacked(model, y_last, memory, src, cache):
+    """Every layer's keys in one tensor (B, N, H, t, d_k), values likewise; a fresh dict returned at every step."""
+    t = 0 if not cache else cache["keys"].size(3)  # the length is the cache's own shape
+    x = model.positional_encoding.dropout(model.tgt_embed(y_last) * math.sqrt(model.d_model)
+                                          + model.positional_encoding.pe[t].unsqueeze(0))
+    mask = (src != model.pad_id).unsqueeze(1).unsqueeze(2)  # (B, 1, 1, L_src)
+    new_k, new_v, mem_k, mem_v = [], [], [], []
+    for i, layer in enumerate(model.decoder_layers):
+        a, c = layer.self_attn, layer.cross_attn
+        k_new, v_new = _heads(a.W_k(x), a), _heads(a.W_v(x), a)  # (B, H, 1, d_k)
+        new_k.append(k_new)
+        new_v.append(v_new)
+        k = torch.cat([cache["keys"][:, i], k_new], 2) if cache else k_new  # (B, H, t + 1, d_k)
+        v = torch.cat([cache["values"][:, i], v_new], 2) if cache else v_new
+        x = layer.norm1(x + layer.dropout(a.W_o(_merge(_attend(_heads(a.W_q(x), a), k, v)))))
+        mk = cache["memory_keys"][:, i] if cache else _heads(c.W_k(memory), c)  # (B, H, L_src, d_k)
+        mv = cache["memory_values"][:, i] if cache else _heads(c.W_v(memory), c)
+        mem_k.append(mk)
+        mem_v.append(mv)
+        x = layer.norm2(x + layer.dropout(c.W_o(_merge(_attend(_heads(c.W_q(x), c), mk, mv, mask)))))
+        x = layer.norm3(x + layer.dropout(layer.feed_forward(x)))
+    step_k, step_v = torch.stack(new_k, 1), torch.stack(new_v, 1)  # (B, N, H, 1, d_k)
+    return model.generator(x).squeeze(1), {
+        "keys": torch.cat([cache["keys"], step_k], 3) if cache else step_k,
+        "values": torch.cat([cache["values"], step_v], 3) if cache else step_v,
+        "memory_keys": torch.stack(mem_k, 1), "memory_values": torch.stack(mem_v, 1),  # (B, N, H, L_src, d_k)
+    }
+
+
 def _kv_variant(**options):
     def fn(model, y_last, memory, src, cache):
         return _kv_step(model, y_last, memory, src, cache, **options)
@@ -440,7 +495,7 @@ def _kv_variant(**options):
     return fn
 
 
-KV_CORRECT = [decode_step, decode_step_tuples]
+KV_CORRECT = [decode_step, decode_step_tuples, decode_step_preallocated, decode_step_stacked]
 KV_WRONG = [
     (_kv_variant(position_zero=True), ["position 0"]),
     (_kv_variant(use_cache=False), ["cache grows, but its keys and values are not used"]),
@@ -594,7 +649,82 @@ def float_causal_mask(model):
     return converted
 
 
-TT_CORRECT = [to_torch_transformer, float_causal_mask]
+def separate_stacks(model):
+    """nn.TransformerEncoder and nn.TransformerDecoder without nn.Transformer, filled with load_state_dict."""
+    reference = _convert(model)  # only to borrow a state dict with PyTorch's names
+
+    class Stacks(nn.Module):
+        def __init__(self):
+            super().__init__()
+            layer = model.encoder_layers[0]
+            d, h = model.d_model, layer.self_attn.num_heads
+            d_ff = layer.feed_forward.linear1.out_features
+            self.translator = copy.deepcopy(reference)
+            enc = nn.TransformerEncoderLayer(d, h, d_ff, dropout=0.0, batch_first=True)
+            dec = nn.TransformerDecoderLayer(d, h, d_ff, dropout=0.0, batch_first=True)
+            self.encoder = nn.TransformerEncoder(enc, len(model.encoder_layers), enable_nested_tensor=False)
+            self.decoder = nn.TransformerDecoder(dec, len(model.decoder_layers))
+            self.encoder.load_state_dict({k[len("encoder."):]: v for k, v in reference.core.state_dict().items()
+                                          if k.startswith("encoder.")})
+            self.decoder.load_state_dict({k[len("decoder."):]: v for k, v in reference.core.state_dict().items()
+                                          if k.startswith("decoder.")})
+            del self.translator.core  # only the embeddings, positional encoding and generator stay
+
+        def forward(self, src, tgt):
+            t = self.translator
+            x = t.positional_encoding(t.src_embed(src) * math.sqrt(t.d_model))
+            y = t.positional_encoding(t.tgt_embed(tgt) * math.sqrt(t.d_model))
+            src_pad = src == t.pad_id
+            causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1)).isinf()  # True above the diagonal
+            memory = self.encoder(x, src_key_padding_mask=src_pad)
+            out = self.decoder(y, memory, tgt_mask=causal, tgt_key_padding_mask=tgt == t.pad_id,
+                               memory_key_padding_mask=src_pad)
+            return t.generator(out)
+
+    return Stacks()
+
+
+def no_memory_padding_mask(model):
+    """Forgets memory_key_padding_mask: the cross-attention reads the padded source positions."""
+    converted = _convert(model)
+
+    def forward(src, tgt):
+        x = converted.positional_encoding(converted.src_embed(src) * math.sqrt(converted.d_model))
+        y = converted.positional_encoding(converted.tgt_embed(tgt) * math.sqrt(converted.d_model))
+        causal = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool).triu(1)
+        out = converted.core(x, y, tgt_mask=causal, src_key_padding_mask=src == converted.pad_id,
+                             tgt_key_padding_mask=tgt == converted.pad_id)
+        return converted.generator(out)
+
+    converted.forward = forward
+    return converted
+
+
+def subclassed(model):
+    """A subclass of nn.Transformer that carries the embeddings itself; the causal mask from PyTorch's helper."""
+
+    class Full(nn.Transformer):
+        def forward(self, src, tgt):
+            x = self.pe(self.src_embed(src) * math.sqrt(self.d_model))
+            y = self.pe(self.tgt_embed(tgt) * math.sqrt(self.d_model))
+            causal = self.generate_square_subsequent_mask(tgt.size(1), dtype=torch.float32)  # floats, -inf above
+            out = super().forward(x, y, tgt_mask=causal, src_key_padding_mask=src == self.pad_id,
+                                  tgt_key_padding_mask=tgt == self.pad_id, memory_key_padding_mask=src == self.pad_id)
+            return self.generator(out)
+
+    layer = model.encoder_layers[0]
+    full = Full(model.d_model, layer.self_attn.num_heads, len(model.encoder_layers), len(model.decoder_layers),
+                layer.feed_forward.linear1.out_features, dropout=0.0, batch_first=True)
+    full.encoder.norm, full.decoder.norm = None, None
+    full.pad_id = model.pad_id
+    full.src_embed, full.tgt_embed = copy.deepcopy(model.src_embed), copy.deepcopy(model.tgt_embed)
+    full.pe, full.generator = copy.deepcopy(model.positional_encoding), copy.deepcopy(model.generator)
+    reference = _convert(model)
+    full.load_state_dict(reference.core.state_dict(), strict=False)
+    return full
+
+
+TT_CORRECT = [to_torch_transformer, float_causal_mask, separate_stacks, subclassed]
 TT_WRONG = [
     (_conversion(order=("W_k", "W_q", "W_v")), ["wrong order"]),
     (_conversion(transpose=True), ["transposed"]),
@@ -607,6 +737,7 @@ TT_WRONG = [
     (_conversion(scale=False), ["input of the first encoder layer", "sqrt(d_model)"]),
     (modifies_the_model, ["changed the weights of your model"]),
     (lambda model: model, ["nn.transformerencoderlayer"]),
+    (no_memory_padding_mask, ["memory_key_padding_mask"]),
 ]
 
 

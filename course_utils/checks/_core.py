@@ -24,12 +24,13 @@ Running a check
     last result of that exercise's checker in this kernel.
 
 Calling learner code (methods of :class:`Check`)
-    ``check.call(fn, *args, what=, hint=, builds_on=, guard_inputs=, time_limit=, **kwargs)``
+    ``check.call(fn, *args, what=, hint=, builds_on=, guard_inputs=, may_change=, time_limit=, **kwargs)``
     calls it and translates what goes wrong: ``NotImplementedError`` ends the
     check as *not attempted* (``builds_on`` is added to that message); any
     other exception, ``SystemExit`` included, ends it as *error*, with the
     learner's line, the inputs and ``hint``; a call that runs past its time
-    limit ends it as *error* too. An input tensor changed in place, or a
+    limit ends it as *error* too. An input tensor changed in place (except in
+    the inputs listed in ``may_change``, such as a cache the function owns), or a
     global setting changed by the call (grad mode, default dtype,
     deterministic algorithms, thread count, the global seed), is a named
     failure, and the setting is put back. ``check.build(cls, ...)``
@@ -636,6 +637,7 @@ class Check:
         hint: str = "",
         builds_on: str = "",
         guard_inputs: bool = True,
+        may_change: Sequence[Any] = (),
         time_limit: float | None = None,
         **kwargs: Any,
     ) -> Any:
@@ -645,12 +647,14 @@ class Check:
           (``builds_on`` is appended: say which earlier exercise it may come from);
         * any other exception, or running past the time limit, becomes an error
           result that shows the exception, the learner's line, the inputs and ``hint``;
-        * with ``guard_inputs``, changing an input tensor in place is a failure;
+        * with ``guard_inputs``, changing an input tensor in place is a failure, except inside the
+          inputs in ``may_change`` (compared by identity: e.g. a cache that the function may write into);
         * a global setting or seed changed by the call is a named failure (put back).
         """
         name = what or _name_of(fn)
         named = _bind_names(fn, args, kwargs)
-        snapshots = [(n, t, t.detach().clone()) for n, v in named for t in _tensors_in(v)] if guard_inputs else []
+        snapshots = ([(n, t, t.detach().clone()) for n, v in named if not any(v is m for m in may_change)
+                      for t in _tensors_in(v)] if guard_inputs else [])
         result = self._run(fn, args, kwargs, name, named, time_limit)
         if isinstance(result, Raised):
             if isinstance(result.exception, NotImplementedError):

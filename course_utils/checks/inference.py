@@ -975,7 +975,7 @@ class _Projections:
 
 
 def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache, t: int):
-    out = check.call(decode_step, model, y_last, memory, src, cache, what="decode_step",
+    out = check.call(decode_step, model, y_last, memory, src, cache, what="decode_step", may_change=(cache,),
                      hint=f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0)")
     out = check.unpack(out, ["logits", "cache"], "decode_step")
     logits = check.tensor(out[0], f"the logits of decode_step at step {t}")
