@@ -8,10 +8,14 @@ and prints one JSON line per figure, ``{"name": ..., "value": ..., "unit": ...}`
 * ``test_bleu``: sacreBLEU (case-insensitive, detokenized) of greedy translations
   of the held-out test split;
 * ``train_seconds``: wall-clock time of the training loop on this machine;
-* ``step_time_ratio``: median training-step time of our model divided by that
-  of ``torch.nn.Transformer`` with the same configuration, wrapped in the same
-  embeddings, positional encoding and output projection, measured in this run
-  (interleaved, after warm-up steps);
+* ``step_time_ratio``: training-step time of our model divided by that of
+  ``torch.nn.Transformer`` with the same configuration, wrapped in the same
+  embeddings, positional encoding and output projection: the median, over
+  interleaved steps after a warm-up, of the two times on the same batch; and
+  ``sdpa_step_time_ratio``, the same for our model with lesson 07's
+  ``with_fused_attention`` (its attention computed by
+  ``F.scaled_dot_product_attention``, dropout on the weights kept), all three
+  models timed in one run;
 * ``beam4_bleu`` (and ``greedy_bleu``, the same as ``test_bleu``): the same test
   sentences translated with lesson 07's beam search (beam 4, length penalty 0.6), and
   ``beam4_time_ratio``, its decoding time over greedy decoding's;
@@ -57,7 +61,8 @@ COURSE_CODE = [
     ("06_training.ipynb", ["TrainConfig", "device", "seed_everything", "noam_lr", "make_noam_scheduler",
                            "label_smoothing_loss", "greedy_decode", "build_model", "make_optimizer",
                            "train_step", "batch_stream", "translate"]),
-    ("07_inference.ipynb", ["gnmt_length_penalty", "beam_search", "decode_step"]),
+    ("07_inference.ipynb", ["gnmt_length_penalty", "beam_search", "decode_step", "FusedAttention",
+                            "with_fused_attention"]),
 ]
 
 # The smoke configuration of --quick: it exercises every stage in seconds, and learns nothing.
@@ -115,29 +120,37 @@ class TorchTransformer(nn.Module):
 
 def step_time_ratio(code: dict[str, Any], config, src_vocab_size: int, tgt_vocab_size: int,
                     batches: Sequence[tuple[torch.Tensor, torch.Tensor]], warmup: int, repeats: int) -> dict[str, float]:
-    """Median training-step times of our model and of nn.Transformer, interleaved on the same batches."""
+    """Median training-step times of our model, of its fused-attention copy and of nn.Transformer, interleaved."""
     from course_utils.data import PAD_ID
 
     ours = code["build_model"](config, src_vocab_size, tgt_vocab_size)
+    fused = code["with_fused_attention"](ours, config.dropout)  # a copy: the same weights, trained separately
     torch.manual_seed(config.seed)
     theirs = TorchTransformer(code["PositionalEncoding"], src_vocab_size, tgt_vocab_size, config.d_model,
                               config.num_heads, config.num_layers, config.d_ff, config.dropout, config.max_len, PAD_ID)
-    models = {"ours": ours, "torch": theirs}
+    models = {"ours": ours, "fused": fused, "torch": theirs}
     optimizers = {name: code["make_optimizer"](m) for name, m in models.items()}
     schedulers = {name: code["make_noam_scheduler"](optimizers[name], config.d_model, config.warmup_steps)
                   for name in models}
     times: dict[str, list[float]] = {name: [] for name in models}
+    names = list(models)
     for i in range(warmup + repeats):
         src, tgt = batches[i % len(batches)]
-        order = list(models) if i % 2 == 0 else list(reversed(models))  # neither always goes first
+        order = names[i % len(names):] + names[: i % len(names)]  # each model goes first, second and last in turn
         for name in order:
             start = time.perf_counter()
             code["train_step"](models[name], src, tgt, optimizers[name], schedulers[name], config)
             elapsed = time.perf_counter() - start
             if i >= warmup:
                 times[name].append(elapsed)
-    ours_s, torch_s = statistics.median(times["ours"]), statistics.median(times["torch"])
-    return {"ours_step_ms": 1000 * ours_s, "torch_step_ms": 1000 * torch_s, "ratio": ours_s / torch_s,
+
+    def paired(name: str) -> float:
+        """Median over the timed steps of (this model's time / nn.Transformer's) on the same batch."""
+        return statistics.median(a / b for a, b in zip(times[name], times["torch"]))
+
+    ours_s, fused_s, torch_s = (statistics.median(times[name]) for name in ("ours", "fused", "torch"))
+    return {"ours_step_ms": 1000 * ours_s, "fused_step_ms": 1000 * fused_s, "torch_step_ms": 1000 * torch_s,
+            "ratio": paired("ours"), "sdpa_ratio": paired("fused"),
             "torch_params": sum(p.numel() for p in theirs.parameters())}
 
 
@@ -254,16 +267,19 @@ def run(config, code: dict[str, Any], max_seconds: float, ratio_warmup: int, rat
     timing_batches = make_batches(train_src, train_tgt, config.batch_size, PAD_ID, shuffle=True, seed=12345)
     timing = step_time_ratio(code, config, len(src_vocab), len(tgt_vocab), timing_batches[:16],
                              ratio_warmup, ratio_repeats)
-    log(f"step time: ours {timing['ours_step_ms']:.1f} ms, nn.Transformer {timing['torch_step_ms']:.1f} ms")
+    log(f"step time: ours {timing['ours_step_ms']:.1f} ms, ours with fused attention {timing['fused_step_ms']:.1f} ms, "
+        f"nn.Transformer {timing['torch_step_ms']:.1f} ms")
 
     tail = losses[-min(50, len(losses)):] or [float("nan")]
     figure("test_bleu", round(score.score, 2), "BLEU")
     figure("train_seconds", round(train_seconds, 2), "s")
     figure("step_time_ratio", round(timing["ratio"], 3), "x")
+    figure("sdpa_step_time_ratio", round(timing["sdpa_ratio"], 3), "x")
     figure("train_steps", steps, "steps")
     figure("train_tokens_per_second", round(tokens / train_seconds, 1), "tokens/s")
     figure("final_train_loss", round(sum(tail) / len(tail), 4), "nats/token")
     figure("ours_step_ms", round(timing["ours_step_ms"], 2), "ms")
+    figure("fused_step_ms", round(timing["fused_step_ms"], 2), "ms")
     figure("torch_step_ms", round(timing["torch_step_ms"], 2), "ms")
     figure("parameters", sum(p.numel() for p in model.parameters()), "params")
     figure("test_sentences", len(pairs), "sentences")
@@ -286,7 +302,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: the configuration's)")
     parser.add_argument("--max-seconds", type=float, default=180.0, help="stop training after this long (default 180)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
-    parser.add_argument("--ratio-steps", type=int, default=20, help="timed steps per model for the step-time ratio")
+    parser.add_argument("--ratio-steps", type=int, default=60, help="timed steps per model for the step-time ratios")
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS, help="folder of the notebooks to load the code from")
     return parser.parse_args(argv)
 

@@ -136,7 +136,8 @@ _ALL = (
                  "any num_heads dividing d_model (1 included), lengths up to lesson 06's max_len",
              ),
              used_by=("04: the heads plot and the nn.MultiheadAttention comparison", "05: EncoderLayer, DecoderLayer",
-                      "06: cross_attention_weights (W_q, W_k, forward's (query, key, value, mask))", "07")),
+                      "06: cross_attention_weights (W_q, W_k, forward's (query, key, value, mask))",
+                      "07: decode_step, the nn.Transformer copy, with_fused_attention (W_q to W_o, num_heads, d_k)")),
     # -- lesson 05 ---------------------------------------------------------------
     Contract("FeedForward", "05_transformer", "class",
              "FeedForward(d_model, d_ff, dropout=0.0); forward(x (B, L, d_model)) -> (B, L, d_model)",
@@ -159,7 +160,8 @@ _ALL = (
                  "addition (plus the sublayers' own), nowhere else, a fresh mask each time; eval deterministic",
                  "no causal mask: every position sees every unmasked position",
              ),
-             used_by=("05: Transformer", "06: training", "07: copying the weights into nn.Transformer")),
+             used_by=("05: Transformer", "06: training", "07: copying the weights into nn.Transformer",
+                      "07: with_fused_attention replaces self_attn")),
     Contract("DecoderLayer", "05_transformer", "class",
              "DecoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, memory, src_mask=None, tgt_mask=None) "
              "-> (B, L_tgt, d_model)",
@@ -174,7 +176,8 @@ _ALL = (
                  "addition, nowhere else, a fresh mask each time; eval deterministic",
              ),
              used_by=("05: Transformer", "06: cross_attention_weights reads decoder_layers[-1].cross_attn",
-                      "07: copying the weights into nn.Transformer")),
+                      "07: copying the weights into nn.Transformer",
+                      "07: with_fused_attention replaces self_attn and cross_attn")),
     Contract("Transformer", "05_transformer", "class",
              "Transformer(src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048, "
              "dropout=0.1, max_len=5000, pad_id=0); forward(src, tgt) -> logits (B, L_tgt, tgt_vocab_size)",
