@@ -1,0 +1,68 @@
+"""Lesson 08's GPU configuration, its mixed-precision code path run on the CPU.
+
+No GPU is lent to CI, so the lesson's fast run trains in 32 bits. Here its own
+`train` (loaded by running the lesson's cells up to it, on the fast data) runs the
+GPU configuration, shrunk to a tiny model, with autocast in bfloat16 (what the
+lesson picks on compute capability 8 and above) and in float16 with the gradient
+scaler (what it picks on a T4), on the CPU. What is checked is the plumbing:
+finite losses, a checkpoint, and a resume that trains nothing twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from downstream_harness import SOLUTIONS, run_lesson
+
+LESSON = "08_real_data"
+
+
+@pytest.fixture(scope="module")
+def lesson(tmp_path_factory) -> dict:
+    """The namespace of lesson 08 after the cell that defines `train` (fast data, BPE trained)."""
+    import nbformat
+
+    folder = tmp_path_factory.mktemp("real_data")
+    for path in SOLUTIONS.glob("*.ipynb"):
+        shutil.copy(path, folder)
+    nb = nbformat.read(str(SOLUTIONS / f"{LESSON}.ipynb"), as_version=4)
+    last = next(i for i, cell in enumerate(nb.cells) if "def train(" in cell.source)
+    return run_lesson(LESSON, {}, folder, stop_after=last).namespace
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16+scaler"])
+def test_gpu_configuration_trains_in_mixed_precision_on_the_cpu(lesson: dict, dtype, tmp_path: Path) -> None:
+    ns = lesson
+    assert ns["GPU"].mixed_precision
+    config = dataclasses.replace(ns["GPU"], d_model=32, num_heads=2, num_layers=1, d_ff=64, batch_size=16,
+                                 num_steps=4, warmup_steps=2, eval_every=2, train_minutes=5.0)
+    ns["amp_dtype"], ns["device"], ns["CHECKPOINTS"] = dtype, torch.device("cpu"), tmp_path
+    build_model, seen = ns["build_model"], set()
+
+    def build_and_watch(*args):  # records the dtype of the logits in every forward pass
+        model = build_model(*args)
+        model.generator.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
+        return model
+
+    ns["build_model"] = build_and_watch
+    try:
+        model, history = ns["train"](config)
+    finally:
+        ns["build_model"] = build_model
+    assert dtype in seen, f"the forward pass ran in {seen}, not in {dtype}"
+    assert history["step"] == [2, 4]
+    assert all(math.isfinite(x) for x in history["train"] + history["valid"]), history
+    assert all(p.dtype == torch.float32 for p in model.parameters()), "the weights stay in 32 bits"
+    assert ns["checkpoint_path"](config).exists()
+
+    # Run again: found in its checkpoint, nothing trained twice.
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    again, history_again = ns["train"](config)
+    assert history_again == history
+    assert all(torch.equal(before[k], v) for k, v in again.state_dict().items())
