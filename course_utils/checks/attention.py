@@ -110,10 +110,10 @@ def _self_attention_stage(check: Check, fn: Callable, g: torch.Generator) -> Non
         causal = torch.ones(L, L, dtype=torch.bool).tril()
         if not close_enough(weights, _oracle(x, x, x, None)[1]) and close_enough(weights, _oracle(x, x, x, causal)[1]):
             check.fail(
-                f"When query and key have the same length and no mask is given, your weights hide the future "
-                f"(they are 0 above the diagonal): the function adds a causal mask on its own.\n"
-                f"Apply only the mask it is given (`mask=None` means every key may be attended); the decoder "
-                f"passes the causal mask explicitly."
+                "When query and key have the same length and no mask is given, your weights hide the future "
+                "(they are 0 above the diagonal): the function adds a causal mask on its own.\n"
+                "Apply only the mask it is given (`mask=None` means every key may be attended); the decoder "
+                "passes the causal mask explicitly."
             )
     _check_case(check, fn, x, x, x, None, "none", earlier=(6, 2))
     check.ok("self-attention (query = key = value, L_q == L_k) without a mask hides nothing")
@@ -153,10 +153,10 @@ def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
     out, _ = _call(check, fn, *ours, mask, "positional", batched_ok=True)
     if not out.requires_grad or out.grad_fn is None:
         check.fail(
-            f"Your output does not require grad although query, key and value do: it is cut off from "
-            f"autograd, so nothing before the attention could ever be trained.\n"
-            f"Likely cause: the computation runs inside `torch.no_grad()`, or a tensor is `.detach()`ed, "
-            f"taken from `.data`, or rebuilt from numpy / Python numbers."
+            "Your output does not require grad although query, key and value do: it is cut off from "
+            "autograd, so nothing before the attention could ever be trained.\n"
+            "Likely cause: the computation runs inside `torch.no_grad()`, or a tensor is `.detach()`ed, "
+            "taken from `.data`, or rebuilt from numpy / Python numbers."
         )
     grads = torch.autograd.grad((out * r.float()).sum(), ours, allow_unused=True)
     wrong = [
@@ -514,9 +514,9 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
     exp_sums = w.exp().sum(-1)
     if bool((w <= 1e-12).all()) and close_enough(exp_sums, torch.ones_like(exp_sums), atol=1e-4, rtol=0):
         check.fail(
-            f"Your weights are the *logarithms* of probabilities (all negative, and their exp() sums to 1 per "
-            f"row): a log_softmax.\nUse `torch.softmax(scores, dim=-1)`, so that each row of the weights is a "
-            f"probability distribution summing to 1."
+            "Your weights are the *logarithms* of probabilities (all negative, and their exp() sums to 1 per "
+            "row): a log_softmax.\nUse `torch.softmax(scores, dim=-1)`, so that each row of the weights is a "
+            "probability distribution summing to 1."
         )
     if mask is not None:
         _, free = _oracle(q, k, k, None)

@@ -378,7 +378,7 @@ def _check_divisibility(check: Check, cls) -> None:
                 f"MultiHeadAttention(10, 4) raises {type(exc).__name__}"
                 + ("" if str(exc).strip() else " without a message")
                 + ", but the exercise asks for a ValueError (lesson 04's next cell catches ValueError): "
-                f"`if d_model % num_heads != 0: raise ValueError(\"d_model must be divisible by num_heads\")`."
+                "`if d_model % num_heads != 0: raise ValueError(\"d_model must be divisible by num_heads\")`."
             )
         elif not str(exc).strip():
             check.problem(

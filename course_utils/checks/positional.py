@@ -424,9 +424,9 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
                 if p.requires_grad
                 else "it is listed among the model's weights (`model.parameters()`) even with requires_grad=False."
             )
-            + f"\nThe sinusoidal encoding is fixed: keep the table as a buffer with "
-            f"`self.register_buffer('pe', pe)`; it then follows `.to(device)` and is saved in the state_dict, "
-            f"but no optimizer changes it. The module should have no parameters at all."
+            + "\nThe sinusoidal encoding is fixed: keep the table as a buffer with "
+            "`self.register_buffer('pe', pe)`; it then follows `.to(device)` and is saved in the state_dict, "
+            "but no optimizer changes it. The module should have no parameters at all."
         )
     if params:
         return

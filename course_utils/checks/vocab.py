@@ -825,7 +825,7 @@ def _pad_shape(check: Check, out: torch.Tensor, sequences: list, what: str = "")
         cause = "Some sequences are missing: every sequence gets its own row."
     else:
         cause = "Expected one row per sequence and as many columns as the longest sequence has ids."
-    check.fail(f"pad_batch returned the wrong shape" + (f" with {what}" if what else "") + f".\n{shown}\n{cause}")
+    check.fail("pad_batch returned the wrong shape" + (f" with {what}" if what else "") + f".\n{shown}\n{cause}")
 
 
 def _check_more_batches(check: Check, pad_batch: Callable) -> None:
