@@ -27,12 +27,12 @@ def test_quick_run_prints_one_json_line_per_figure():
     for f in parsed:
         assert set(f) == {"name", "value", "unit"}
         assert isinstance(f["value"], (int, float)) and math.isfinite(f["value"]), f
-    for name in ("test_bleu", "train_seconds", "step_time_ratio", "greedy_bleu", "beam4_bleu", "beam4_time_ratio",
-                 "kv_cache_speedup", "kv_cache_speedup_batch1"):
+    for name in ("test_bleu", "train_seconds", "step_time_ratio", "sdpa_step_time_ratio", "greedy_bleu", "beam4_bleu",
+                 "beam4_time_ratio", "kv_cache_speedup", "kv_cache_speedup_batch1"):
         assert name in by_name
     assert by_name["greedy_bleu"]["value"] == by_name["test_bleu"]["value"]
     assert 0.0 <= by_name["beam4_bleu"]["value"] <= 100.0
-    for name in ("beam4_time_ratio", "kv_cache_speedup", "kv_cache_speedup_batch1"):
+    for name in ("beam4_time_ratio", "kv_cache_speedup", "kv_cache_speedup_batch1", "sdpa_step_time_ratio"):
         assert by_name[name]["value"] > 0
     assert by_name["train_tokens_per_second"]["value"] > 100, "the training tokens are counted, not overwritten"
     assert 0.0 <= by_name["test_bleu"]["value"] <= 100.0
