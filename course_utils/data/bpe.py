@@ -1,7 +1,7 @@
 """Subword tokens: byte-pair encoding (BPE) with Hugging Face ``tokenizers``.
 
     from course_utils.data.bpe import train_bpe
-    bpe = train_bpe(load_corpus("multi30k", "train"), vocab_size=8000)
+    bpe = train_bpe(load_corpus("multi30k", "train"), vocab_size=4000)
     ids = bpe.encode("A man rides a bike.")   # [<bos>, ..., <eos>]: ints, <bos>=1, <eos>=2
     bpe.decode(ids)                           # "A man rides a bike." (detokenized, for sacreBLEU)
 
@@ -87,7 +87,7 @@ class SubwordTokenizer:
         return cls(Tokenizer.from_file(str(path)))
 
 
-def train_bpe_on_texts(texts: Iterable[str], vocab_size: int = 8000, min_frequency: int = 2) -> SubwordTokenizer:
+def train_bpe_on_texts(texts: Iterable[str], vocab_size: int = 4000, min_frequency: int = 2) -> SubwordTokenizer:
     """Train BPE on ``texts`` until ``vocab_size`` ids (specials and single characters included)."""
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -108,7 +108,7 @@ def _both_sides(corpus_split, langs: Sequence[str]) -> Iterator[str]:
             yield pair[lang]
 
 
-def train_bpe(corpus_split, vocab_size: int = 8000, langs: Sequence[str] = ("en", "de"),
+def train_bpe(corpus_split, vocab_size: int = 4000, langs: Sequence[str] = ("en", "de"),
               min_frequency: int = 2) -> SubwordTokenizer:
     """One BPE vocabulary shared by ``langs``, trained on both sides of a corpus split (the training split)."""
     return train_bpe_on_texts(_both_sides(corpus_split, langs), vocab_size, min_frequency)
