@@ -53,6 +53,26 @@ def test_in_place_change_of_an_input_is_reported():
     expect(run_check("add", _body, sneaky), "failed", "changed its input `x` in place")
 
 
+def test_an_input_named_in_may_change_may_be_written_into():
+    def write_into_cache(x, cache):
+        cache["buffer"][0] = x.sum()  # a preallocated cache, written in place
+        x.mul_(1.0)  # not a change: equal values
+        return x + cache["buffer"]
+
+    def also_changes_x(x, cache):
+        x.add_(1.0)
+        return x
+
+    def body(check: Check, fn, allow: bool):
+        x, cache = torch.ones(3), {"buffer": torch.zeros(3)}
+        check.call(fn, x, cache, may_change=(cache,) if allow else ())
+        check.ok("ran")
+
+    expect(run_check("cached", body, write_into_cache, True), "passed")
+    expect(run_check("cached", body, write_into_cache, False), "failed", "changed its input `cache` in place")
+    expect(run_check("cached", body, also_changes_x, True), "failed", "changed its input `x` in place")
+
+
 def test_result_renders_for_terminal_html_and_tools():
     result = run_check("add", _body, lambda x, y: x - y)
     assert str(result).startswith("[FAILED] add")
