@@ -15,3 +15,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # fast configurations are tiny, and on a busy 2-core machine two threads per
 # kernel were measured up to ten times slower (a 300 s cell timeout).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure(config):
+    """nbval's options for this repository: compare the solution notebooks' outputs unless told otherwise.
+
+    Set here rather than in pyproject's addopts, so that `pytest -p no:nbval` (the unit tests alone) works.
+    """
+    if not config.pluginmanager.hasplugin("nbval"):
+        return
+    option = config.option
+    if not (option.nbval or option.nbval_lax):
+        option.nbval = True  # `pytest` alone compares the solution notebooks' stored outputs
+    option.nbval_current_env = True  # kernels run in this interpreter's environment (the course's venv)
+    if option.nbval_cell_timeout == 2000:  # nbval's default: ours is shorter, so that a hang fails in CI
+        option.nbval_cell_timeout = 300

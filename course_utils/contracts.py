@@ -26,6 +26,9 @@ class Contract:
     attributes: tuple[str, ...] = ()  # attributes later code reads (classes: of an instance)
     methods: tuple[str, ...] = ()  # methods later code calls, beyond __call__/forward
     submodules: tuple[str, ...] = ()  # submodule names later code and checkpoints rely on
+    parts: tuple[str, ...] = ()  # "name: Kind(args)": the kind and sizes of each submodule or buffer, args named
+    # after the constructor's parameters; Kind is Linear, Embedding, LayerNorm, Dropout, ModuleList, buffer or
+    # another exercise (whose own parts then apply)
     promises: tuple[str, ...] = ()  # behaviour later code relies on, in words; each verified by the checker
     used_by: tuple[str, ...] = ()  # the later cells, lessons and tools that use it
 
@@ -106,6 +109,7 @@ _ALL = (
              "PositionalEncoding(d_model, dropout=0.1, max_len=5000); forward(x (B, L, d_model)) -> (B, L, d_model)",
              attributes=("pe",),
              submodules=("dropout",),
+             parts=("pe: buffer(max_len, d_model)", "dropout: Dropout(dropout)"),
              promises=(
                  "built with positional arguments in this order: PositionalEncoding(d_model, dropout, max_len)",
                  "pe is the table as a buffer, pe[t] the row of position t (shape (max_len, d_model)); dropout is "
@@ -125,6 +129,8 @@ _ALL = (
              "MultiHeadAttention(d_model, num_heads, dropout=0.0); forward(query, key, value, mask=None) -> (B, L_q, d_model)",
              attributes=("num_heads", "d_k", "attention_weights"),
              submodules=("W_q", "W_k", "W_v", "W_o"),
+             parts=("W_q: Linear(d_model, d_model)", "W_k: Linear(d_model, d_model)", "W_v: Linear(d_model, d_model)",
+                    "W_o: Linear(d_model, d_model)"),
              promises=(
                  "num_heads is the head count it was built with, d_k = d_model // num_heads",
                  "attention_weights holds the weights of the last call, shape (B, num_heads, L_q, L_k)",
@@ -142,6 +148,7 @@ _ALL = (
     Contract("FeedForward", "05_transformer", "class",
              "FeedForward(d_model, d_ff, dropout=0.0); forward(x (B, L, d_model)) -> (B, L, d_model)",
              submodules=("linear1", "linear2"),
+             parts=("linear1: Linear(d_model, d_ff)", "linear2: Linear(d_ff, d_model)"),
              promises=(
                  "linear1 = nn.Linear(d_model, d_ff) and linear2 = nn.Linear(d_ff, d_model), with biases",
                  "computes linear2(dropout(relu(linear1(x)))), position by position",
@@ -151,6 +158,8 @@ _ALL = (
     Contract("EncoderLayer", "05_transformer", "class",
              "EncoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, mask=None) -> (B, L, d_model)",
              submodules=("self_attn", "feed_forward", "norm1", "norm2"),
+             parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "feed_forward: FeedForward(d_model, d_ff)",
+                    "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)"),
              promises=(
                  "self_attn is a MultiHeadAttention and feed_forward a FeedForward, each passing its own checker",
                  "norm1 and norm2 are LayerNorm(d_model) (over the last axis, with gain and bias); norm1 ends the "
@@ -166,6 +175,9 @@ _ALL = (
              "DecoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, memory, src_mask=None, tgt_mask=None) "
              "-> (B, L_tgt, d_model)",
              submodules=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3"),
+             parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "cross_attn: MultiHeadAttention(d_model, num_heads)",
+                    "feed_forward: FeedForward(d_model, d_ff)", "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)",
+                    "norm3: LayerNorm(d_model)"),
              promises=(
                  "self_attn and cross_attn are two MultiHeadAttentions, feed_forward a FeedForward, each passing "
                  "its own checker",
@@ -185,6 +197,10 @@ _ALL = (
              methods=("encode", "decode"),
              submodules=("src_embed", "tgt_embed", "positional_encoding", "encoder_layers", "decoder_layers",
                          "generator"),
+             parts=("src_embed: Embedding(src_vocab_size, d_model)", "tgt_embed: Embedding(tgt_vocab_size, d_model)",
+                    "positional_encoding: PositionalEncoding(d_model, dropout, max_len)",
+                    "encoder_layers: ModuleList(num_layers)", "decoder_layers: ModuleList(num_layers)",
+                    "generator: Linear(d_model, tgt_vocab_size)"),
              promises=(
                  "encode(src) -> memory (B, L_src, d_model); decode(tgt, memory, src) -> logits; "
                  "forward(src, tgt) == decode(tgt, encode(src), src)",

@@ -526,8 +526,7 @@ def test_messages_are_deterministic():
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where a GPU exists the checker also runs there; the CPU stands in for it here."""
-    from course_utils.checks import _placement, attention
+    from course_utils.checks import _gpu
 
-    monkeypatch.setattr(attention, "real_gpu", lambda: "cpu")
-    monkeypatch.setattr(_placement, "real_gpu", lambda: "cpu")
+    monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check(reference), "passed")

@@ -615,9 +615,9 @@ def test_accepts_every_way_of_following_the_device(fn):
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where cuda or mps exists the decoding runs there too; here the CPU stands in for it, to run that code."""
-    import course_utils.checks.decoding as decoding
+    from course_utils.checks import _gpu
 
-    monkeypatch.setattr(decoding, "_real_device", lambda: torch.device("cpu"))
+    monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check_greedy_decode(greedy_decode), "passed")
     expect(check_greedy_decode(returns_on_the_cpu), "failed", "returns its output on the cpu")
 

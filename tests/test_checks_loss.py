@@ -200,7 +200,7 @@ def test_accepts_correct_variants(fn):
         (in_place, ["changed its input `logits` in place"]),
         (item, ["python number", ".item()"]),
         (detached, ["not connected to the logits", "requires_grad is false"]),
-        (partly_detached, ["gradient of your loss", "detached"]),
+        (partly_detached, ["gradient with respect to the logits", "detach"]),
     ],
 )
 def test_diagnoses_mistakes(fn, phrases):

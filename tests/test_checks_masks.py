@@ -373,9 +373,8 @@ def test_target_stub_crash_and_trace():
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where a GPU exists the mask checkers also run there; the CPU stands in for it here."""
-    from course_utils.checks import _placement, masks
+    from course_utils.checks import _gpu
 
-    monkeypatch.setattr(masks, "real_gpu", lambda: "cpu")
-    monkeypatch.setattr(_placement, "real_gpu", lambda: "cpu")
+    monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check_padding_mask(padding_reference), "passed")
     expect(check_target_mask(target_reference), "passed")

@@ -702,15 +702,15 @@ MODULE_MISTAKES = [
     (PEBatchSlice, ["batch size instead of the sequence length"]),
     (PEInPlace, ["changed its input `x` in place"]),
     (PEAlwaysDropout, ["eval mode", "F.dropout"]),
-    (PENoDropout, ["no dropout was applied"]),
-    (PEFixedRate, ["about 50% of the outputs should be zeroed", "constructor"]),
+    (PENoDropout, ["no dropout", "every entry arrives unchanged"]),
+    (PEFixedRate, ["nn.Dropout(p=0.1)", "built with dropout=0.0"]),
     (PEFloat64, ["torch.float64", "float32"]),
-    (PEUnscaledMask, ["scaled by 1 / (1 - p)"]),
+    (PEUnscaledMask, ["does not scale the ones it keeps", "1 / (1 - p)"]),
     (PENoDefaults, ["defaults", "dropout=(none), max_len=(none)"]),
     (PEFloat16, ["torch.float16", "float32"]),
-    (PEDetachedInput, ["does not require grad", "x.detach()"]),
+    (PEDetachedInput, ["does not require grad", ".detach()"]),
     (PELearnedScale, ["parameter `alpha`", "no parameters"]),
-    (PEDropoutTwice, ["about 50%", "only once"]),
+    (PEDropoutTwice, ["dropout twice", "1 / (1 - p)^2"]),
     (PEDropoutOnTable, ["dropout to the table alone", "dropout(x + PE[:L])"]),
     (PEOffByOne, ["shifted by one position"]),
     (PEIgnoresMaxLen, ["shape (512, 16)", "not max_len=40"]),
@@ -738,8 +738,7 @@ def test_module_diagnoses_mistakes(cls, phrases):
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where a GPU exists the module checker also runs there; the CPU stands in for it here."""
-    from course_utils.checks import _placement, positional
+    from course_utils.checks import _gpu
 
-    monkeypatch.setattr(positional, "real_gpu", lambda: "cpu")
-    monkeypatch.setattr(_placement, "real_gpu", lambda: "cpu")
+    monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check_positional_encoding_module(PEModule), "passed")

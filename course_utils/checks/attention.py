@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import contracts
+from . import stages
 from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, fmt_number, fmt_shape, fmt_values,
                     generator, run_check)
-from ._placement import real_gpu, require_on_gpu, run_on_gpu
 
 _NAME = "scaled_dot_product_attention"
 _SIGNATURE = contracts.contract(_NAME).signature.split(" ->")[0]  # how the course calls it
@@ -141,62 +141,27 @@ def _float64_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
 
 def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
     """Gradients flow to query, key and value as in PyTorch's attention."""
-    q0 = torch.randn(2, 3, 4, 3, generator=g, dtype=torch.float64)
-    k0 = torch.randn(2, 3, 5, 3, generator=g, dtype=torch.float64)
-    v0 = torch.randn(2, 3, 5, 2, generator=g, dtype=torch.float64)
+    q, k, v = (torch.randn(2, 3, n, d, generator=g, dtype=torch.float64) for n, d in ((4, 3), (5, 3), (5, 2)))
     mask = torch.tensor([[1, 1, 0, 1, 1], [1, 0, 1, 1, 0]], dtype=torch.bool).reshape(2, 1, 1, 5)
-    r = torch.randn(2, 3, 4, 2, generator=g, dtype=torch.float64)
-    leaves = [t.clone().requires_grad_(True) for t in (q0, k0, v0)]
-    (F.scaled_dot_product_attention(*leaves, attn_mask=mask) * r).sum().backward()
-    expected = [t.grad for t in leaves]
-    ours = [t.float().requires_grad_(True) for t in (q0, k0, v0)]
-    out, _ = _call(check, fn, *ours, mask, "positional", batched_ok=True)
-    if not out.requires_grad or out.grad_fn is None:
-        check.fail(
-            "Your output does not require grad although query, key and value do: it is cut off from "
-            "autograd, so nothing before the attention could ever be trained.\n"
-            "Likely cause: the computation runs inside `torch.no_grad()`, or a tensor is `.detach()`ed, "
-            "taken from `.data`, or rebuilt from numpy / Python numbers."
-        )
-    grads = torch.autograd.grad((out * r.float()).sum(), ours, allow_unused=True)
-    wrong = [
-        name
-        for name, got, want in zip(("query", "key", "value"), grads, expected)
-        if got is None or not close_enough(got, want, *_LOOSE)
-    ]
-    if wrong == ["query", "key"]:
-        check.fail(
-            "Your output is right, but no gradient (or a wrong one) reaches `query` and `key`: the weights are "
-            "cut off from autograd before `weights @ value`.\nLikely cause: `weights.detach()`, `.data`, or "
-            "computing the weights under `torch.no_grad()`. Keep the weights in the graph."
-        )
-    if wrong:
-        check.fail(
-            f"Your output is right, but the gradient with respect to {', '.join(wrong)} differs from "
-            f"F.scaled_dot_product_attention's.\nLikely cause: a `.detach()`, `.data` or `torch.no_grad()` on "
-            f"the way from {' and '.join(wrong)} to the output."
-        )
-    check.ok("gradients reach query, key and value (as with F.scaled_dot_product_attention)")
+
+    def expected(r: torch.Tensor) -> dict[str, torch.Tensor]:
+        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+        out = F.scaled_dot_product_attention(*leaves, attn_mask=mask)
+        return dict(zip(("query", "key", "value"), torch.autograd.grad((out * r).sum(), leaves)))
+
+    stages.gradients(
+        check, lambda query, key, value: _call(check, fn, query, key, value, mask, "positional", batched_ok=True)[0],
+        {"query": q.float(), "key": k.float(), "value": v.float()}, expected, "output",
+        "F.scaled_dot_product_attention", causes={frozenset({"query", "key"}): (
+            "No gradient (or a wrong one) reaches `query` and `key`: the weights are cut off from autograd before "
+            "`weights @ value`.\nLikely cause: `weights.detach()`, `.data`, or computing the weights under "
+            "`torch.no_grad()`. Keep the weights in the graph.")})
 
 
 def _device_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
     """Inputs on a GPU: a pretended one everywhere, and the real one when there is one."""
-    q, k, v, mask = _small_inputs(g, torch.float32)
-    inputs = "query, key and value"
-    result = run_on_gpu(check, fn, q, k, v, mask, what=_NAME, inputs=inputs)
-    if isinstance(result, Raised):
-        return  # an error that only the pretended device provokes says nothing about a real one
-    items = result if isinstance(result, (tuple, list)) and len(result) == 2 else (None, None)
-    require_on_gpu(check, _NAME, inputs, {"the output": items[0], "the weights": items[1]})
-    device = real_gpu()
-    if device is not None:
-        out, weights = _call(check, fn, *(t.to(device) for t in (q, k, v, mask)), "positional", batched_ok=True)
-        ref_out, ref_w = _oracle(q, k, v, mask)
-        if out.device.type != device or weights.device.type != device:
-            check.fail(f"With inputs on {device}, your {_NAME} returns tensors on {out.device} and {weights.device}.")
-        check.close(out.cpu(), ref_out, f"the output on {device}")
-        check.close(weights.cpu(), ref_w, f"the weights on {device}")
-    check.ok("inputs on a GPU give outputs on that GPU (no tensor is created on the CPU)")
+    stages.on_gpu(check, fn, *_small_inputs(g, torch.float32), what=_NAME, inputs="query, key and value",
+                  outputs=("the output", "the weights"), source="query")
 
 
 # --------------------------------------------------------------------------

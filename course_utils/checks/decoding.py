@@ -11,27 +11,23 @@ recorded calls name what went wrong. The batch must be encoded in one call and
 see prefixes of length 1, 2, 3, ...: the usual batched loop, a per-sentence
 loop and a batch that drops its finished sentences all qualify.
 
-The scripted model counts its calls and stops answering past a bound tied to
-``max_len`` (a loop without its stopping condition ends with a message, never
-hangs), records whether gradients were on (decoding must run under
-``torch.no_grad()``), and can live on a pretend GPU (``_devices``) to catch
-tensors created on the CPU whatever the input's device; where a real ``cuda``
-or ``mps`` device exists, the decoding runs there too.
+The scripted model (:mod:`._scripted`) counts its calls and stops answering
+past a bound tied to ``max_len`` (a loop without its stopping condition ends
+with a message, never hangs), records whether gradients were on (decoding must
+run under ``torch.no_grad()``), and can live on a pretend GPU to catch tensors
+created on the CPU whatever the input's device; where a real ``cuda`` or ``mps``
+device exists, the decoding runs there too.
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable
+from typing import Callable
 
 import torch
-from torch import nn
 
-from . import _devices
-from ._core import Check, CheckResult, Raised, describe, fmt_shape, fmt_values, run_check
-
-_WIDTH = 3  # features of the scripted memory
-_SLACK = 3  # extra prefix tokens (and calls per sentence) the scripted model allows before it stops answering
+from . import _gpu, stages
+from ._core import Check, CheckResult, Raised, fmt_shape, fmt_values, run_check
+from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder
 _NO_GRAD = (
     "Decoding needs no gradients: decorate greedy_decode with `@torch.no_grad()` (or run its body inside "
     "`with torch.no_grad():`). With gradients on, every step keeps the whole computation graph of the decoder "
@@ -62,11 +58,7 @@ def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
 
 
 # --------------------------------------------------------------------------
-# The scripted model.
-
-
-class Runaway(BaseException):
-    """The scripted model's answer to a loop that does not stop (a BaseException: `except Exception` cannot hide it)."""
+# The scripted model's rule.
 
 
 def _next_token(prefix: list[int], src_row: tuple[int, ...], ordinary: list[int], eos_id: int) -> int:
@@ -83,119 +75,21 @@ def _next_token(prefix: list[int], src_row: tuple[int, ...], ordinary: list[int]
     return ordinary[mix % len(ordinary)]
 
 
-class _ScriptedTransformer(nn.Module):
-    """Stands in for a trained Transformer: deterministic, causal, and it records how it is called."""
+def _ordinary(case: dict) -> list[int]:
+    return [t for t in range(case["vocab_size"]) if t not in (case["bos_id"], case["eos_id"], case["pad_id"])]
 
-    def __init__(self, case: dict, batch: int, pretend_device: bool = False):
-        super().__init__()
-        self.anchor = nn.Parameter(torch.zeros(()))  # so that next(model.parameters()) works
-        self.vocab_size, self.eos_id, self.pad_id = case["vocab_size"], case["eos_id"], case["pad_id"]
-        self.max_len, self.batch, self.pretend_device = case["max_len"], batch, pretend_device
-        special = (case["bos_id"], case["eos_id"], case["pad_id"])
-        self.ordinary = [t for t in range(self.vocab_size) if t not in special]
-        self.encode_calls = 0
-        self.encoded: list[tuple[int, ...]] = []  # the sentences encoded, one entry per row
-        self.decode_lengths: list[int] = []
-        self.decoded: list[list[tuple[int, ...]]] = []  # the sentences in each decode call
-        self.with_grad = 0  # calls made while gradients were on
-        self.runaway = ""  # set once a loop has run past the bounds
 
-    def parameters(self, recurse: bool = True):
-        anchor = _devices.on_device(self.anchor) if self.pretend_device else self.anchor
-        yield anchor
+def _model(case: dict, batch: int, pretend_device: bool = False) -> ScriptedModel:
+    """A scripted model choosing by :func:`_next_token`; the other logits a fixed pattern, far below."""
+    V, ordinary = case["vocab_size"], _ordinary(case)
+    ramp = torch.arange(V, dtype=torch.float32)
 
-    def sentence(self, row: list[int]) -> tuple[int, ...]:
-        """A source row without its padding: what identifies the sentence."""
-        return tuple(int(t) for t in row if t != self.pad_id)
-
-    def _guard(self, what: str, count: int, length: int = 0) -> None:
-        """Stop answering a loop that runs past max_len (plus a small slack)."""
-        most_calls = self.batch * (self.max_len + _SLACK)
-        if not self.runaway and (count > most_calls or length > self.max_len + _SLACK):
-            self.runaway = (
-                f"your loop called model.{what} {count} times with max_len={self.max_len}"
-                + (f" (the last prefix had {length} tokens)" if length > self.max_len else "")
-                + ": it does not stop at max_len"
-            )
-        if self.runaway:
-            raise Runaway(self.runaway)
-
-    def _arrived(self, what: str, *tensors: torch.Tensor) -> None:
-        """Inputs must be on the model's device (raises as a GPU would)."""
-        self.with_grad += torch.is_grad_enabled()
-        if self.pretend_device and not all(_devices.is_on_device(t) for t in tensors):
-            raise _devices.DeviceMismatch(f"model.{what} received a CPU tensor while the model is on {_devices.PRETEND}")
-        if not self.pretend_device and any(t.device != self.anchor.device for t in tensors):
-            raise RuntimeError(f"Expected all tensors to be on the same device as the model ({self.anchor.device})")
-
-    def _leave(self, tensor: torch.Tensor) -> torch.Tensor:
-        return _devices.on_device(tensor) if self.pretend_device else tensor.to(self.anchor.device)
-
-    def encode(self, src: torch.Tensor) -> torch.Tensor:
-        self.encode_calls += 1
-        self._guard("encode", self.encode_calls)
-        if not isinstance(src, torch.Tensor) or src.dim() != 2:
-            raise ValueError(f"model.encode(src) expects the source batch (B, S), got {describe(src)}")
-        self._arrived("encode", src)
-        src = _devices.plain(src).cpu()
-        self.encoded += [self.sentence(row) for row in src.detach().long().tolist()]
-        memory = src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH).float()  # (B, S, _WIDTH)
-        return self._leave(memory)
-
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-        _validate_decode_arguments(tgt, memory, src)
-        self._guard("decode", len(self.decode_lengths) + 1, int(tgt.shape[1]))
-        self._arrived("decode", tgt, memory, src)
-        tgt, memory, src = (_devices.plain(t).cpu() for t in (tgt, memory, src))
-        wanted = src.detach().double().unsqueeze(-1).expand(-1, -1, _WIDTH)
-        if tuple(memory.shape) != tuple(wanted.shape) or not torch.equal(memory.detach().double(), wanted):
-            raise ValueError(
-                "model.decode(tgt, memory, src) expects memory = model.encode(src) as its second argument; "
-                f"got {describe(memory)}"
-            )
-        self.decode_lengths.append(int(tgt.shape[1]))
-        tokens = tgt.detach().long().tolist()
-        sources = [self.sentence(row) for row in src.detach().long().tolist()]
-        self.decoded.append(sources)
-        return self._leave(self._logits(tokens, sources))
-
-    def _logits(self, tokens: list[list[int]], sources: list[tuple[int, ...]]) -> torch.Tensor:
-        batch, length = len(tokens), len(tokens[0])
-        logits = torch.zeros(batch, length, self.vocab_size)  # (B, L, V)
-        ramp = torch.arange(self.vocab_size, dtype=torch.float32)
-        for b in range(batch):
-            for j in range(length):
-                choice = _next_token(tokens[b][: j + 1], sources[b], self.ordinary, self.eos_id)
-                logits[b, j] = ((ramp * 7 + 3 * j + b) % self.vocab_size) / self.vocab_size
-                logits[b, j, choice] += 4.0
+    def script(sentence: tuple, prefix: tuple) -> torch.Tensor:
+        logits = ((ramp * 7 + 3 * (len(prefix) - 1) + sentence[1]) % V) / V
+        logits[_next_token(list(prefix), sentence, ordinary, case["eos_id"])] += 4.0
         return logits
 
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        return self.decode(tgt, self.encode(src), src)
-
-
-def _validate_decode_arguments(tgt, memory, src) -> None:
-    """Name an argument given in the wrong place, as the real model would crash on it."""
-    if not isinstance(tgt, torch.Tensor) or tgt.dim() != 2:
-        raise ValueError(
-            f"model.decode(tgt, memory, src) expects tgt of shape (B, L), the tokens so far; got {describe(tgt)}"
-        )
-    if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.shape[0] != tgt.shape[0]:
-        raise ValueError(
-            f"model.decode(tgt, memory, src) expects src, the source batch (B, S), as its third argument "
-            f"(and memory = model.encode(src) as its second); got {describe(src)} with tgt of shape "
-            f"{fmt_shape(tgt.shape)}"
-        )
-    if src.dtype == torch.bool:
-        raise ValueError(
-            "model.decode(tgt, memory, src) expects src, the source token ids (B, S), as its third argument, "
-            "not a mask: the model builds its masks itself"
-        )
-    if not isinstance(memory, torch.Tensor) or tuple(memory.shape) != (*src.shape, _WIDTH):
-        raise ValueError(
-            "model.decode(tgt, memory, src) expects memory = model.encode(src) as its second argument; "
-            f"got {describe(memory)}"
-        )
+    return ScriptedModel(script, V, case["pad_id"], batch, case["max_len"], pretend_device)
 
 
 # Each case: vocab size, special ids, max_len, and per sentence the prefix length at which it emits EOS
@@ -217,9 +111,9 @@ def _source(case: dict) -> torch.Tensor:
     return torch.tensor(rows)  # (B, S)
 
 
-def _expected(case: dict, src: torch.Tensor, model: _ScriptedTransformer) -> torch.Tensor:
+def _expected(case: dict, src: torch.Tensor, model: ScriptedModel) -> torch.Tensor:
     """Greedy decoding replayed with the scripted model's rule."""
-    ordinary = model.ordinary
+    ordinary = _ordinary(case)
     rows = [[case["bos_id"]] for _ in case["stops"]]
     done = [False] * len(rows)
     sources = [model.sentence(row) for row in src.tolist()]
@@ -249,30 +143,15 @@ def _row(values: list[int]) -> str:
 
 
 def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = False, pretend_device: bool = False):
-    """Run greedy_decode on a fresh scripted model: (model, src, output).
-
-    With ``probe`` a crash comes back as a ``Raised`` (otherwise it ends the check as an error); a loop that runs
-    past the scripted model's bounds ends the check with a failure either way (``Runaway`` is a BaseException,
-    so the learner's `except Exception` cannot hide it, and the wrapper turns it into that failure).
-    """
+    """Run greedy_decode on a fresh scripted model: (model, src, output); see :func:`._scripted.run_decoder`."""
     src = _source(case)
-    model = _ScriptedTransformer(case, src.shape[0], pretend_device)
-
-    def greedy_decode_(model, src, max_len, bos_id, eos_id, pad_id):
-        try:
-            return greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
-        except Runaway as exc:
-            check.fail(
-                f"greedy_decode does not stop: {exc} {_setup(case, src)}.\n"
-                f"A sentence that never emits eos_id must stop when ys has max_len columns (BOS included): loop "
-                f"`while ys.size(1) < max_len and not finished.all()`, or `for _ in range(max_len - 1)` with a "
-                f"`break` once every sentence has finished."
-            )
-
-    run = check.attempt if probe else check.call
-    args = (case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"])
-    with _devices.elsewhere() if pretend_device else contextlib.nullcontext():
-        out = run(greedy_decode_, model, _devices.on_device(src) if pretend_device else src, *args, what="greedy_decode")
+    model = _model(case, src.shape[0], pretend_device)
+    out = run_decoder(
+        check, greedy_decode, model, src, case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"],
+        what="greedy_decode", probe=probe, pretend_device=pretend_device, runaway=(
+            f"{_setup(case, src)} A sentence that never emits eos_id must stop when ys has max_len columns (BOS "
+            f"included): loop `while ys.size(1) < max_len and not finished.all()`, or `for _ in range(max_len - 1)` "
+            f"with a `break` once every sentence has finished."))
     return model, src, out
 
 
@@ -290,17 +169,6 @@ def _check_batch_runs(check: Check, greedy_decode: Callable, case: dict) -> None
         "It should decode the whole batch at once: keep ys as a (B, T) tensor, take the argmax for every "
         "sentence (`.argmax(dim=-1)` gives shape (B,)), and avoid `.item()`, which works only for one sentence.",
     )
-
-
-def crashes_on_a_batch(check: Check, name: str, out: Any, batch_size: int, advice: str) -> None:
-    """Fail when a decoder that ran on one sentence crashed on a batch (``out`` from ``check.attempt``)."""
-    if isinstance(out, Raised) and not isinstance(out.exception, NotImplementedError):
-        exc = out.exception
-        text = str(exc).strip().splitlines()
-        check.fail(
-            f"{name} works for one sentence but crashes on a batch of {batch_size}: "
-            f"{type(exc).__name__}" + (f": {text[0]}" if text else "") + f".\n{advice}"
-        )
 
 
 def _output(check: Check, out, case: dict, src: torch.Tensor) -> torch.Tensor:
@@ -325,10 +193,10 @@ def _output(check: Check, out, case: dict, src: torch.Tensor) -> torch.Tensor:
 # What the recorded calls and the output say, one mechanism at a time.
 
 
-def _diagnose(check: Check, model: _ScriptedTransformer, src: torch.Tensor, out: torch.Tensor, case: dict,
+def _diagnose(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict,
               ok: Callable[[str], None]) -> None:
     expected = _expected(case, src, model)
-    sentences = [model.sentence(row) for row in src.tolist()]
+    sentences = model.sentences(src)
     setup = _setup(case, src)
     ok(_check_encoding(check, model, src, sentences, setup))
     seen = _check_prefixes(check, model, sentences, setup)
@@ -348,7 +216,7 @@ def _shown(expected: torch.Tensor, out: torch.Tensor, b: int = -1) -> str:
     return f"  expected: {_row(expected[b].tolist())}\n  actual:   {_row(out[b].tolist())}  ({which})"
 
 
-def _check_encoding(check: Check, model: _ScriptedTransformer, src: torch.Tensor, sentences: list, setup: str) -> str:
+def _check_encoding(check: Check, model: ScriptedModel, src: torch.Tensor, sentences: list, setup: str) -> str:
     """The encoder runs once for the whole batch."""
     if model.encode_calls == 0:
         check.fail(
@@ -375,10 +243,16 @@ def _check_encoding(check: Check, model: _ScriptedTransformer, src: torch.Tensor
     return "encodes the whole batch once"
 
 
-def _check_prefixes(check: Check, model: _ScriptedTransformer, sentences: list, setup: str) -> list[list[int]]:
+def _check_prefixes(check: Check, model: ScriptedModel, sentences: list, setup: str) -> list[list[int]]:
     """The decoder sees the whole prefix, one token longer at each step (followed sentence by sentence, so
     that decoding the sentences one at a time, or dropping finished ones from the batch, is fine too)."""
-    lengths = model.decode_lengths
+    lengths = [len(call[0][1]) for call in model.rows]
+    if model.misaligned:
+        check.fail(
+            f"In {model.misaligned} rows given to model.decode, memory and src belong to different sentences "
+            f"{setup}. Give model.decode the memory of the very sentences of src: memory = model.encode(src), "
+            f"and the same rows of both (memory[rows] with src[rows])."
+        )
     if len(lengths) > 1 and all(length == 1 for length in lengths):
         check.fail(
             f"Every call to model.decode received a single token {setup}: you feed back only the last token. "
@@ -386,8 +260,8 @@ def _check_prefixes(check: Check, model: _ScriptedTransformer, sentences: list, 
             f"(`torch.cat([ys, next_token], dim=1)`) and pass all of ys at every step."
         )
     seen: list[list[int]] = [[] for _ in sentences]
-    for call, length in zip(model.decoded, lengths):
-        for sentence in call:
+    for call, length in zip(model.rows, lengths):
+        for sentence, _ in call:
             if sentence not in sentences:
                 check.fail(
                     f"model.decode received a source sentence that is not in the batch, {_row(list(sentence))} "
@@ -396,7 +270,7 @@ def _check_prefixes(check: Check, model: _ScriptedTransformer, sentences: list, 
             seen[sentences.index(sentence)].append(length)
     for steps in seen:
         if steps != list(range(1, len(steps) + 1)):
-            shown_lengths = lengths if all(len(call) == len(sentences) for call in model.decoded) else steps
+            shown_lengths = lengths if all(len(call) == len(sentences) for call in model.rows) else steps
             check.fail(
                 f"The prefixes given to model.decode had lengths {shown_lengths} {setup}; they should be 1, 2, 3, "
                 f"...: start from ys = BOS alone (one column) and append exactly one token per step."
@@ -431,10 +305,10 @@ def _check_tokens(check, model, out, expected, sentences, case, setup) -> str:
             prefix = row[:j]
             if eos in prefix:
                 break
-            want = _next_token(prefix, sentences[b], model.ordinary, eos)
+            want = _next_token(prefix, sentences[b], _ordinary(case), eos)
             if row[j] == want:
                 continue
-            if row[j] == _next_token(prefix[:1], sentences[b], model.ordinary, eos) and j > 1:
+            if row[j] == _next_token(prefix[:1], sentences[b], _ordinary(case), eos) and j > 1:
                 cause = (
                     "it is the argmax at the FIRST position of the decoder output. The prediction for the next "
                     "token is at the last position: `logits[:, -1, :]`, then `.argmax(dim=-1)`."
@@ -507,8 +381,8 @@ def _check_stopping(check: Check, out: torch.Tensor, expected: torch.Tensor, see
 # Gradients and devices: what lesson 06 (and a GPU) need beyond the right tokens.
 
 
-def _check_no_grad(check: Check, models: list[_ScriptedTransformer]) -> None:
-    calls = sum(model.with_grad for model in models)
+def _check_no_grad(check: Check, models: list[ScriptedModel]) -> None:
+    calls = sum(model.grad_calls for model in models)
     if calls:
         check.fail(
             f"greedy_decode ran the model with gradients on ({calls} calls of model.encode/model.decode).\n{_NO_GRAD}"
@@ -518,50 +392,21 @@ def _check_no_grad(check: Check, models: list[_ScriptedTransformer]) -> None:
 
 def _check_device(check: Check, greedy_decode: Callable, case: dict) -> None:
     """Decode on a pretend GPU (and on a real one, if there is one): every tensor must follow src's device."""
-    model, src, out = _decode(check, greedy_decode, case, probe=True, pretend_device=True)
-    where = f"(src and the model on {_devices.PRETEND}, pretended on this machine)"
+    _, _, out = _decode(check, greedy_decode, case, probe=True, pretend_device=True)
+    stages.mixed_devices(check, out, "greedy_decode", "src and the model", advice=(
+        "Create every tensor on src's device: `torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)`, "
+        "`torch.zeros(B, dtype=torch.bool, device=src.device)` (or `src.new_full(...)`, `src.new_zeros(...)`)."))
     if isinstance(out, Raised):
-        check.fail(_device_message(out, where))
-    if not _devices.is_on_device(out):
-        check.fail(
-            f"greedy_decode returns its output on the CPU when src and the model are on a GPU {where}.\n"
-            "Return ys on src's device (do not call `.cpu()` or `.tolist()` on it inside greedy_decode): the "
-            "caller decides where the tokens go."
-        )
-    real = _real_device()
-    if real is not None:
-        model, src, out = _on_real_device(check, greedy_decode, case, real)
-        if isinstance(out, Raised):
-            check.fail(_device_message(out, f"(src and the model on {real})"))
-        if not isinstance(out, torch.Tensor) or out.device != src.device:
-            check.fail(f"greedy_decode returns its output on {describe(out)} when src is on {real}.")
+        check.fail(f"greedy_decode fails with src and the model on a GPU {_gpu.WHERE}:\n{out.message}")
+    stages.left_on_cpu(check, {"its output": out}, "greedy_decode", "src and the model")
+    device = _gpu.real_gpu()
+    if device is not None:
+        src = _source(case).to(device)
+        model = _model(case, src.shape[0]).to(device)
+        out = check.call(greedy_decode, model, src, case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"],
+                         what="greedy_decode")
+        stages.left_on_cpu(check, {"its output": out}, "greedy_decode", "src and the model", device)
     check.ok("creates its tensors on src's device, so it runs on a GPU too")
-
-
-def _device_message(out: Raised, where: str) -> str:
-    return (
-        f"greedy_decode mixes CPU tensors with tensors on the GPU {where}:\n{out.message}\n"
-        "On Colab's GPU this line fails with \"Expected all tensors to be on the same device\". Create every "
-        "tensor on src's device: `torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)`, "
-        "`torch.zeros(B, dtype=torch.bool, device=src.device)` (or `src.new_full(...)`, `src.new_zeros(...)`)."
-    )
-
-
-def _real_device() -> torch.device | None:
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return None
-
-
-def _on_real_device(check: Check, greedy_decode: Callable, case: dict, device: torch.device):
-    src = _source(case).to(device)
-    model = _ScriptedTransformer(case, src.shape[0]).to(device)
-    out = check.attempt(greedy_decode, model, src, case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"],
-                        what="greedy_decode")
-    return model, src, out
 
 
 __all__ = ["check_greedy_decode"]

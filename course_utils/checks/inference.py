@@ -36,7 +36,6 @@ eos_id, pad_id, length_penalty=0.6) -> (B, T)`` LongTensor.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 import warnings
@@ -45,12 +44,10 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import _devices
+from . import _gpu, stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
-from .decoding import Runaway, crashes_on_a_batch
-
-_WIDTH = 3  # features of the scripted memory
-_SLACK = 2  # decode calls allowed past the contract's bound before the scripted model refuses
+from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder
+from ._standins import D_MODEL, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
 
 
 # --------------------------------------------------------------------------
@@ -70,15 +67,6 @@ def check_decode_step(decode_step: Callable) -> CheckResult:
 def check_to_torch_transformer(to_torch_transformer: Callable) -> CheckResult:
     """Check that ``to_torch_transformer(model)`` computes the model's logits with nn.Transformer's layers."""
     return run_check("to_torch_transformer", _check_to_torch_transformer, to_torch_transformer)
-
-
-def _mix(*numbers: int) -> float:
-    """A deterministic pseudo-random number in [0, 1) from integers."""
-    h = 1_000_003
-    for n in numbers:
-        h = (h * 7919 + int(n) + 17) % 2_147_483_647
-        h = (h * 48271) % 2_147_483_647
-    return h / 2_147_483_647
 
 
 class _Language:
@@ -101,6 +89,8 @@ class _Language:
             self._cache[key] = self._compute(sentence, prefix)
         return self._cache[key]
 
+    __call__ = logits  # a script for ScriptedModel
+
     def log_probs(self, sentence: tuple[int, ...], prefix: tuple[int, ...]) -> list[float]:
         return torch.log_softmax(self.logits(sentence, prefix).double(), dim=-1).tolist()
 
@@ -109,7 +99,7 @@ class _Language:
         n = len(prefix) - 1  # tokens generated so far
         logits = torch.full((self.vocab_size,), -30.0, dtype=torch.float64, device="cpu")  # BOS and padding: never
         for w in self.ordinary + [self.eos_id]:
-            logits[w] = 3.0 * _mix(salt, w, *prefix)
+            logits[w] = 3.0 * mix(salt, w, *prefix)
         logits[self.eos_id] += 1.6 * (n + 1 - target)  # sentences tend to end near `target` tokens
         if kind == 1 and n <= 1:
             a, b = self.ordinary[0], self.ordinary[1]
@@ -128,98 +118,6 @@ class _Language:
                 probs[w] = p
             logits = probs.log()
         return logits.float()
-
-
-class _ScriptedModel(nn.Module):
-    """Stands in for a trained Transformer and records how it is called."""
-
-    def __init__(self, language: _Language, batch: int, max_len: int, pretend_device: bool = False):
-        super().__init__()
-        self.anchor = nn.Parameter(torch.zeros((), device="cpu"))  # so that next(model.parameters()) works
-        self.language = language
-        self.pad_id = language.pad_id
-        self.max_calls = batch * (max_len - 1) + _SLACK  # enough for a per-sentence loop
-        self.max_len, self.pretend_device = max_len, pretend_device
-        self.encode_calls = 0
-        self.encoded: list[tuple[int, ...]] = []
-        self.decode_calls = 0
-        self.grad_calls = 0
-        self.rows: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []  # per call: (sentence, prefix) per row
-        self.misaligned = 0  # rows whose memory and src belong to different sentences
-
-    def parameters(self, recurse: bool = True):
-        yield _devices.on_device(self.anchor) if self.pretend_device else self.anchor
-
-    def sentence(self, row: list[int]) -> tuple[int, ...]:
-        return tuple(int(t) for t in row if t != self.pad_id)
-
-    def _arrived(self, what: str, *tensors: torch.Tensor) -> list[torch.Tensor]:
-        """Inputs must be on the model's device (raises as a GPU would); returns them as plain CPU tensors."""
-        if torch.is_grad_enabled():
-            self.grad_calls += 1
-        if self.pretend_device and not all(_devices.is_on_device(t) for t in tensors):
-            raise _devices.DeviceMismatch(f"model.{what} received a CPU tensor while the model is on {_devices.PRETEND}")
-        return [_devices.plain(t).detach().cpu() for t in tensors]
-
-    def _leave(self, tensor: torch.Tensor) -> torch.Tensor:
-        return _devices.on_device(tensor) if self.pretend_device else tensor
-
-    def encode(self, src: torch.Tensor) -> torch.Tensor:
-        self.encode_calls += 1
-        if self.encode_calls > self.max_calls:
-            raise Runaway(f"your loop called model.encode {self.encode_calls} times with max_len={self.max_len}")
-        if not isinstance(src, torch.Tensor) or src.dim() != 2:
-            raise ValueError(f"model.encode(src) expects the source batch (B, S), got {describe(src)}")
-        (src,) = self._arrived("encode", src)
-        self.encoded += [self.sentence(row) for row in src.long().tolist()]
-        return self._leave(src.double().unsqueeze(-1).expand(-1, -1, _WIDTH).float())  # (B, S, 3)
-
-    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
-        self.decode_calls += 1
-        if self.decode_calls > self.max_calls:
-            raise Runaway(
-                f"your loop called model.decode {self.decode_calls} times with max_len={self.max_len}: it does "
-                f"not stop at max_len (the output, BOS included, has at most max_len columns, so at most "
-                f"max_len - 1 decoding steps per sentence)"
-            )
-        if not isinstance(tgt, torch.Tensor) or tgt.dim() != 2:
-            raise ValueError(
-                f"model.decode(tgt, memory, src) expects tgt of shape (B, L), the tokens so far; got {describe(tgt)}"
-            )
-        if tgt.shape[1] > self.max_len + _SLACK:
-            raise Runaway(
-                f"model.decode received a prefix of {tgt.shape[1]} tokens with max_len={self.max_len}: your loop "
-                f"does not stop at max_len"
-            )
-        if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"model.decode(tgt, memory, src) expects memory of shape (rows, S, d_model) with one row per row "
-                f"of tgt ({tgt.shape[0]}); got {describe(memory)}. Repeat memory once per beam: "
-                f"memory.repeat_interleave(beam_size, dim=0)"
-            )
-        if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"model.decode(tgt, memory, src) expects src with one row per row of tgt ({tgt.shape[0]}), for "
-                f"its padding mask; got {describe(src)}. Repeat src like memory: "
-                f"src.repeat_interleave(beam_size, dim=0)"
-            )
-        tgt, memory, src = self._arrived("decode", tgt, memory, src)
-        tokens = tgt.long().tolist()
-        # A real model reads the sentence from memory (src only gives the padding mask).
-        from_memory = [self.sentence(row) for row in memory[..., 0].round().long().tolist()]
-        from_src = [self.sentence(row) for row in src.long().tolist()]
-        self.misaligned += sum(a != b for a, b in zip(from_memory, from_src))
-        self.rows.append([(s, tuple(row)) for s, row in zip(from_memory, tokens)])
-        batch, length = tgt.shape
-        logits = torch.zeros(batch, length, self.language.vocab_size, device="cpu")
-        ramp = torch.arange(self.language.vocab_size, dtype=torch.float32, device="cpu")
-        for b in range(batch):
-            logits[b, :-1] = ((ramp * 5 + 2) % self.language.vocab_size) * 2.0  # earlier positions: elsewhere
-            logits[b, -1] = self.language.logits(from_memory[b], tuple(tokens[b]))
-        return self._leave(logits)  # (B, L, V)
-
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        return self.decode(tgt, self.encode(src), src)
 
 
 # --------------------------------------------------------------------------
@@ -406,24 +304,14 @@ def _run(check: Check, beam_search: Callable, case: dict, beam_size: int | None 
     language = _Language(case["vocab_size"], case["bos_id"], case["eos_id"], case["pad_id"])
     src = _source(case)
     max_len = case["max_len"] if max_len is None else max_len
-    model = _ScriptedModel(language, src.shape[0], max_len, pretend_device)
+    model = ScriptedModel(language, case["vocab_size"], case["pad_id"], src.shape[0], max_len, pretend_device)
     k = case["beam_size"] if beam_size is None else beam_size
     a = case["alpha"] if alpha is None else alpha
-
-    def beam_search_(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty):
-        try:
-            return beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=length_penalty)
-        except Runaway as exc:
-            check.fail(
-                f"beam_search does not stop: {exc} {_setup(dict(case, beam_size=k, alpha=a), src)}.\n"
-                f"Loop at most max_len - 1 times (`for t in range(1, max_len)`), and break once every sentence "
-                f"has stopped."
-            )
-
-    run = check.attempt if probe else check.call
-    with _devices.elsewhere() if pretend_device else contextlib.nullcontext():
-        out = run(beam_search_, model, _devices.on_device(src) if pretend_device else src, k, max_len,
-                  case["bos_id"], case["eos_id"], case["pad_id"], a, what="beam_search")
+    out = run_decoder(
+        check, beam_search, model, src, k, max_len, case["bos_id"], case["eos_id"], case["pad_id"],
+        length_penalty=a, what="beam_search", probe=probe, pretend_device=pretend_device, runaway=(
+            f"{_setup(dict(case, beam_size=k, alpha=a), src)} Loop at most max_len - 1 times "
+            f"(`for t in range(1, max_len)`), and break once every sentence has stopped."))
     return model, src, out, k, a, max_len
 
 
@@ -463,7 +351,7 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
         out = _output(check, out, case, src, max_len)
         _mechanics(check, model, src, out, case, 1, 0.0, max_len)
         sentences = [model.sentence(row) for row in src.tolist()]
-        greedy = [_greedy(model.language, s, max_len) for s in sentences]
+        greedy = [_greedy(model.script, s, max_len) for s in sentences]
         got = [_strip(row, case) for row in out.tolist()]
         if got != greedy:
             b = next(i for i, (g, m) in enumerate(zip(greedy, got)) if g != m)
@@ -486,7 +374,7 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
     model, src, out, k, alpha, max_len = _run(check, beam_search, wide)
     out = _output(check, out, wide, src, max_len)
     for b, sentence in enumerate(model.sentence(row) for row in src.tolist()):
-        value, best = _exhaustive(model.language, sentence, max_len, alpha)
+        value, best = _exhaustive(model.script, sentence, max_len, alpha)
         got = _strip(out[b].tolist(), wide)
         if got != best:
             check.fail(
@@ -532,7 +420,7 @@ def _output(check: Check, out, case: dict, src: torch.Tensor, max_len: int) -> t
     return out
 
 
-def _mechanics(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+def _mechanics(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
                alpha: float, max_len: int) -> None:
     setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
     sentences = [model.sentence(row) for row in src.tolist()]
@@ -544,7 +432,7 @@ def _mechanics(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torc
     _output_layout(check, out, case, setup)
 
 
-def _encoding_and_grad(check: Check, model: _ScriptedModel, sentences: list, setup: str, k: int) -> None:
+def _encoding_and_grad(check: Check, model: ScriptedModel, sentences: list, setup: str, k: int) -> None:
     """The encoder runs once per sentence, under no_grad, with memory and src rows aligned."""
     if model.encode_calls == 0:
         check.fail(f"beam_search never called model.encode(src) {setup}. Encode the source once, before the loop.")
@@ -577,7 +465,7 @@ def _encoding_and_grad(check: Check, model: _ScriptedModel, sentences: list, set
         )
 
 
-def _prefixes(check: Check, model: _ScriptedModel, sentences: list, setup: str, bos: int, eos: int) -> None:
+def _prefixes(check: Check, model: ScriptedModel, sentences: list, setup: str, bos: int, eos: int) -> None:
     """Every decoded prefix grows by one token from a prefix decoded for the same sentence."""
     seen: dict[tuple, set[tuple]] = {s: set() for s in sentences}
     for call in model.rows:
@@ -613,9 +501,9 @@ def _prefixes(check: Check, model: _ScriptedModel, sentences: list, setup: str, 
             seen[sentence].add(prefix)
 
 
-def _duplicate_beams(check: Check, model: _ScriptedModel, sentences: list, setup: str, k: int) -> None:
+def _duplicate_beams(check: Check, model: ScriptedModel, sentences: list, setup: str, k: int) -> None:
     """No beam_size identical rows of one sentence after the first step."""
-    language = model.language
+    language = model.script
     if k > 1 and len(language.ordinary) >= k:
         for call in model.rows:
             lengths = {len(p) for _, p in call}
@@ -657,30 +545,20 @@ def _output_layout(check: Check, out: torch.Tensor, case: dict, setup: str) -> N
     check.ok("returns the best hypotheses BOS first, padded after EOS to the longest one")
 
 
-def _history(model: _ScriptedModel, sentence: tuple[int, ...]) -> list[set[tuple[int, ...]]]:
-    """The prefixes the learner's search decoded for one sentence, by step."""
-    steps: dict[int, set[tuple[int, ...]]] = {}
-    for call in model.rows:
-        for s, prefix in call:
-            if s == sentence:
-                steps.setdefault(len(prefix), set()).add(prefix)
-    return [steps.get(n, set()) for n in range(1, max(steps, default=0) + 1)]
-
-
 def _follows(replay: _Search, history: list[set[tuple[int, ...]]]) -> bool:
     """Whether the learner's search opened the same hypotheses as ``replay`` while both ran."""
     return all(replay.opened[t] == history[t] for t in range(min(len(history), replay.steps)))
 
 
-def _causes(model: _ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
+def _causes(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
             max_len: int, alpha: float) -> list[str]:
     """The known wrong variants that return ``got[b]`` for sentence b, most consistent with the whole batch first.
 
     A variant is consistent with a sentence when it returns the learner's answer for it and opens the same
     hypotheses as the learner's search did, step by step.
     """
-    language = model.language
-    histories = [_history(model, s) for s in sentences]
+    language = model.script
+    histories = [model.history(s) for s in sentences]
     ranked: list[tuple[int, int, str]] = []
     greedy = [_greedy(language, s, max_len) for s in sentences]
     if got[b] == greedy[b] and got[b] != _search(language, sentences[b], k, max_len, alpha).best:
@@ -699,16 +577,16 @@ def _causes(model: _ScriptedModel, sentences: list[tuple[int, ...]], got: list[t
     return [why for _, _, why in sorted(ranked)]
 
 
-def _replayed(model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int, alpha: float,
+def _replayed(model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int, alpha: float,
               max_len: int) -> tuple[str, list, list, list]:
     """The case's description, its sentences, the contract's search of each, and the learner's hypotheses."""
     setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
     sentences = [model.sentence(row) for row in src.tolist()]
-    searches = [_search(model.language, s, k, max_len, alpha) for s in sentences]
+    searches = [_search(model.script, s, k, max_len, alpha) for s in sentences]
     return setup, sentences, searches, [_strip(row, case) for row in out.tolist()]
 
 
-def _compare(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
              alpha: float, max_len: int) -> None:
     setup, sentences, searches, got = _replayed(model, src, out, case, k, alpha, max_len)
     for b, (search, mine) in enumerate(zip(searches, got)):
@@ -737,7 +615,7 @@ def _compare(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.
                    f"{expected_text}\n{yours_text}\n{cause}")
 
 
-def _stopping(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
               alpha: float, max_len: int) -> None:
     """Early stopping: no more steps than the slowest sentence of the batch needs."""
     setup, sentences, searches, got = _replayed(model, src, out, case, k, alpha, max_len)
@@ -746,8 +624,8 @@ def _stopping(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch
     if steps != needed:
         named = []
         for variant, why in _VARIANTS.items():
-            replays = [_search(model.language, s, k, max_len, alpha, variant) for s in sentences]
-            if (all(r.best == m and _follows(r, _history(model, s)) for r, m, s in zip(replays, got, sentences))
+            replays = [_search(model.script, s, k, max_len, alpha, variant) for s in sentences]
+            if (all(r.best == m and _follows(r, model.history(s)) for r, m, s in zip(replays, got, sentences))
                     and max(r.steps for r in replays) == steps):
                 named.append(why)
         if named:
@@ -766,22 +644,13 @@ def _stopping(check: Check, model: _ScriptedModel, src: torch.Tensor, out: torch
 
 def _device(check: Check, beam_search: Callable) -> None:
     """Search on a pretend GPU: every tensor must follow src's device."""
-    case = _CASES[1]
-    model, src, out, *_ = _run(check, beam_search, case, probe=True, pretend_device=True)
-    where = f"(src and the model on {_devices.PRETEND}, pretended on this machine)"
+    *_, out, _, _, _ = _run(check, beam_search, _CASES[1], probe=True, pretend_device=True)
+    stages.mixed_devices(check, out, "beam_search", "src and the model", advice=(
+        "Create every tensor on src's device: `torch.full(..., device=src.device)`, "
+        "`torch.arange(..., device=src.device)`, `torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)."))
     if isinstance(out, Raised):
-        check.fail(
-            f"beam_search mixes CPU tensors with tensors on the GPU {where}:\n{out.message}\n"
-            "On a GPU this fails with \"Expected all tensors to be on the same device\". Create every tensor on "
-            "src's device: `torch.full(..., device=src.device)`, `torch.arange(..., device=src.device)`, "
-            "`torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)."
-        )
-    if not _devices.is_on_device(out):
-        check.fail(
-            f"beam_search returns its output on the CPU when src and the model are on a GPU {where}.\n"
-            "Return the output on src's device: build it with `device=src.device`; the caller decides where the "
-            "tokens go."
-        )
+        check.fail(f"beam_search fails with src and the model on a GPU {_gpu.WHERE}:\n{out.message}")
+    stages.left_on_cpu(check, {"its output": out}, "beam_search", "src and the model")
     check.ok("creates its tensors on src's device, so it runs on a GPU too")
 
 
@@ -792,158 +661,26 @@ def _device(check: Check, beam_search: Callable) -> None:
 # lesson 03's positional_encoding.pe), its full recomputation written with PyTorch's own
 # F.scaled_dot_product_attention. Forward hooks on every projection count the positions each one sees per step.
 
-_D_MODEL, _HEADS, _LAYERS, _D_FF, _SRC_V, _TGT_V, _MAX_POS = 16, 4, 2, 24, 11, 13, 40
-
-
-class _Attention(nn.Module):
-    """Lesson 04's layout: W_q, W_k, W_v, W_o, num_heads, d_k (its forward is PyTorch's attention)."""
-
-    def __init__(self, d_model: int, num_heads: int):
-        super().__init__()
-        self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
-        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
-        self.dropout = nn.Dropout(0.0)
-
-    def forward(self, query, key, value, mask=None):
-        B, L_q, L_k, H, d_k = query.size(0), query.size(1), key.size(1), self.num_heads, self.d_k
-        q = self.W_q(query).view(B, L_q, H, d_k).transpose(1, 2)  # (B, H, L_q, d_k)
-        k = self.W_k(key).view(B, L_k, H, d_k).transpose(1, 2)  # (B, H, L_k, d_k)
-        v = self.W_v(value).view(B, L_k, H, d_k).transpose(1, 2)  # (B, H, L_k, d_k)
-        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, L_q, d_k)
-        return self.W_o(out.transpose(1, 2).reshape(B, L_q, self.d_model))  # (B, L_q, d_model)
-
-
-class _FeedForward(nn.Module):
-    def __init__(self, d_model: int, d_ff: int):
-        super().__init__()
-        self.linear1, self.linear2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(0.0)
-
-    def forward(self, x):
-        return self.linear2(self.dropout(torch.relu(self.linear1(x))))
-
-
-class _DecoderLayer(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int):
-        super().__init__()
-        self.self_attn, self.cross_attn = _Attention(d_model, num_heads), _Attention(d_model, num_heads)
-        self.feed_forward = _FeedForward(d_model, d_ff)
-        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
-        self.dropout = nn.Dropout(0.0)
-
-    def forward(self, x, memory, src_mask=None, tgt_mask=None):
-        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
-        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, src_mask)))
-        return self.norm3(x + self.dropout(self.feed_forward(x)))
-
-
-class _EncoderLayer(nn.Module):
-    def __init__(self, d_model: int, num_heads: int, d_ff: int):
-        super().__init__()
-        self.self_attn, self.feed_forward = _Attention(d_model, num_heads), _FeedForward(d_model, d_ff)
-        self.norm1, self.norm2, self.dropout = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.Dropout(0.0)
-
-    def forward(self, x, mask=None):
-        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
-        return self.norm2(x + self.dropout(self.feed_forward(x)))
-
-
-class _PositionalEncoding(nn.Module):
-    """Lesson 03's layout: the table in the buffer ``pe`` (max_len, d_model), then dropout."""
-
-    def __init__(self, d_model: int, max_len: int):
-        super().__init__()
-        where = torch.arange(max_len).double()[:, None]  # (max_len, 1)
-        rates = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d_model / 2,)
-        table = torch.zeros(max_len, d_model, dtype=torch.float64)
-        table[:, 0::2], table[:, 1::2] = torch.sin(where * rates), torch.cos(where * rates)
-        self.register_buffer("pe", table.float())
-        self.dropout = nn.Dropout(0.0)
-
-    def forward(self, x):
-        return self.dropout(x + self.pe[: x.size(1)])
-
-
-class _CourseTransformer(nn.Module):
-    """A stand-in with the layout of lesson 05's Transformer; decode() recomputes the whole prefix."""
-
-    def __init__(self, seed: int, pad_id: int):
-        super().__init__()
-        self.d_model, self.pad_id = _D_MODEL, pad_id
-        self.src_embed, self.tgt_embed = nn.Embedding(_SRC_V, _D_MODEL), nn.Embedding(_TGT_V, _D_MODEL)
-        self.positional_encoding = _PositionalEncoding(_D_MODEL, _MAX_POS)
-        self.encoder_layers = nn.ModuleList(_EncoderLayer(_D_MODEL, _HEADS, _D_FF) for _ in range(_LAYERS))
-        self.decoder_layers = nn.ModuleList(_DecoderLayer(_D_MODEL, _HEADS, _D_FF) for _ in range(_LAYERS))
-        self.generator = nn.Linear(_D_MODEL, _TGT_V)
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, p in self.named_parameters():
-                if "norm" in name:  # LayerNorm gains and shifts away from 1 and 0, so that a skipped norm shows
-                    p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.3 * torch.randn(p.shape, generator=g))
-                else:
-                    p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
-        self.eval()
-
-    def encode(self, src):
-        x = self.positional_encoding(math.sqrt(self.d_model) * self.src_embed(src))  # (B, L_src, d_model)
-        mask = (src != self.pad_id)[:, None, None, :]  # (B, 1, 1, L_src), True = visible
-        for block in self.encoder_layers:
-            x = block(x, mask)
-        return x
-
-    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-        return self.decode(tgt, self.encode(src), src)
-
-    def decode(self, tgt, memory, src, positions=None, keys="causal", src_padding=True):
-        """Full recomputation (the oracle); the keyword arguments replay known mistakes."""
-        B, L = tgt.shape
-        pe = self.positional_encoding.pe
-        where = torch.arange(L) if positions is None else positions
-        x = self.tgt_embed(tgt) * math.sqrt(self.d_model) + pe[where]  # (B, L, d_model)
-        real = src != self.pad_id
-        src_mask = real[:, None, None, :] if src_padding else None  # (B, 1, 1, L_src), True = visible
-        if keys == "causal":
-            tgt_mask = torch.ones(L, L, dtype=torch.bool).tril() & (tgt != self.pad_id)[:, None, None, :]  # (B, 1, L, L)
-        elif keys == "self_only":  # each position sees itself only: a cache that is never read
-            tgt_mask = torch.eye(L, dtype=torch.bool)
-        else:  # "first_only": each position sees position 0 only (the causal mask's first row)
-            tgt_mask = torch.zeros(L, L, dtype=torch.bool)
-            tgt_mask[:, 0] = True
-        for block in self.decoder_layers:
-            x = block(x, memory, src_mask, tgt_mask)
-        return self.generator(x)  # (B, L, V)
-
-
 _CACHE_PAD = 0
 
 
 def _cache_case(seed: int):
     """A model, a padded source batch with its memory, and the target tokens to feed (no padding among them)."""
-    model = _CourseTransformer(seed, _CACHE_PAD)
+    model = CourseTransformer(seed, _CACHE_PAD)
     g = torch.Generator().manual_seed(seed + 1)
     lengths = [5, 2, 4]
     src = torch.full((3, 5), _CACHE_PAD, dtype=torch.long)
     for b, n in enumerate(lengths):
-        src[b, :n] = torch.randint(1, _SRC_V, (n,), generator=g)
-    memory = torch.randn(3, 5, _D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
-    tgt = torch.randint(1, _TGT_V, (3, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
+        src[b, :n] = torch.randint(1, SRC_VOCAB, (n,), generator=g)
+    memory = torch.randn(3, 5, D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
+    tgt = torch.randint(1, TGT_VOCAB, (3, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
     return model, src, memory, tgt
-
-
-def _select_rows(cache, rows: torch.Tensor):
-    """The cache of the rows ``rows``: every tensor indexed along its first dimension (lesson 07's reorder_cache)."""
-    if isinstance(cache, torch.Tensor):
-        return cache.index_select(0, rows)
-    if isinstance(cache, dict):
-        return {key: _select_rows(value, rows) for key, value in cache.items()}
-    if isinstance(cache, (list, tuple)):
-        return type(cache)(_select_rows(value, rows) for value in cache)
-    return cache
 
 
 class _Projections:
     """Forward hooks on every projection of the decoder: the positions each one sees, call by call."""
 
-    def __init__(self, model: _CourseTransformer):
+    def __init__(self, model: CourseTransformer):
         self.seen: dict[str, list[int]] = {}
         self.handles = []
         for i, layer in enumerate(model.decoder_layers):
@@ -980,10 +717,10 @@ def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache
     out = check.unpack(out, ["logits", "cache"], "decode_step")
     logits = check.tensor(out[0], f"the logits of decode_step at step {t}")
     B = y_last.shape[0]
-    if tuple(logits.shape) == (B, 1, _TGT_V):
+    if tuple(logits.shape) == (B, 1, TGT_VOCAB):
         check.fail(f"decode_step returns logits of shape {fmt_shape(logits.shape)}; they should be (B, V) = "
-                   f"{fmt_shape((B, _TGT_V))}, the scores of the next token: take `[:, -1]` (or squeeze dim 1).")
-    check.tensor(logits, f"the logits of decode_step at step {t}", shape=(B, _TGT_V))
+                   f"{fmt_shape((B, TGT_VOCAB))}, the scores of the next token: take `[:, -1]` (or squeeze dim 1).")
+    check.tensor(logits, f"the logits of decode_step at step {t}", shape=(B, TGT_VOCAB))
     return logits, out[1]
 
 
@@ -1063,7 +800,7 @@ def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: t
         for t in range(3):
             _, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
         watch.take()
-        cache = _select_rows(cache, rows)
+        cache = select_rows(cache, rows)
         tgt2, memory2, src2 = tgt[rows], memory[rows], src[rows]
         expected = model.decode(tgt2[:, :4], memory2, src2)[:, -1]
         out = check.attempt(decode_step, model, tgt2[:, 3:4], memory2, src2, cache, what="decode_step")
@@ -1103,7 +840,7 @@ def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -
                 f"exactly one, the newest token. Project only y_last's position, and concatenate its key and value "
                 f"to the cached ones (the earlier positions' projections do not change)."
             )
-    for i in range(_LAYERS):
+    for i in range(LAYERS):
         for attn in ("self_attn", "cross_attn"):
             for proj in ("W_q", "W_k", "W_v", "W_o"):
                 name = f"decoder_layers[{i}].{attn}.{proj}"
@@ -1186,7 +923,7 @@ def _real(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
 
 def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) -> None:
     check.callable_(to_torch_transformer, "to_torch_transformer")
-    model = _CourseTransformer(11, _CACHE_PAD)
+    model = CourseTransformer(11, _CACHE_PAD)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     theirs = check.call(to_torch_transformer, model, what="to_torch_transformer")
     if not isinstance(theirs, nn.Module):
@@ -1205,10 +942,10 @@ def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[l
     """PyTorch's own layers, each holding the weights of the learner's layer; no extra final norms."""
     enc = [m for m in theirs.modules() if isinstance(m, nn.TransformerEncoderLayer)]
     dec = [m for m in theirs.modules() if isinstance(m, nn.TransformerDecoderLayer)]
-    if len(enc) != _LAYERS or len(dec) != _LAYERS:
+    if len(enc) != LAYERS or len(dec) != LAYERS:
         check.fail(
-            f"The module should compute with PyTorch's own layers: {_LAYERS} nn.TransformerEncoderLayer and "
-            f"{_LAYERS} nn.TransformerDecoderLayer for a model of {_LAYERS} + {_LAYERS} layers (nn.Transformer "
+            f"The module should compute with PyTorch's own layers: {LAYERS} nn.TransformerEncoderLayer and "
+            f"{LAYERS} nn.TransformerDecoderLayer for a model of {LAYERS} + {LAYERS} layers (nn.Transformer "
             f"holds them); it has {len(enc)} and {len(dec)}."
         )
     for i, (ours, yours) in enumerate(zip(model.encoder_layers, enc)):
@@ -1234,9 +971,9 @@ def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[l
 def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, dec: list) -> tuple:
     """Both models on a padded batch, with every layer's input and output recorded."""
     g = torch.Generator().manual_seed(5)
-    src = torch.randint(1, _SRC_V, (3, 6), generator=g)
+    src = torch.randint(1, SRC_VOCAB, (3, 6), generator=g)
     src[1, 4:], src[2, 2:] = _CACHE_PAD, _CACHE_PAD
-    tgt = torch.randint(1, _TGT_V, (3, 5), generator=g)
+    tgt = torch.randint(1, TGT_VOCAB, (3, 5), generator=g)
     tgt[0, 3:] = _CACHE_PAD
     seen: dict[str, list[torch.Tensor]] = {"ours_enc": [], "ours_dec": [], "their_enc": [], "their_dec": []}
     handles = []

@@ -19,8 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _modules as mods
-from ._core import Check, CheckResult, Raised, close_enough, describe, generator, identical, run_check
+from . import _anatomy as anatomy
+from . import _twins as twins
+from . import stages
+from ._core import Check, CheckResult, Raised, close_enough, describe, generator, run_check
+from ._dropout import drop_pattern
+from ._hooks import Recorder
 
 _D_MODEL, _NUM_HEADS, _D_FF = 16, 4, 24
 _ATOL, _RTOL = 1e-4, 1e-4  # layers compare float32 stacks with float64 twins
@@ -44,8 +48,8 @@ def check_decoder_layer(DecoderLayer: type[nn.Module]) -> CheckResult:
 def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
     check.callable_(FeedForward, "FeedForward", want_class=True)
     g = generator(0)
-    ff = _module(check, check.build(FeedForward, _D_MODEL, _D_FF, 0.0), "FeedForward")
-    mods.missing_submodules(check, ff, "FeedForward", _WANTED["FeedForward"], _WHY)
+    ff = stages.is_module(check, check.build(FeedForward, _D_MODEL, _D_FF, 0.0), "FeedForward")
+    stages.contract_parts(check, ff, "FeedForward", {"d_model": _D_MODEL, "d_ff": _D_FF, "dropout": 0.0})
     ff.eval()
     x = torch.randn(3, 5, _D_MODEL, generator=g)
     out = check.call(ff, x, what="FeedForward.forward")
@@ -74,13 +78,14 @@ def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
     check.ok("processes each position independently (position-wise)")
     _check_ffn_values(check, ff, x, out)
     _check_ffn_dropout(check, FeedForward, x)
+    stages.module_on_gpu(check, ff, x, what="FeedForward")
 
 
 def _check_encoder_layer(check: Check, EncoderLayer: type[nn.Module]) -> None:
     check.callable_(EncoderLayer, "EncoderLayer", want_class=True)
     g = generator(1)
     B, L = 2, 5
-    layer = _module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "EncoderLayer")
+    layer = stages.is_module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "EncoderLayer")
     _contract(check, layer, "EncoderLayer")
     _uses_d_ff(check, layer, "EncoderLayer")
     layer.eval()
@@ -121,12 +126,12 @@ def _check_encoder_layer(check: Check, EncoderLayer: type[nn.Module]) -> None:
                      lambda layout_, normalised: _compare_encoderlayer(check, layout_, run, g, x, keep, normalised))
 
     def build(p):
-        return lambda: _module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "EncoderLayer")
+        return lambda: stages.is_module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "EncoderLayer")
 
     _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, keep), "EncoderLayer")
     _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, keep), "EncoderLayer", x)
     _everything_dropped(check, build(1.0), lambda layer_: layer_(x, keep), x, "EncoderLayer")
-    mods.check_device(check, layer, "EncoderLayer", x, keep)
+    stages.module_on_gpu(check, layer, x, keep, what="EncoderLayer")
     _check_layer_sizes(check, EncoderLayer, "EncoderLayer")
     if layout.missing:
         check.ok(_layout_unused(layout, "EncoderLayer"))
@@ -136,7 +141,7 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
     check.callable_(DecoderLayer, "DecoderLayer", want_class=True)
     g = generator(2)
     B, T, S = 2, 4, 6  # target length T differs from memory length S
-    layer = _module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "DecoderLayer")
+    layer = stages.is_module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "DecoderLayer")
     _contract(check, layer, "DecoderLayer")
     _uses_d_ff(check, layer, "DecoderLayer")
     layer.eval()
@@ -179,13 +184,13 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
                                                                        causal, normalised))
 
     def build(p):
-        return lambda: _module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "DecoderLayer")
+        return lambda: stages.is_module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "DecoderLayer")
 
     _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, memory, src_keep, causal), "DecoderLayer")
     _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, memory, src_keep, causal),
                             "DecoderLayer", x)
     _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
-    mods.check_device(check, layer, "DecoderLayer", x, memory, src_keep, causal)
+    stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what="DecoderLayer")
     _check_layer_sizes(check, DecoderLayer, "DecoderLayer")
     if layout.missing:
         check.ok(_layout_unused(layout, "DecoderLayer"))
@@ -193,15 +198,6 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
 
 # --------------------------------------------------------------------------
 # Shared pieces.
-
-
-def _module(check: Check, obj, name: str) -> nn.Module:
-    if not isinstance(obj, nn.Module):
-        check.fail(
-            f"{name}(...) should build an nn.Module, but it built an object of type {type(obj).__name__}.\n"
-            f"Make your class inherit from nn.Module and call super().__init__() first."
-        )
-    return obj
 
 
 def _is_normalised(out: torch.Tensor) -> bool:
@@ -215,25 +211,10 @@ def _is_normalised(out: torch.Tensor) -> bool:
 def _dropout_in_training(check: Check, build: Callable[[], nn.Module], run: Callable[[nn.Module], torch.Tensor], name: str) -> None:
     """Eval mode deterministic; train mode random; dropout on the sublayer outputs, before the residual addition."""
     layer = build()
-    layer.eval()
-    first, second = run(layer), run(layer)
-    if not close_enough(first, second, atol=0, rtol=_RTOL):
-        check.fail(
-            f"In eval mode your {name} gives different outputs for the same input (built with dropout=0.5).\n"
-            f"Dropout must switch off in eval mode. Likely cause: F.dropout(x, p) without "
-            f"training=self.training; use an nn.Dropout module created in __init__ instead."
-        )
-    check.ok("is deterministic in eval mode")
-    layer.train()
-    first, second = run(layer), run(layer)
-    if close_enough(first, second, atol=0, rtol=_RTOL):
-        check.fail(
-            f"In training mode your {name} gives the same output twice for the same input, although it "
-            f"was built with dropout=0.5: dropout is not applied.\n"
-            f"Create nn.Dropout(dropout) in __init__ and apply it to the output of each sublayer: "
-            f"LayerNorm(x + dropout(sublayer(x)))."
-        )
-    check.ok("applies dropout in training mode")
+    stages.eval_deterministic(check, layer, run, name, 0.5)
+    first = stages.train_random(check, layer, run, name, 0.5, fix=(
+        "Create nn.Dropout(dropout) in __init__ and apply it to the output of each sublayer: "
+        "LayerNorm(x + dropout(sublayer(x)))."))
     # A fresh LayerNorm has gain 1 and bias 0, so the pattern dropout leaves is visible in the output.
     rows = first.detach().double().reshape(-1, first.shape[-1])
     zeros = float((rows == 0).double().mean())
@@ -318,21 +299,12 @@ def _nan_with_mask(check: Check, out, name: str) -> None:
 
 def _unused_parameters(check: Check, layer: nn.Module, out: torch.Tensor, name: str) -> None:
     """Every parameter must receive a gradient from a loss on the output."""
-    if not out.requires_grad:
-        check.fail(f"The output of your {name} does not require a gradient: is part of forward run under "
-                   f"torch.no_grad() or .detach()ed?")
-    missing = mods.parameters_without_gradient(check, layer, out, name, seed=7)
-    if missing:
-        check.fail(
-            f"{missing}. A module created in __init__ but not used in forward (an attention module used twice "
-            f"while its sibling sits idle, a LayerNorm never applied) never learns."
-        )
-    check.ok("every parameter receives a gradient")
+    stages.every_parameter_learns(check, layer, out, name)
 
 
-def _parameters(check: Check, layer: nn.Module, layout: mods.LayerLayout, name: str) -> None:
+def _parameters(check: Check, layer: nn.Module, layout: twins.LayerLayout, name: str) -> None:
     """The paper's layer: attention(s) with biases, the feed-forward network, one LayerNorm (gain and bias) per sublayer."""
-    bare = [n for n in layout.norms if mods.norm_without_affine(n)]
+    bare = [n for n in layout.norms if anatomy.norm_without_affine(n)]
     if bare:
         check.fail(
             f"{len(bare)} of the LayerNorms in your {name} ha{'s' if len(bare) == 1 else 've'} no learned gain and "
@@ -342,9 +314,9 @@ def _parameters(check: Check, layer: nn.Module, layout: mods.LayerLayout, name: 
     d, n_attn = _D_MODEL, 1 if name == "EncoderLayer" else 2
     attention, ffn, norm = 4 * (d * d + d), d * _D_FF + _D_FF + _D_FF * d + d, 2 * d
     expected = n_attn * attention + ffn + (n_attn + 1) * norm
-    actual = mods.count_parameters(layer)
+    actual = anatomy.count_parameters(layer)
     # The attention projections may leave out their biases (the paper's W^Q, W^K, W^V, W^O are plain matrices).
-    bias_free = mods.bias_free_projections(layer)
+    bias_free = anatomy.bias_free_projections(layer)
     expected -= bias_free * d
     if bias_free:
         check.ok("attention projections without bias, as in the paper's equations")
@@ -362,10 +334,10 @@ def _parameters(check: Check, layer: nn.Module, layout: mods.LayerLayout, name: 
 
 
 def _values(check: Check, layer: nn.Module, name: str, out: torch.Tensor, run_masked: Callable,
-            compare: Callable) -> mods.LayerLayout:
+            compare: Callable) -> twins.LayerLayout:
     """Compare with PyTorch's layer where the parts are found (else: post-LN and gradients), then count parameters."""
     normalised = _is_normalised(out)
-    layout = mods.LayerLayout(layer, "encoder" if name == "EncoderLayer" else "decoder", _D_MODEL, _NUM_HEADS, _D_FF)
+    layout = twins.LayerLayout(layer, "encoder" if name == "EncoderLayer" else "decoder", _D_MODEL, _NUM_HEADS, _D_FF)
     if layout.missing:
         if not normalised:
             check.fail(_norm_message(name))
@@ -387,7 +359,7 @@ def _norm_message(name: str) -> str:
     )
 
 
-def _best_match(layout: mods.LayerLayout, out: torch.Tensor, run_twin: Callable, variants: list) -> tuple:
+def _best_match(layout: twins.LayerLayout, out: torch.Tensor, run_twin: Callable, variants: list) -> tuple:
     """(matched assignment or None, name of the first variant that matches or None)."""
     for twin, attentions, norms in layout.twins():
         with torch.no_grad():
@@ -407,7 +379,7 @@ def _best_match(layout: mods.LayerLayout, out: torch.Tensor, run_twin: Callable,
     return None, None
 
 
-def _check_norm_use(check: Check, name: str, layout: mods.LayerLayout, used: tuple) -> None:
+def _check_norm_use(check: Check, name: str, layout: twins.LayerLayout, used: tuple) -> None:
     """Each sublayer must have its own LayerNorm (its own learned gain and bias)."""
     distinct = len({id(n) for n in used})
     if distinct == len(used):
@@ -436,7 +408,7 @@ def _uses_d_ff(check: Check, layer: nn.Module, name: str) -> None:
     check.ok("has a feed-forward network of hidden size d_ff")
 
 
-def _layout_unused(layout: mods.LayerLayout, name: str) -> str:
+def _layout_unused(layout: twins.LayerLayout, name: str) -> str:
     return (
         f"only the properties above were checked: your {name}'s layout could not be matched to PyTorch's layer "
         f"({layout.missing}), so its exact values were not compared"
@@ -550,120 +522,61 @@ def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.T
 
 def _check_ffn_dropout(check: Check, FeedForward, x: torch.Tensor) -> None:
     """Dropout: off in eval mode, on the hidden activations in train mode (rate, scale, fresh masks)."""
-    ffd = _module(check, check.build(FeedForward, _D_MODEL, _D_FF, 0.5), "FeedForward")
-    ffd.eval()
-    first = check.call(ffd, x, what="FeedForward.forward")
-    second = check.call(ffd, x, what="FeedForward.forward")
-    if not close_enough(first, second, atol=0, rtol=_RTOL):
-        check.fail(
-            "In eval mode FeedForward(16, 24, dropout=0.5) gives different outputs for the same input: "
-            "dropout is active although the module is in eval mode.\n"
-            "Likely cause: F.dropout(h, p) without training=self.training; use an nn.Dropout module "
-            "created in __init__."
-        )
-    check.ok("is deterministic in eval mode")
+    def build(d_ff: int, p: float) -> nn.Module:
+        return stages.is_module(check, check.build(FeedForward, _D_MODEL, d_ff, p), "FeedForward")
 
-    # With d_ff < d_model the hidden vector can be recovered from the output, so dropout's
-    # footprint on it is visible.
+    def run(module: nn.Module) -> torch.Tensor:
+        return check.call(module, x, what="FeedForward.forward")
+
+    stages.eval_deterministic(check, build(_D_FF, 0.5), run, f"FeedForward({_D_MODEL}, {_D_FF}, dropout=0.5)", 0.5)
+    # With d_ff < d_model the hidden vector can be recovered from the output, so dropout's footprint on it is visible.
     p, small = 0.3, 8
-    ffs = _module(check, check.build(FeedForward, _D_MODEL, small, p), "FeedForward")
-    ffs.eval()
-    base = check.call(ffs, x, what="FeedForward.forward")
+    ffs = build(small, p).eval()
+    base = run(ffs)
     cand = next((c for c in _ffn_candidates(ffs, _D_MODEL, small) if close_enough(base, _ffn_value(x, c), _ATOL, _RTOL)), None)
     if cand is None:
         check.fail(
             "FeedForward(16, 8, dropout=0.3) in eval mode does not compute relu(x W1 + b1) W2 + b2, although "
             "FeedForward(16, 24) does. Does your class use its d_ff argument (and no fixed size)?"
         )
-    ffs.train()
-    noisy = check.call(ffs, x, what="FeedForward.forward").detach().double()
-    if close_enough(noisy, base, atol=0, rtol=_RTOL):
-        check.fail(
-            "In training mode FeedForward(16, 8, dropout=0.3) gives the same output as in eval mode: "
-            "dropout is not applied.\n"
-            "Apply nn.Dropout(dropout) to the hidden activations: linear2(dropout(relu(linear1(x))))."
-        )
-    _check_ffn_hidden_dropout(check, ffs, x, cand, noisy, p, small)
-
-
-def _check_ffn_hidden_dropout(check: Check, ffs: nn.Module, x: torch.Tensor, cand: tuple, noisy: torch.Tensor,
-                              p: float, small: int) -> None:
-    """Recover the hidden vector linear2 received (d_ff < d_model) and measure the dropout on it."""
+    where = "linear2(dropout(relu(linear1(x))))"
+    stages.train_random(check, ffs, run, f"FeedForward(16, 8, dropout={p})", p,
+                        fix=f"Apply nn.Dropout(dropout) to the hidden activations: {where}.")
     a, b1, b, b2 = cand
-    rows = (noisy - b2).reshape(-1, _D_MODEL)
-    hidden = torch.linalg.lstsq(b.T, rows.T).solution.T  # (N, small): the vector linear2 received
-    if not close_enough(hidden @ b, rows, _ATOL, _RTOL):
-        check.fail(
-            "In training mode the output of your FeedForward is not linear2 of anything: dropout is applied "
-            "after the second linear layer.\n"
-            "Dropout sits on the hidden activations: linear2(dropout(relu(linear1(x)))); the layer that uses "
-            "FeedForward applies its own dropout to the sublayer's output."
-        )
-    h = torch.relu(x.double() @ a + b1).reshape(-1, small)
-    dropped = hidden.abs() < 1e-4
-    kept = (hidden - h / (1 - p)).abs() < 1e-4 * (1 + h.abs())
-    if not bool((dropped | kept).all()):
-        unscaled = (hidden - h).abs() < 1e-4 * (1 + h.abs())
-        if bool((dropped | unscaled).all()):
+    h = torch.relu(x.double() @ a + b1)  # (B, L, small): the hidden vector without dropout
+
+    def sites() -> list[stages.Site]:
+        rows = (run(ffs).detach().double() - b2).reshape(-1, _D_MODEL)
+        hidden = torch.linalg.lstsq(b.T, rows.T).solution.T  # (B * L, small): the vector linear2 received
+        if not close_enough(hidden @ b, rows, _ATOL, _RTOL):
             check.fail(
-                "In training mode the hidden units your FeedForward keeps are not scaled by 1 / (1 - p).\n"
-                "nn.Dropout does the scaling for you: use it rather than multiplying by a random 0/1 mask."
+                "In training mode the output of your FeedForward is not linear2 of anything: dropout is applied "
+                f"after the second linear layer.\nDropout sits on the hidden activations: {where}; the layer that "
+                f"uses FeedForward applies its own dropout to the sublayer's output."
             )
-        live = (~dropped) & (h.abs() > 1e-3)
-        ratios = hidden[live] / h[live]
-        if ratios.numel() and abs(float(ratios.mean()) * (1 - p) ** 2 - 1) < 1e-3:
-            check.fail(
-                f"In training mode FeedForward(16, 8, dropout={p}) applies dropout twice to the hidden units: "
-                f"the ones it keeps are scaled by 1 / (1 - p)^2 = {1 / (1 - p) ** 2:.3f}. Apply one nn.Dropout, "
-                f"once: linear2(dropout(relu(linear1(x))))."
-            )
-        if ratios.numel() and float(ratios.std()) < 1e-3 * float(ratios.abs().mean()) and float(ratios.mean()) > 1:
-            rate = 1 - 1 / float(ratios.mean())
-            check.fail(
-                f"In training mode FeedForward(16, 8, dropout={p}) scales the hidden units it keeps by "
-                f"{float(ratios.mean()):.3f} = 1 / (1 - {rate:.2f}) instead of 1 / (1 - {p}) = {1 / (1 - p):.3f}: "
-                f"the dropout rate is not the `dropout` argument.\n"
-                f"Create nn.Dropout(dropout) with the argument, not a fixed rate."
-            )
-        check.fail(
-            "In training mode the hidden vector of your FeedForward is not relu(linear1(x)) with some units "
-            "zeroed and the rest scaled by 1 / (1 - p): dropout is in the wrong place (on the input, or "
-            "before the ReLU?).\n"
-            "Use linear2(dropout(relu(linear1(x))))."
-        )
-    kept = (~dropped).reshape(x.shape[0], x.shape[1], small).double()
-    live = (h.abs() > 1e-3).reshape(x.shape[0], x.shape[1], small).double()  # a unit at 0 tells nothing
-    count, survived = live.sum(1), (kept * live).sum(1)  # per (sentence, hidden unit)
-    groups = count >= 2
-    if int(groups.sum()) >= 5 and bool(((survived == 0) | (survived == count))[groups].all()) and bool(
-            (survived[groups] == 0).any()):
-        check.fail(
-            "In training mode your FeedForward uses one dropout mask for every position of a sentence: the mask is "
-            "drawn with a smaller shape and broadcast. nn.Dropout(dropout) draws one per hidden unit and position."
-        )
-    again = check.call(ffs, x, what="FeedForward.forward").detach().double()
-    if identical(again, noisy):
-        check.fail(
-            "In training mode your FeedForward drops the same hidden units on every call: the random numbers "
-            "repeat (a seed set inside forward, or a generator seeded there?). Use nn.Dropout, which draws a fresh "
-            "mask from torch's global generator each time."
-        )
+        return [stages.Site("the hidden activations", hidden.reshape(h.shape), h,
+                            {"position": 1, "sentence of the batch": 0})]
+
+    stages.dropout_measured(
+        check, sites, p, "FeedForward", fix=f"Use one nn.Dropout(dropout) on the hidden activations: {where}.",
+        not_exact="In training mode the hidden vector of your FeedForward is not relu(linear1(x)) with some units "
+                  "zeroed and the rest scaled by 1 / (1 - p): dropout is in the wrong place (on the input, or "
+                  f"before the ReLU?).\nUse {where}.")
     ffs.eval()
-    check.ok("applies dropout to the hidden activations in training mode")
 
 
 # --------------------------------------------------------------------------
 # EncoderLayer
 
 
-def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable, g: torch.Generator,
+def _compare_encoderlayer(check: Check, layout: twins.LayerLayout, run: Callable, g: torch.Generator,
                           x: torch.Tensor, keep: torch.Tensor, normalised: bool) -> None:
     """Compare with PyTorch's layer carrying the learner's weights; name the cause on a mismatch."""
     B, L = x.shape[:2]
-    mods.randomise_norms(layout.norms, g)
+    twins.randomise_norms(layout.norms, g)
     out = run(layout.layer, x, keep).double()
     xd = x.double()
-    mask = mods.torch_mask(keep, B, _NUM_HEADS, L, L)
+    mask = twins.torch_mask(keep, B, _NUM_HEADS, L, L)
 
     def sa(t, q, m=mask):
         return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
@@ -693,7 +606,7 @@ def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
         (_GELU_CAUSE, lambda t: post(t, act=F.gelu)),
         (_GELU_CAUSE, lambda t: post(t, act=lambda h: F.gelu(h, approximate="tanh"))),
     ]
-    matched, cause = _best_match(layout, out, lambda t: mods.run_twin(t, xd, src_mask=mask), variants)
+    matched, cause = _best_match(layout, out, lambda t: twins.run_twin(t, xd, src_mask=mask), variants)
     if matched is None:
         if cause:
             check.fail(f"The output of your EncoderLayer has the wrong values: {cause}.")
@@ -703,7 +616,7 @@ def _compare_encoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
             check.fail(_norm_message("EncoderLayer"))
         twin = next(layout.twins())[0]
         with torch.no_grad():
-            expected = mods.run_twin(twin, xd, src_mask=mask)
+            expected = twins.run_twin(twin, xd, src_mask=mask)
         check.close(
             out, expected, "the output of EncoderLayer", atol=_ATOL, rtol=_RTOL,
             hint="Expected nn.TransformerEncoderLayer (post-LN, ReLU) with your weights: "
@@ -835,16 +748,16 @@ def _decoder_properties(check: Check, run: Callable, layer: nn.Module, x, memory
     check.ok("is causal with a causal tgt_mask (the future does not influence the past)")
 
 
-def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable, g: torch.Generator,
+def _compare_decoderlayer(check: Check, layout: twins.LayerLayout, run: Callable, g: torch.Generator,
                           x: torch.Tensor, memory: torch.Tensor, src_keep: torch.Tensor, causal: torch.Tensor,
                           normalised: bool) -> None:
     """Compare with PyTorch's layer carrying the learner's weights; name the cause on a mismatch."""
     (B, T), S = x.shape[:2], memory.shape[1]
-    mods.randomise_norms(layout.norms, g)
+    twins.randomise_norms(layout.norms, g)
     out = run(layout.layer, x, memory, src_keep, causal).double()
     xd, md = x.double(), memory.double()
-    tmask = mods.torch_mask(causal, B, _NUM_HEADS, T, T)
-    smask = mods.torch_mask(src_keep, B, _NUM_HEADS, T, S)
+    tmask = twins.torch_mask(causal, B, _NUM_HEADS, T, T)
+    smask = twins.torch_mask(src_keep, B, _NUM_HEADS, T, S)
 
     def sa(t, q, m=tmask):
         return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
@@ -862,7 +775,7 @@ def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
         return t.norm3((y2 if res[2] else 0) + ff(t, y2, act)) if ffn else y2
 
     variants = _decoder_variants(xd, md, sa, ca, ff, post, tmask, smask)
-    matched, cause = _best_match(layout, out, lambda t: mods.run_twin(t, xd, md, src_mask=smask, tgt_mask=tmask), variants)
+    matched, cause = _best_match(layout, out, lambda t: twins.run_twin(t, xd, md, src_mask=smask, tgt_mask=tmask), variants)
     if matched is None:
         if cause:
             check.fail(f"The output of your DecoderLayer has the wrong values: {cause}.")
@@ -872,7 +785,7 @@ def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
             check.fail(_norm_message("DecoderLayer"))
         twin = next(layout.twins())[0]
         with torch.no_grad():
-            expected = mods.run_twin(twin, xd, md, src_mask=smask, tgt_mask=tmask)
+            expected = twins.run_twin(twin, xd, md, src_mask=smask, tgt_mask=tmask)
         check.close(
             out, expected, "the output of DecoderLayer", atol=_ATOL, rtol=_RTOL,
             hint="Expected nn.TransformerDecoderLayer (post-LN, ReLU) with your weights: "
@@ -888,18 +801,7 @@ def _compare_decoderlayer(check: Check, layout: mods.LayerLayout, run: Callable,
 # --------------------------------------------------------------------------
 # The contract: names, components, wiring and dropout, observed with hooks on the checker's own instances.
 
-_WANTED = {
-    "FeedForward": {"linear1": "nn.Linear(d_model, d_ff)", "linear2": "nn.Linear(d_ff, d_model)"},
-    "EncoderLayer": {"self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-                     "feed_forward": "FeedForward(d_model, d_ff, dropout)",
-                     "norm1": "nn.LayerNorm(d_model)", "norm2": "nn.LayerNorm(d_model)"},
-    "DecoderLayer": {"self_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-                     "cross_attn": "MultiHeadAttention(d_model, num_heads, dropout)",
-                     "feed_forward": "FeedForward(d_model, d_ff, dropout)",
-                     "norm1": "nn.LayerNorm(d_model)", "norm2": "nn.LayerNorm(d_model)", "norm3": "nn.LayerNorm(d_model)"},
-}
-_WHY = ("later lessons and tools read them (lesson 06's cross-attention plot reads `decoder_layers[-1].cross_attn`, "
-        "checkpoints store each weight under its name, lesson 07 copies them into nn.Transformer).")
+_NORMS = {"EncoderLayer": ("norm1", "norm2"), "DecoderLayer": ("norm1", "norm2", "norm3")}
 _SUBLAYERS = {
     "EncoderLayer": (("self_attn", "norm1"), ("feed_forward", "norm2")),
     "DecoderLayer": (("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3")),
@@ -910,21 +812,22 @@ _ROLES = {("EncoderLayer", "self_attn"): "self-attention", ("DecoderLayer", "sel
 
 
 def _contract(check: Check, layer: nn.Module, name: str) -> None:
-    """The submodules later code reads, and the components' own checkers first."""
+    """The submodules later code reads, the components' own checkers, their kinds and sizes; norms over d_model."""
     from .multi_head import check_multi_head_attention
 
-    mods.missing_submodules(check, layer, name, _WANTED[name], _WHY)
-    components = {sub: (check_multi_head_attention, "MultiHeadAttention") for sub in ("self_attn", "cross_attn")
-                  if sub in _WANTED[name]}
-    components["feed_forward"] = (check_feed_forward, "FeedForward")
-    mods.components_first(check, layer, name, components)
+    wanted = {"self_attn": (check_multi_head_attention, "MultiHeadAttention"),
+              "feed_forward": (check_feed_forward, "FeedForward")}
+    if name == "DecoderLayer":
+        wanted["cross_attn"] = wanted["self_attn"]
+    sizes = {"d_model": _D_MODEL, "num_heads": _NUM_HEADS, "d_ff": _D_FF, "dropout": 0.0}
+    stages.contract_parts(check, layer, name, sizes, components=stages.submodule_parts(layer, wanted))
     _check_norms(check, layer, name)
 
 
 def _check_norms(check: Check, layer: nn.Module, name: str) -> None:
     """Each normN normalises over the last axis (the d_model features of one position)."""
     z = 3.0 * torch.randn(2, 5, _D_MODEL, generator=generator(13)) + 1.5
-    for norm_name in [n for n in _WANTED[name] if n.startswith("norm")]:
+    for norm_name in _NORMS[name]:
         norm = getattr(layer, norm_name)
         if isinstance(norm, nn.LayerNorm) and tuple(norm.normalized_shape) != (_D_MODEL,):
             check.fail(f"`{norm_name}` of your {name} is nn.LayerNorm({tuple(norm.normalized_shape)}): it normalises "
@@ -946,7 +849,7 @@ def _check_norms(check: Check, layer: nn.Module, name: str) -> None:
 def _trace(check: Check, layer: nn.Module, name: str, run: Callable) -> tuple | None:
     """(steps, output): per sublayer its query input, output, the norm's input and output, seen by hooks."""
     names = [n for pair in _SUBLAYERS[name] for n in pair]
-    with mods.Recorder(layer, names) as rec:
+    with Recorder(layer, names) as rec:
         out = run(layer)
     steps = []
     for sub, norm in _SUBLAYERS[name]:
@@ -999,65 +902,37 @@ def _check_dropout_measured(check: Check, build: Callable, run: Callable, name: 
     """Train mode: rate p on each sublayer's output before the residual, nowhere else, fresh masks, global RNG."""
     layer = build(p)
     layer.train()
-    traces = [mods.seeded(seed, _trace, check, layer, name, run) for seed in (21, None, 21)]
-    if any(t is None for t in traces):
-        return
-    masks = []
-    for steps, out in traces:
-        kept, current = [], x.double()
+
+    def sites() -> list[stages.Site] | None:
+        traced = _trace(check, layer, name, run)
+        if traced is None:
+            return None
+        steps, out = traced
+        found, current = [], x.double()
         for i, step in enumerate(steps):
             current = current if i == 0 else steps[i - 1]["y"]
             role = _ROLES[(name, step["sub"])]
-            where = f"the output of {role} (before the residual addition)"
             if not close_enough(step["inp"], current):
-                fed = mods.drop_pattern(step["inp"], current)
+                fed = drop_pattern(step["inp"], current)
                 if fed.exact and fed.rate > 0:
                     check.fail(f"In training mode your {name} applies dropout to the input of {role} (to x before "
                                f"the sublayer reads it). The paper drops the sublayer's output instead: "
                                f"LayerNorm(x + dropout(sublayer(x))).")
-                return
-            pattern = mods.drop_pattern(step["z"] - current, step["s"])
-            if not pattern.exact:
-                return  # something else: the checks above have judged it
-            problem = mods.dropout_problem(pattern, p, where, name)
-            if problem:
-                check.fail(problem + "\nThe paper's sublayer: LayerNorm(x + dropout(sublayer(x))), with "
-                           "nn.Dropout(dropout), once per sublayer.")
-            kept.append(pattern.kept)
-        if not identical(out, steps[-1]["y"]):
+                return None  # something else: the checks above have judged it
+            found.append(stages.Site(f"the output of {role} (before the residual addition)", step["z"] - current,
+                                     step["s"], {"position": 1, "sentence of the batch": 0, "feature": 2}))
+        if not torch.equal(out, steps[-1]["y"]):
             check.fail(f"In training mode the output of your {name} is not the output of its last LayerNorm: "
                        f"something (a dropout?) acts after `{steps[-1]['norm']}`.")
-        masks.append(kept)
-    _masks_independent(check, masks, name)
-    check.ok(f"in training mode drops about {round(100 * p)}% of each sublayer's output before the residual "
-             f"(measured), with a fresh mask per sublayer and per call")
+        return found
 
-
-def _masks_independent(check: Check, masks: list[list[torch.Tensor]], name: str) -> None:
-    """masks[call][sublayer]; calls 0 and 2 after the same global seed, call 1 right after call 0."""
-    for kept in masks[0]:
-        shared = mods.shared_axes(kept, {"position": 1, "sentence of the batch": 0, "feature": 2})
-        if shared:
-            check.fail(f"In training mode your {name} uses one dropout mask for every {shared[0]}: the mask is "
-                       f"drawn with a smaller shape and broadcast. nn.Dropout draws one per entry.")
-    first = masks[0]
-    for i in range(len(first)):
-        for j in range(i + 1, len(first)):
-            if first[i].shape == first[j].shape and bool((first[i] == first[j]).all()):
-                check.fail(f"In training mode your {name} drops the same entries in two sublayers: one dropout "
-                           f"mask is drawn once and reused. Call the nn.Dropout module on each sublayer's output: "
-                           f"it draws a fresh mask every time.")
-    if all(bool((a == b).all()) for a, b in zip(masks[0], masks[1])):
-        check.fail(f"In training mode your {name} drops the same entries on every call: the random numbers repeat "
-                   f"(a seed set inside forward?).")
-    if not all(bool((a == b).all()) for a, b in zip(masks[0], masks[2])):
-        check.fail(f"In training mode the dropout of your {name} does not follow torch's global random number "
-                   f"generator (after the same torch.manual_seed it drops other entries): use nn.Dropout.")
+    stages.dropout_measured(check, sites, p, name, fix="The paper's sublayer: LayerNorm(x + dropout(sublayer(x))), "
+                            "with nn.Dropout(dropout), once per sublayer.")
 
 
 def _check_norm_order(check: Check, name: str, layer: nn.Module, used: tuple) -> None:
     """norm1 closes the first sublayer, norm2 the second (and norm3 the third): later code copies them by name."""
-    wanted = [getattr(layer, n) for n in _WANTED[name] if n.startswith("norm")]
+    wanted = [getattr(layer, n) for n in _NORMS[name]]
     if all(a is b for a, b in zip(used, wanted)):
         return
     names = {id(m): n for n, m in layer.named_children()}
@@ -1100,8 +975,8 @@ def _masks_swapped(check: Check, layer: nn.Module, x, memory, src_mask, tgt_mask
 def _check_layer_sizes(check: Check, cls: type[nn.Module], name: str) -> None:
     """One head, d_model = 20 (not a power of two), and lesson 06's sentence length (64; memory of 70)."""
     D, H, d_ff, L, S = 20, 1, 36, 64, 70
-    layer = _module(check, check.build(cls, D, H, d_ff, 0.0), name).eval()
-    for sub in [n for n in ("self_attn", "cross_attn") if n in _WANTED[name]]:
+    layer = stages.is_module(check, check.build(cls, D, H, d_ff, 0.0), name).eval()
+    for sub in ("self_attn", "cross_attn")[: 1 if name == "EncoderLayer" else 2]:
         heads = getattr(getattr(layer, sub), "num_heads", None)
         if heads != H:
             check.fail(f"{name}(d_model={D}, num_heads={H}, d_ff={d_ff}) builds `{sub}` with num_heads = "

@@ -7,7 +7,7 @@ logits. Closed forms of common slips (smoothing spread over V-1 classes,
 padding counted, KL divergence...) are used only to name the cause once the
 values are known to be wrong. Lesson 06's sizes (a vocabulary of hundreds, a
 batch of hundreds of positions) are checked too, and the loss runs once on a
-pretend GPU (``_devices``) so that a tensor built on the CPU is caught on any
+pretend GPU (``stages.on_gpu``) so that a tensor built on the CPU is caught on any
 machine. A crash gets a hint tied to the construct that usually causes it
 (``F.one_hot`` without ``num_classes``, ``gather`` without ``unsqueeze``).
 """
@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from . import _devices
+from . import stages
 from ._core import Check, CheckResult, Raised, close_enough, fmt_number, fmt_shape, generator, run_check
 
 _ORACLE = "F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)"
@@ -385,44 +385,16 @@ def _check_one_case(check: Check, label_smoothing_loss: Callable, case: dict, me
 def _check_gradients(check: Check, label_smoothing_loss: Callable, cases: list[dict], grads: list[torch.Tensor]) -> None:
     """Gradients w.r.t. the logits, on a fresh clone that requires grad."""
     for case, grad in zip(cases, grads):
-        x = case["logits"].clone().requires_grad_(True)
-        out = _loss(check, label_smoothing_loss, case, logits=x)
-        if not out.requires_grad:
-            check.fail(
-                "Your loss is not connected to the logits (its requires_grad is False), so `loss.backward()` cannot "
-                "train anything.\nLikely causes: `.detach()`, `.item()` or `torch.tensor(...)` on the result, or the "
-                "whole computation inside `torch.no_grad()` (only the target distribution may be built there)."
-            )
-        check.call(out.backward, what="loss.backward() on your loss", guard_inputs=False)
-        if x.grad is None:
-            check.fail("After `loss.backward()`, the logits have no gradient: the loss does not depend on them through autograd.")
-        check.close(
-            x.grad,
-            grad,
-            f"the gradient of your loss w.r.t. the logits ({_describe_case(case)})",
-            atol=1e-6,
-            rtol=1e-4,
-            hint="The loss values are right but the gradient is not: is part of the computation detached "
-            "(`.detach()`, `.data`) where it depends on the logits?",
-        )
-    check.ok("its gradient w.r.t. the logits matches PyTorch's")
+        stages.gradients(check, lambda logits: _loss(check, label_smoothing_loss, case, logits=logits),
+                         {"the logits": case["logits"]}, lambda r, grad=grad: {"the logits": r * grad}, "loss",
+                         "F.cross_entropy", atol=1e-6, rtol=1e-4)
 
 
 def _check_device(check: Check, label_smoothing_loss: Callable, case: dict) -> None:
     """On a pretend GPU every tensor the loss creates must follow the logits' device."""
-    logits, target = _devices.on_device(case["logits"].clone()), _devices.on_device(case["target"].clone())
-    with _devices.elsewhere():
-        out = check.attempt(label_smoothing_loss, logits, target, case["smoothing"], case["pad_id"],
-                            what="label_smoothing_loss")
-    where = f"(logits and target on {_devices.PRETEND}, pretended on this machine)"
-    if isinstance(out, Raised):
-        check.fail(
-            f"label_smoothing_loss mixes CPU tensors with the logits on the GPU {where}:\n{out.message}\n"
-            "On Colab's GPU this line fails with \"Expected all tensors to be on the same device\". Create every "
-            "tensor on the logits' device: `torch.full(..., device=logits.device)`, `torch.arange(V, "
-            "device=logits.device)`, or `torch.full_like(logits, ...)`, `logits.new_full(...)`."
-        )
-    check.ok("creates its tensors on the logits' device, so it runs on a GPU too")
+    stages.on_gpu(check, label_smoothing_loss, case["logits"].clone(), case["target"].clone(), case["smoothing"],
+                  case["pad_id"], what="label_smoothing_loss", inputs="the logits and the target",
+                  outputs=("the loss",), source="logits")
 
 
 def _scalar(check: Check, value, case: dict) -> torch.Tensor:

@@ -22,8 +22,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from ._core import Check, CheckResult, Raised, fmt_shape, generator, run_check
-from ._placement import real_gpu, require_on_gpu, require_real_gpu, run_on_gpu
+from . import stages
+from ._core import Check, CheckResult, fmt_shape, generator, run_check
 
 _BOOL_NOTE = (
     "Masks are boolean (True = may attend): build them with comparisons such as `tokens != pad_id` "
@@ -189,11 +189,8 @@ def _long_hint(length: int) -> str:
 
 def _device_stage(check: Check, fn: Callable, what: str, tokens: torch.Tensor, pad_id: int) -> None:
     """Tokens on a GPU (pretended where there is none): the mask comes back on that GPU."""
-    result = run_on_gpu(check, fn, tokens.clone(), pad_id, what=what, inputs="the tokens")
-    if not isinstance(result, Raised):
-        require_on_gpu(check, what, "the tokens", {"the mask": result})
-    if real_gpu() is not None:
-        require_real_gpu(check, fn, tokens.to(real_gpu()), pad_id, what=what, inputs="the tokens")
+    stages.on_gpu(check, fn, tokens.clone(), pad_id, what=what, inputs="the tokens", outputs=("the mask",),
+                  source="tokens")
 
 
 # --------------------------------------------------------------------------
@@ -313,13 +310,9 @@ def _causal_shape_hint(shape: torch.Size, size: int, earlier: tuple[int, ...] = 
 
 def _components_first(check: Check, fn: Callable) -> None:
     """If the learner's make_target_mask calls their own padding or causal mask, check those first."""
-    used = getattr(getattr(fn, "__code__", None), "co_names", ())
-    names = getattr(fn, "__globals__", {})
-    parts = [(name, checker) for name, checker in (("make_padding_mask", check_padding_mask),
-                                                   ("make_causal_mask", check_causal_mask))
-             if name in used and callable(names.get(name))]
-    for name, checker in parts:
-        check.require_component(checker, names[name], name)
+    parts = {"make_padding_mask": (check_padding_mask, "make_padding_mask"),
+             "make_causal_mask": (check_causal_mask, "make_causal_mask")}
+    stages.components_first(check, "make_target_mask", stages.called_parts(fn, parts))
 
 
 def _target_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, earlier: list) -> None:

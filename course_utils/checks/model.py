@@ -28,8 +28,12 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import _modules as mods
-from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, generator, identical, run_check
+from . import _anatomy as anatomy
+from . import _twins as twins
+from . import stages
+from ._core import Check, CheckResult, Raised, close_enough, fmt_shape, generator, identical, run_check
+from ._dropout import drop_pattern
+from ._hooks import Recorder
 
 _SRC_VOCAB, _TGT_VOCAB = 11, 13
 _D_MODEL, _NUM_HEADS, _NUM_LAYERS, _D_FF = 16, 4, 2, 24
@@ -49,12 +53,7 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
 
     def build(pad_id: int = _PAD, dropout: float = 0.0) -> nn.Module:
         model = check.build(Transformer, _SRC_VOCAB, _TGT_VOCAB, _D_MODEL, _NUM_HEADS, _NUM_LAYERS, _D_FF, dropout, _MAX_LEN, pad_id)
-        if not isinstance(model, nn.Module):
-            check.fail(
-                f"Transformer(...) should build an nn.Module, but it built an object of type {type(model).__name__}.\n"
-                f"Make your class inherit from nn.Module and call super().__init__() first."
-            )
-        return model.eval()
+        return stages.is_module(check, model, "Transformer").eval()
 
     model = build()
     _contract(check, model, Transformer)
@@ -265,7 +264,7 @@ def _is_vocab_matrix(module: nn.Module) -> bool:
 
 
 def _distinct_layers(check: Check, model: nn.Module) -> None:
-    for names in mods.shared_parameter_groups(model):
+    for names in anatomy.shared_parameter_groups(model):
         if all(_is_vocab_matrix(_owner(model, n)) for n in names):
             continue  # weight tying between the target embedding and the output projection
         shown = ", ".join(f"`{n}`" for n in names[:3])
@@ -287,7 +286,7 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
     base = _SRC_VOCAB * d + _TGT_VOCAB * d + _NUM_LAYERS * (enc + dec)
     options = {}
     # The attention projections may leave out their biases (the paper's W^Q... are plain matrices).
-    bias_free = mods.bias_free_projections(model)
+    bias_free = anatomy.bias_free_projections(model)
     base_option = base - bias_free * d
     for bias in (True, False):
         for tied in (False, True):
@@ -303,7 +302,7 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
                 if bias_free:
                     words.append("attention projections without bias")
                 options.setdefault(total, ", ".join(words))
-    actual = mods.count_parameters(model)
+    actual = anatomy.count_parameters(model)
     if actual in options:
         check.ok(f"has the paper's number of parameters, {actual:,} (recognised: {options[actual]})")
         return
@@ -330,8 +329,8 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
 
 def _breakdown(model: nn.Module) -> str:
     """The learner's parameters grouped by what holds them."""
-    attention = {id(p) for a in mods.attention_modules(model) for p in a.parameters()}
-    norms = mods.layer_norms(model, _D_MODEL)
+    attention = {id(p) for a in anatomy.attention_modules(model) for p in a.parameters()}
+    norms = anatomy.layer_norms(model, _D_MODEL)
     norm_ids = {id(n) for n in norms}
     groups: dict[str, int] = {}
     seen: set[int] = set()
@@ -352,7 +351,7 @@ def _breakdown(model: nn.Module) -> str:
             kind = "other parameters"
         groups[kind] = groups.get(kind, 0) + p.numel()
     counts = {
-        "attention modules": len(mods.attention_modules(model)),
+        "attention modules": len(anatomy.attention_modules(model)),
         "LayerNorms": len(norms),
         "embeddings": sum(isinstance(x, nn.Embedding) for x in model.modules()),
     }
@@ -365,17 +364,7 @@ def _breakdown(model: nn.Module) -> str:
 
 
 def _gradients(check: Check, model: nn.Module, m: _Model, src: torch.Tensor, tgt: torch.Tensor) -> None:
-    logits = m.logits(src, tgt)
-    if not logits.requires_grad:
-        check.fail("The logits do not require a gradient: is part of forward run under torch.no_grad() or .detach()ed?")
-    missing = mods.parameters_without_gradient(check, model, logits, "Transformer", seed=6)
-    if missing:
-        check.fail(
-            f"{missing} from a loss on the logits.\n"
-            f"A module created in __init__ but never used in forward (a layer skipped in the loop, an unused "
-            f"LayerNorm or projection) never learns. Use it, or remove it."
-        )
-    check.ok("every parameter receives a gradient from a loss on the logits")
+    stages.every_parameter_learns(check, model, m.logits(src, tgt), "Transformer", seed=6)
 
 
 # --------------------------------------------------------------------------
@@ -390,11 +379,11 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                  f"found ({parts}), so its exact values were not compared")
         return
     src_emb, tgt_emb, enc_layers, dec_layers, finals, project = parts
-    mods.randomise_norms(mods.layer_norms(model, _D_MODEL), g)
+    twins.randomise_norms(anatomy.layer_norms(model, _D_MODEL), g)
 
-    twins = {}
+    stacks: dict[str, list] = {}
     for kind, layers in (("encoder", enc_layers), ("decoder", dec_layers)):
-        twins[kind] = []
+        stacks[kind] = []
         for layer in layers:
             twin, reason = _twin_of(layer, kind, g)
             if twin is None and reason.startswith(" (it is PyTorch"):
@@ -404,7 +393,7 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                     f"One of the {kind} layers inside your Transformer does not compute a post-LN {kind} layer"
                     f"{reason}. Run check_{kind}_layer on your {kind.capitalize()}Layer class first."
                 )
-            twins[kind].append(twin)
+            stacks[kind].append(twin)
 
     src = _tokens(g, _SRC_VOCAB, (_B, _L_SRC), _PAD)
     tgt = _tokens(g, _TGT_VOCAB, (_B, _L_TGT), _PAD)
@@ -427,14 +416,14 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
             return (e + t) * factor if scale_after else e * factor + t
 
         h = embed(src_emb, src, pe[0])
-        for twin in twins["encoder"]:
-            h = mods.run_twin(twin, h, src_mask=mods.torch_mask(src_keep, _B, _NUM_HEADS, _L_SRC, _L_SRC))
+        for twin in stacks["encoder"]:
+            h = twins.run_twin(twin, h, src_mask=twins.torch_mask(src_keep, _B, _NUM_HEADS, _L_SRC, _L_SRC))
         if final[0] is not None:
             h = _double_norm(final[0])(h)
         y = embed(tgt_emb, tgt, pe[1], scale if tgt_scale is None else tgt_scale)
-        for twin in twins["decoder"]:
-            y = mods.run_twin(twin, y, h, tgt_mask=mods.torch_mask(tgt_keep, _B, _NUM_HEADS, _L_TGT, _L_TGT),
-                              src_mask=mods.torch_mask(src_keep, _B, _NUM_HEADS, _L_TGT, _L_SRC))
+        for twin in stacks["decoder"]:
+            y = twins.run_twin(twin, y, h, tgt_mask=twins.torch_mask(tgt_keep, _B, _NUM_HEADS, _L_TGT, _L_TGT),
+                              src_mask=twins.torch_mask(src_keep, _B, _NUM_HEADS, _L_TGT, _L_SRC))
         if final[1] is not None:
             y = _double_norm(final[1])(y)
         return project(y)[real]
@@ -495,9 +484,9 @@ def _final_options(finals: list) -> list[tuple]:
 
 def _double_norm(norm: nn.Module) -> nn.Module:
     if not isinstance(norm, nn.LayerNorm):
-        return mods._prepared_norm(norm, _D_MODEL)
+        return twins.prepared_norm(norm, _D_MODEL)
     twin = nn.LayerNorm(_D_MODEL, dtype=torch.float64)
-    mods.copy_norm(norm, twin)
+    twins.copy_norm(norm, twin)
     return twin
 
 
@@ -516,17 +505,17 @@ def _find_parts(model: nn.Module):
         for kind, found in (("encoder", encoders), ("decoder", decoders)):
             if isinstance(sub, _TORCH_LAYERS[kind]) or (
                 not isinstance(sub, tuple(_TORCH_LAYERS.values()))
-                and not mods.LayerLayout(sub, kind, _D_MODEL, _NUM_HEADS, _D_FF).missing
+                and not twins.LayerLayout(sub, kind, _D_MODEL, _NUM_HEADS, _D_FF).missing
             ):
                 found.append(sub)
     if len(encoders) != _NUM_LAYERS or len(decoders) != _NUM_LAYERS:
         return (f"found {len(encoders)} encoder and {len(decoders)} decoder layers made of contract attention "
                 f"modules, LayerNorms and nn.Linear")
     inner = {id(x) for layer in encoders + decoders for x in layer.modules()}
-    finals = [n for n in mods.layer_norms(model, _D_MODEL) if id(n) not in inner]
+    finals = [n for n in anatomy.layer_norms(model, _D_MODEL) if id(n) not in inner]
     if len(finals) > 2:
         return "more than two LayerNorms outside the layers"
-    linears = [x for x in mods.linears_outside(model, encoders + decoders)
+    linears = [x for x in anatomy.linears_outside(model, encoders + decoders)
                if (x.in_features, x.out_features) == (_D_MODEL, _TGT_VOCAB)]
     if len(linears) > 1:
         return "more than one nn.Linear(d_model, tgt_vocab_size)"
@@ -552,7 +541,7 @@ def _twin_of(layer: nn.Module, kind: str, g: torch.Generator) -> tuple:
         if getattr(layer, "activation_relu_or_gelu", 1) != 1:
             return None, " (it is PyTorch's layer with an activation other than ReLU)"
         return copy.deepcopy(layer).double().eval(), ""
-    layout = mods.LayerLayout(layer, kind, _D_MODEL, _NUM_HEADS, _D_FF)
+    layout = twins.LayerLayout(layer, kind, _D_MODEL, _NUM_HEADS, _D_FF)
     dtype = next((p.dtype for p in layer.parameters() if p.is_floating_point()), torch.float32)
     x = torch.randn(_B, 4, _D_MODEL, generator=g)
     memory = torch.randn(_B, 6, _D_MODEL, generator=g)
@@ -574,11 +563,11 @@ def _twin_of(layer: nn.Module, kind: str, g: torch.Generator) -> tuple:
             continue  # one LayerNorm used twice while another sits unused: not a post-LN layer
         with torch.no_grad():
             if kind == "encoder":
-                expected = mods.run_twin(twin, memory.double(), src_mask=mods.torch_mask(keep, _B, _NUM_HEADS, 6, 6))
+                expected = twins.run_twin(twin, memory.double(), src_mask=twins.torch_mask(keep, _B, _NUM_HEADS, 6, 6))
             else:
-                expected = mods.run_twin(twin, x.double(), memory.double(),
-                                         tgt_mask=mods.torch_mask(causal, _B, _NUM_HEADS, 4, 4),
-                                         src_mask=mods.torch_mask(keep, _B, _NUM_HEADS, 4, 6))
+                expected = twins.run_twin(twin, x.double(), memory.double(),
+                                         tgt_mask=twins.torch_mask(causal, _B, _NUM_HEADS, 4, 4),
+                                         src_mask=twins.torch_mask(keep, _B, _NUM_HEADS, 4, 6))
         if close_enough(out, expected, _ATOL, _RTOL):
             return copy.deepcopy(twin), ""
     return None, ""
@@ -587,23 +576,10 @@ def _twin_of(layer: nn.Module, kind: str, g: torch.Generator) -> tuple:
 def _dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
     model = build(dropout=0.5)
     m = _Model(check, model)
-    first, second = m.logits(src, tgt), m.logits(src, tgt)
-    if not close_enough(first, second, atol=0, rtol=_RTOL):
-        check.fail(
-            "In eval mode your Transformer (built with dropout=0.5) gives different logits for the same input: "
-            "dropout is active in eval mode.\nUse nn.Dropout modules (they follow model.eval()), or pass "
-            "training=self.training to F.dropout."
-        )
-    check.ok("is deterministic in eval mode")
-    model.train()
-    first, second = m.logits(src, tgt), m.logits(src, tgt)
+    stages.eval_deterministic(check, model, lambda _: m.logits(src, tgt), "Transformer", 0.5)
+    stages.train_random(check, model, lambda _: m.logits(src, tgt), "Transformer", 0.5,
+                        fix="Pass the dropout rate to the positional encoding and to every layer.")
     model.eval()
-    if close_enough(first, second, atol=0, rtol=_RTOL):
-        check.fail(
-            "In training mode your Transformer (built with dropout=0.5) gives the same logits twice: dropout "
-            "is not applied.\nPass the dropout rate to the positional encoding and to every layer."
-        )
-    check.ok("applies dropout in training mode")
     _layers_drop(check, model)
     _everything_dropped(check, build, src, tgt)
 
@@ -671,83 +647,22 @@ def _everything_dropped(check: Check, build: Callable, src: torch.Tensor, tgt: t
 # --------------------------------------------------------------------------
 # The contract: names, components first, initialisation, sizes, moves, measured dropout.
 
-_WANTED = {
-    "src_embed": "nn.Embedding(src_vocab_size, d_model)",
-    "tgt_embed": "nn.Embedding(tgt_vocab_size, d_model)",
-    "positional_encoding": "PositionalEncoding(d_model, dropout, max_len)",
-    "encoder_layers": "nn.ModuleList of num_layers EncoderLayer",
-    "decoder_layers": "nn.ModuleList of num_layers DecoderLayer",
-    "generator": "nn.Linear(d_model, tgt_vocab_size)",
-}
-_WHY = ("lesson 05's parameter breakdown groups the weights by these names, lesson 06 reads "
-        "`model.decoder_layers[-1].cross_attn` and saves checkpoints under them, lesson 07 copies them.")
-_MASKS = {"make_padding_mask": "check_padding_mask", "make_causal_mask": "check_causal_mask",
-          "make_target_mask": "check_target_mask"}
+_MASKS = ("make_padding_mask", "make_causal_mask", "make_target_mask")
 
 
 def _contract(check: Check, model: nn.Module, Transformer: type) -> None:
-    """Submodule names and kinds, the attributes later code reads, then the components' own checkers."""
-    from . import positional
+    """The submodule names, kinds and sizes later code reads, its attributes, and the components' own checkers."""
+    from . import masks, positional
     from .layers import check_decoder_layer, check_encoder_layer
 
-    mods.missing_submodules(check, model, "Transformer", _WANTED, _WHY)
-    kinds = {"src_embed": nn.Embedding, "tgt_embed": nn.Embedding, "encoder_layers": nn.ModuleList,
-             "decoder_layers": nn.ModuleList, "generator": nn.Linear}
-    for name, kind in kinds.items():
-        if not isinstance(getattr(model, name), kind):
-            check.fail(f"`{name}` of your Transformer is {describe(getattr(model, name))}; it should be "
-                       f"{_WANTED[name]} ({_WHY})")
-    for name in ("encoder_layers", "decoder_layers"):
-        if len(getattr(model, name)) != _NUM_LAYERS:
-            check.fail(f"`{name}` of your Transformer(..., num_layers={_NUM_LAYERS}, ...) holds "
-                       f"{len(getattr(model, name))} layers; it should hold num_layers = {_NUM_LAYERS}.")
-    for name, value in (("d_model", _D_MODEL), ("pad_id", _PAD)):
-        if getattr(model, name, None) != value:
-            check.fail(f"Your Transformer(..., d_model={_D_MODEL}, ..., pad_id={_PAD}) has `{name}` = "
-                       f"{describe(getattr(model, name, None))}; store it: `self.{name} = {name}` (encode and "
-                       f"decode use it, and so does lesson 06).")
-    check.ok("has the exercise's submodules (src_embed, tgt_embed, positional_encoding, encoder_layers, "
-             "decoder_layers, generator) and attributes (d_model, pad_id)")
-    components = {"encoder_layers.0": (check_encoder_layer, "EncoderLayer"),
-                  "decoder_layers.0": (check_decoder_layer, "DecoderLayer"),
-                  "positional_encoding": (positional.check_positional_encoding_module, "PositionalEncoding")}
-    _masks_first(check, Transformer)
-    mods.components_first(check, _Named(model), "Transformer", components)
-
-
-class _Named:
-    """Dotted names ("encoder_layers.0") as attributes, for components_first."""
-
-    def __init__(self, model: nn.Module):
-        self.model = model
-
-    def __getattr__(self, name: str):
-        return self.model.get_submodule(name)
-
-
-def _masks_first(check: Check, Transformer: type) -> None:
-    """The lesson 02 mask functions the learner's methods call: each must pass its own checker first."""
-    from . import masks
-
-    passed: list[str] = []
-    for method in ("encode", "decode", "forward"):
-        fn = getattr(Transformer, method, None)
-        code, namespace = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-        if code is None:
-            continue
-        for name, checker_name in _MASKS.items():
-            if name in code.co_names and callable(namespace.get(name)):
-                checker = getattr(masks, checker_name)
-                result = mods.component_result_of_function(checker, namespace[name])
-                if not result.passed:
-                    first = result.messages[0] if result.messages else ""
-                    check.fail(f"Your Transformer.{method} calls {name}, which does not pass {checker_name} "
-                               f"({result.status.value.upper()}): fix that first, then come back.\n"
-                               + "\n".join("  " + line for line in first.splitlines()))
-                if name not in passed:
-                    passed.append(name)
-    if passed:
-        check.ok(f"the mask functions it calls pass their own checkers ({', '.join(passed)})")
+    parts = stages.called_parts(Transformer, {name: (getattr(masks, f"check_{name[5:]}"), name) for name in _MASKS})
+    parts += stages.submodule_parts(model, {
+        "encoder_layers.0": (check_encoder_layer, "EncoderLayer"),
+        "decoder_layers.0": (check_decoder_layer, "DecoderLayer"),
+        "positional_encoding": (positional.check_positional_encoding_module, "PositionalEncoding")})
+    sizes = {"src_vocab_size": _SRC_VOCAB, "tgt_vocab_size": _TGT_VOCAB, "d_model": _D_MODEL, "num_heads": _NUM_HEADS,
+             "num_layers": _NUM_LAYERS, "d_ff": _D_FF, "dropout": 0.0, "max_len": _MAX_LEN, "pad_id": _PAD}
+    stages.contract_parts(check, model, "Transformer", sizes, components=parts)
 
 
 def _xavier(check: Check, model: nn.Module) -> None:
@@ -805,28 +720,8 @@ def _long_sentences(check: Check, build: Callable, g: torch.Generator) -> None:
 
 def _moves(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
     """.double() moves every tensor the model keeps; on another device nothing is created on the CPU."""
-    model = build()
-    logits = check.call(model, src, tgt, what="Transformer.forward")
-    model = model.double()  # the checker's own instance
-    out = check.attempt(model, src, tgt, what="Transformer.forward")
-    if isinstance(out, Raised) or not isinstance(out, torch.Tensor) or out.dtype != torch.float64:
-        got = out.message if isinstance(out, Raised) else f"It returned {describe(out)}."
-        check.fail(
-            "After `model.double()` your Transformer no longer computes in float64: some tensor it keeps did not "
-            "move with the model (`.to(dtype)` and `.to(device)` only move parameters and buffers). Register "
-            "fixed tensors (the positional-encoding table, a stored mask) with `self.register_buffer(...)`, and "
-            f"create new tensors with the dtype and device of an input.\n\n{got}"
-        )
-    if not close_enough(out.float(), logits, atol=1e-3, rtol=_RTOL):
-        check.fail("After `model.double()` your Transformer gives other logits than in float32: a tensor it keeps "
-                   "did not move with the model. Register fixed tensors with `self.register_buffer(...)`.")
-    check.ok("after .double() computes the same logits in float64 (every tensor it keeps moves with it)")
-    _device(check, build, src, tgt)
-
-
-def _device(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
-    """Nothing is created on the CPU when the model and its input live elsewhere (a pretend GPU here)."""
-    mods.check_device(check, build(), "Transformer", src, tgt)
+    stages.follows_dtype(check, build(), [src, tgt], "Transformer")
+    stages.module_on_gpu(check, build(), src, tgt, what="Transformer")
 
 
 def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor, p: float = 0.5) -> None:
@@ -834,31 +729,37 @@ def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: tor
     model = build(dropout=p).train()
     names = ["positional_encoding", "encoder_layers.0", f"encoder_layers.{_NUM_LAYERS - 1}", "decoder_layers.0",
              f"decoder_layers.{_NUM_LAYERS - 1}", "generator"]
-    with mods.Recorder(model, names) as rec:
-        check.call(model, src, tgt, what="Transformer.forward")
-    pe_calls = rec.calls["positional_encoding"]
-    if len(pe_calls) != 2 or any(len(rec.calls[n]) != 1 for n in names[1:]):
-        return  # an unusual call pattern: the values above have judged it
-    pe = model.positional_encoding
-    links = []
-    for (args, kwargs, out), side, first in zip(pe_calls, ("source", "target"), ("encoder_layers.0", "decoder_layers.0")):
-        embedded = args[0] if args else next(iter(kwargs.values()))
-        pe.eval()
-        reference = check.call(pe, embedded, what="PositionalEncoding.forward")
-        pe.train()
-        pattern = mods.drop_pattern(out, reference)
-        if pattern.exact:
-            problem = mods.dropout_problem(pattern, p, f"the {side} embeddings plus positional encoding", "Transformer")
-            if problem:
-                check.fail(problem + "\nThe paper drops the sums of the embeddings and the positional encodings: "
-                           "your PositionalEncoding's own nn.Dropout(dropout) does it; build it with the dropout rate.")
-        links.append((out, rec.first_input(first), f"the {side} positional encoding", f"`{first}`"))
-    links.append((rec.output(f"decoder_layers.{_NUM_LAYERS - 1}"), rec.first_input("generator"),
-                  "the last decoder layer", "`generator`"))
+
+    def sites() -> list[stages.Site] | None:
+        with Recorder(model, names) as rec:
+            check.call(model, src, tgt, what="Transformer.forward")
+        pe_calls = rec.calls["positional_encoding"]
+        if len(pe_calls) != 2 or any(len(rec.calls[n]) != 1 for n in names[1:]):
+            return None  # an unusual call pattern: the values above have judged it
+        pe, found, links = model.positional_encoding, [], []
+        for (args, kwargs, out), side, first in zip(pe_calls, ("source", "target"), ("encoder_layers.0", "decoder_layers.0")):
+            embedded = args[0] if args else next(iter(kwargs.values()))
+            reference = check.call(pe.eval(), embedded, what="PositionalEncoding.forward")
+            pe.train()
+            found.append(stages.Site(f"the {side} embeddings plus positional encoding", out, reference,
+                                     {"sentence of the batch": 0, "position": 1, "feature": 2}))
+            links.append((out, rec.first_input(first), f"the {side} positional encoding", f"`{first}`"))
+        links.append((rec.output(f"decoder_layers.{_NUM_LAYERS - 1}"), rec.first_input("generator"),
+                      "the last decoder layer", "`generator`"))
+        _nothing_between(check, links)
+        return found
+
+    stages.dropout_measured(check, sites, p, "Transformer", fix=(
+        "The paper drops the sums of the embeddings and the positional encodings: your PositionalEncoding's own "
+        "nn.Dropout(dropout) does it; build it with the dropout rate."))
+
+
+def _nothing_between(check: Check, links: list) -> None:
+    """What one part produced is what the next received: no extra dropout in between."""
     for produced, received, source, target in links:
         if isinstance(produced, torch.Tensor) and isinstance(received, torch.Tensor) and not identical(
                 produced.detach(), received.detach()):
-            again = mods.drop_pattern(received, produced)
+            again = drop_pattern(received, produced)
             if again.exact and again.rate > 0:
                 check.fail(f"In training mode your Transformer drops entries a second time between {source} and "
                            f"{target} ({round(100 * again.rate)}% of them): an extra dropout. The positional "
@@ -866,8 +767,6 @@ def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: tor
             check.fail(f"In training mode something changes the tensor between {source} and {target} (an extra "
                        f"dropout?): the paper applies dropout only to the embeddings plus positions and inside "
                        f"the layers.")
-    check.ok(f"in training mode drops about {round(100 * p)}% of the embeddings plus positions on both sides "
-             f"(measured), and nothing between the stacks and the output projection")
 
 
 def _masks_swapped(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import _modules as mods
+from . import stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, generator, identical, run_check
 
 _NAMES = ("W_q", "W_k", "W_v", "W_o")
@@ -67,12 +67,11 @@ def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     _check_cross_attention(check, case, q, k, v)
     previous = _check_attention_weights(check, module, case.w, H, q, k, v, None, None, "cross-attention")
     padding = _check_masks(check, case, q, k, v, g, previous)
-    _check_gradients(check, module, weights, case.w, q, k, v, padding, H, g)
-    check.ok("gradients reach query, key, value and W_q, W_k, W_v, W_o as in nn.MultiheadAttention")
+    _check_gradients(check, module, weights, case.w, q, k, v, padding, H)
     _check_other_size(check, cls, g)
     _check_sizes(check, cls, g)
     _check_dropout(check, cls, g)
-    mods.check_device(check, module, "MultiHeadAttention", q, k, v, padding)
+    stages.module_on_gpu(check, module, q, k, v, padding, what="MultiHeadAttention")
     _check_divisibility(check, cls)
 
 
@@ -232,15 +231,9 @@ def _check_structure(check: Check, module: Any, d_model: int, num_heads: int) ->
 
 def _check_runs(check: Check, module: nn.Module, x: torch.Tensor) -> None:
     """Self-attention runs, keeps the shape, and gives the same output twice in eval mode."""
-    first = _run(check, module, x, x, x, shape=x.shape, what="the output for self-attention")
-    second = _run(check, module, x, x, x, shape=x.shape, what="the output for self-attention")
-    if not identical(first.detach(), second.detach()):
-        check.fail(
-            "MultiHeadAttention in eval mode (built with the default dropout=0.0) gives different outputs for the "
-            "same input: something random runs inside.\nLikely cause: dropout with a fixed rate, or "
-            "`F.dropout(...)` without `training=self.training`. Use `nn.Dropout(dropout)` with the constructor's "
-            "`dropout` argument; it is off in eval mode."
-        )
+    stages.eval_deterministic(check, module, lambda m: _run(check, m, x, x, x, shape=x.shape,
+                                                            what="the output for self-attention"),
+                              "MultiHeadAttention", 0.0)
     check.ok("self-attention returns (B, L, d_model)")
 
 
@@ -350,14 +343,8 @@ def _check_other_size(check: Check, cls, g: torch.Generator) -> None:
     mask2[0, ..., 4:] = False
     mask2[2, ..., 1] = False
     what = f"the output for d_model={D2}, num_heads={H2}"
-    first = _run(check, other, x2, x2, x2, mask2, shape=(3, 6, D2), what=what)
-    second = _run(check, other, x2, x2, x2, mask2, shape=(3, 6, D2), what=what)
-    if not identical(first.detach(), second.detach()):
-        check.fail(
-            "MultiHeadAttention(24, 4, dropout=0.5) in eval mode gives different outputs for the same input: "
-            "dropout is still active.\nUse an nn.Dropout submodule (it switches off in eval mode) rather than "
-            "`F.dropout(..., p)` without `training=self.training`."
-        )
+    first = stages.eval_deterministic(check, other, lambda m: _run(check, m, x2, x2, x2, mask2, shape=(3, 6, D2),
+                                                                   what=what), "MultiHeadAttention(24, 4)", 0.5)
     check.close(
         first, _oracle(w2, H2, x2, x2, x2, mask2), f"the output for d_model={D2}, num_heads={H2}",
         hint="It works for d_model=12, num_heads=3: does your class use the d_model and num_heads it was given "
@@ -590,35 +577,23 @@ def _check_mask(check: Check, module, weights, uniform_weights, w, wu, q, k, v, 
                 hint="The output with all keys allowed is right, so look at how the mask is used.")
 
 
-def _check_gradients(check: Check, module, weights, w, q, k, v, mask, H: int, g: torch.Generator) -> None:
-    """Backpropagate one random direction through the learner's module and the oracle; compare gradients."""
+def _check_gradients(check: Check, module, weights, w, q, k, v, mask, H: int) -> None:
+    """Gradients w.r.t. the inputs and the four projections, against nn.MultiheadAttention's."""
     _install(module, weights)
     B, L, D = q.shape
-    r = torch.randn(B, L, D, generator=g)
-    inputs = [t.clone().requires_grad_(True) for t in (q, k, v)]
-    out = _run(check, module, *inputs, mask, shape=(B, L, D), what="the output with a padding mask")
-    if not out.requires_grad or out.grad_fn is None:
-        check.fail(
-            "The output of MultiHeadAttention does not require grad: it is cut off from autograd, so W_q, W_k, "
-            "W_v and W_o could never be trained.\nLikely cause: a `torch.no_grad()` block in forward, or a "
-            "`.detach()` / `.data` on the way to the output."
-        )
-    params = [getattr(module, name).weight for name in _NAMES]
-    got = torch.autograd.grad((out * r).sum(), inputs + params, allow_unused=True)
-    ref_inputs = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
-    mha, ref_out = _oracle(w, H, *ref_inputs, mask=mask, grad=True)
-    # in_proj_weight is one tensor: its three chunks share one gradient, cut the same way.
-    grads = torch.autograd.grad((ref_out * r.double()).sum(), ref_inputs + [mha.in_proj_weight, mha.out_proj.weight])
-    want = list(grads[:3]) + list(grads[3].chunk(3)) + [grads[4]]
-    names = ["query", "key", "value"] + list(_NAMES)
-    wrong = [n for n, a, e in zip(names, got, want) if a is None or not close_enough(a, e, **_LOOSE)]
-    if wrong:
-        check.fail(
-            f"The output of MultiHeadAttention is right, but the gradient with respect to {', '.join(wrong)} "
-            f"differs from nn.MultiheadAttention's with the same weights.\nLikely cause: a `.detach()`, `.data` "
-            f"or `torch.no_grad()` on the way from {' / '.join(wrong)} to the output (check your "
-            f"scaled_dot_product_attention too: its weights must stay in the graph)."
-        )
+
+    def expected(r: torch.Tensor) -> dict[str, torch.Tensor]:
+        leaves = [t.detach().double().requires_grad_(True) for t in (q, k, v)]
+        mha, out = _oracle(w, H, *leaves, mask=mask, grad=True)
+        # in_proj_weight is one tensor: its three chunks share one gradient, cut the same way.
+        grads = torch.autograd.grad((out * r).sum(), leaves + [mha.in_proj_weight, mha.out_proj.weight])
+        return dict(zip(("query", "key", "value", *_NAMES), [*grads[:3], *grads[3].chunk(3), grads[4]]))
+
+    stages.gradients(
+        check, lambda query, key, value: _run(check, module, query, key, value, mask, shape=(B, L, D),
+                                              what="the output with a padding mask"),
+        {"query": q, "key": k, "value": v}, expected, "MultiHeadAttention", "nn.MultiheadAttention",
+        params={name: getattr(module, name).weight for name in _NAMES})
 
 
 # --------------------------------------------------------------------------
@@ -774,58 +749,30 @@ def _check_dropout(check: Check, cls, g: torch.Generator) -> None:
     w = _install(module, weights)
     q, k = torch.randn(B, L_q, D, generator=g), torch.randn(B, L_k, D, generator=g)
     v = _designed_values(B, L_k, D, H)
-    module.train()
-    what = f"the output in training mode (dropout={p})"
-    runs = [mods.seeded(seed, _run, check, module, q, k, v, shape=(B, L_q, D), what=what) for seed in (11, None, 11)]
-    module.eval()
     reference = _oracle_weights(w, H, q, k)  # (B, H, L_q, L_k) without dropout
-    read = [_read_weights(out, L_k, H) for out in runs]
-    dropped, sums, rest = read[0]
-    if not (close_enough(sums, dropped.sum(-1), **_LOOSE) and close_enough(rest, torch.zeros_like(rest), **_LOOSE)):
-        columns = (dropped.abs() < 1e-6)
-        on_values = bool(columns.any()) and bool((columns == columns[:, :, :1]).all())
-        where = "on the values (V)" if on_values else "on the merged heads or the output"
-        check.fail(
-            f"In training mode your MultiHeadAttention applies its dropout after the attention, {where}, and "
-            f"not on the attention weights.\nLike nn.MultiheadAttention, drop entries of the weights themselves: "
-            f"`out = self.dropout(weights) @ v` (the layers of lesson 05 add the dropout on each sublayer's "
-            f"output; one here would double it)."
-        )
-    pattern = mods.drop_pattern(dropped, reference)
-    if not pattern.exact:
-        check.fail(
-            "In training mode the attention weights of your MultiHeadAttention are not the eval-mode weights with "
-            "some entries zeroed and the rest scaled by 1 / (1 - p): the dropout acts before the softmax (on the "
-            "scores, or on Q or K), which changes every weight of the row.\nApply dropout to the weights, after "
-            "the softmax: `self.dropout(weights) @ v`."
-        )
-    problem = mods.dropout_problem(pattern, p, "the attention weights", "MultiHeadAttention")
-    if problem:
-        check.fail(problem + ("\nApply `self.dropout = nn.Dropout(dropout)` to the weights in training: "
-                              "`out = self.dropout(weights) @ v`." if pattern.rate == 0 else ""))
-    _check_masks_independent(check, [mods.drop_pattern(r[0], reference).kept for r in read])
-    check.ok(f"in training mode drops {round(100 * pattern.rate)}% of the attention weights (dropout={p}) and "
-             f"scales the rest by 1 / (1 - p); nothing else is dropped")
+    module.train()
 
+    def sites() -> list[stages.Site]:
+        out = _run(check, module, q, k, v, shape=(B, L_q, D), what=f"the output in training mode (dropout={p})")
+        dropped, sums, rest = _read_weights(out, L_k, H)
+        if not (close_enough(sums, dropped.sum(-1), **_LOOSE) and close_enough(rest, torch.zeros_like(rest), **_LOOSE)):
+            columns = (dropped.abs() < 1e-6)
+            on_values = bool(columns.any()) and bool((columns == columns[:, :, :1]).all())
+            where = "on the values (V)" if on_values else "on the merged heads or the output"
+            check.fail(
+                f"In training mode your MultiHeadAttention applies its dropout after the attention, {where}, and "
+                f"not on the attention weights.\nLike nn.MultiheadAttention, drop entries of the weights themselves: "
+                f"`out = self.dropout(weights) @ v` (the layers of lesson 05 add the dropout on each sublayer's "
+                f"output; one here would double it)."
+            )
+        return [stages.Site("the attention weights", dropped, reference,
+                            {"head": 1, "sentence of the batch": 0, "query": 2})]
 
-def _check_masks_independent(check: Check, kept: list[torch.Tensor]) -> None:
-    """kept[0] and kept[2] come after the same global seed, kept[1] right after kept[0]."""
-    shared = mods.shared_axes(kept[0], {"head": 1, "sentence of the batch": 0, "query": 2})
-    if shared:
-        check.fail(
-            f"In training mode your MultiHeadAttention uses the same dropout mask for every {shared[0]}: the "
-            f"mask is drawn with a smaller shape and broadcast.\nEach weight is dropped on its own: "
-            f"`self.dropout(weights)` draws a mask of the full shape (B, num_heads, L_q, L_k)."
-        )
-    if bool((kept[0] == kept[1]).all()):
-        check.fail(
-            "In training mode your MultiHeadAttention drops the same attention weights on every call: the random "
-            "numbers repeat (a `torch.manual_seed(...)` or a freshly seeded torch.Generator inside forward?).\n"
-            "Let nn.Dropout draw from torch's global random number generator and never reseed it in forward."
-        )
-    if not bool((kept[0] == kept[2]).all()):
-        check.fail(
-            "In training mode the dropout of your MultiHeadAttention does not follow torch's global random number "
-            "generator: after the same torch.manual_seed(...) it drops different weights. Lesson 06 seeds torch to "
-            "make training reproducible; use nn.Dropout (or F.dropout), which draws from the global generator."
-        )
+    stages.dropout_measured(
+        check, sites, p, "MultiHeadAttention",
+        fix="Apply `self.dropout = nn.Dropout(dropout)` to the weights in training: `out = self.dropout(weights) @ v`.",
+        not_exact="In training mode the attention weights of your MultiHeadAttention are not the eval-mode weights "
+                  "with some entries zeroed and the rest scaled by 1 / (1 - p): the dropout acts before the softmax "
+                  "(on the scores, or on Q or K), which changes every weight of the row.\nApply dropout to the weights, "
+                  "after the softmax: `self.dropout(weights) @ v`.")
+    module.eval()

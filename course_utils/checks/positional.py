@@ -17,7 +17,6 @@ for every entry and every call, drawn from the global RNG, none in eval mode.
 
 from __future__ import annotations
 
-import copy
 import inspect
 import math
 from typing import Callable
@@ -25,10 +24,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values,
-                    generator, run_check)
-from ._placement import on_gpu as _on_gpu
-from ._placement import real_gpu, require_on_gpu, require_real_gpu, run_on_gpu
+from . import stages
+from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, fmt_shape, fmt_values, generator,
+                    run_check)
 
 _LONG = (5000, 10)  # the Transformer's default max_len, a d_model that is not a power of two
 
@@ -61,25 +59,28 @@ def _check_sinusoidal_positional_encoding(check: Check, fn: Callable) -> None:
 
 def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
     check.callable_(cls, "PositionalEncoding", want_class=True)
-    _component_first(check, cls)
+    stages.components_first(check, "PositionalEncoding", stages.called_parts(
+        cls, {"sinusoidal_positional_encoding": (check_positional_encoding, "sinusoidal_positional_encoding")}))
     d_model, max_len = 16, 40
-    module = check.build(cls, d_model, 0.0, max_len)
-    if not isinstance(module, nn.Module):
-        check.fail("PositionalEncoding should be a subclass of nn.Module (`class PositionalEncoding(nn.Module):`).")
+
+    def build(dropout: float = 0.0, d: int = d_model, n: int = max_len) -> nn.Module:
+        return stages.is_module(check, check.build(cls, d, dropout, n), "PositionalEncoding")
+
+    module = build()
     check.ok("PositionalEncoding(d_model, dropout, max_len) builds")
     _registration(check, module, max_len, d_model)
-    _names_stage(check, module, max_len, d_model, 0.0)
+    stages.contract_parts(check, module, "PositionalEncoding", {"d_model": d_model, "dropout": 0.0, "max_len": max_len})
     module.eval()
     g = generator(3)
     table = _reference(max_len, d_model)
     x = _zero_input_stage(check, module, table, max_len, d_model, g)
     _eval_values_stage(check, module, x, table, max_len, d_model)
-    _sizes_stage(check, cls, module, table, max_len, d_model, g)
-    _long_stage(check, cls)
-    _dtype_stage(check, cls)
-    _dropout_stage(check, cls, x, table, max_len, d_model, g)
-    _randomness_stage(check, cls)
-    _device_stage(check, cls)
+    _sizes_stage(check, build, module, table, g)
+    stages.follows_dtype(check, build(0.0, 8, 20).eval(), [torch.randn(2, 6, 8, generator=generator(5))],
+                         "PositionalEncoding")
+    _dropout_stage(check, build, table, max_len, d_model, g)
+    stages.module_on_gpu(check, build(0.5).train(), torch.randn(2, 6, d_model, generator=generator(7)),
+                         what="PositionalEncoding")
     _defaults_stage(check, cls)
 
 
@@ -401,16 +402,6 @@ def _name_invariant(check: Check, table: torch.Tensor, expected: torch.Tensor, m
 # The module's stages
 
 
-def _component_first(check: Check, cls: type) -> None:
-    """If __init__ builds the table with the learner's own sinusoidal_positional_encoding, check that first."""
-    init = getattr(cls, "__init__", None)
-    used = getattr(getattr(init, "__code__", None), "co_names", ())
-    part = getattr(init, "__globals__", {}).get("sinusoidal_positional_encoding")
-    if "sinusoidal_positional_encoding" not in used or not callable(part):
-        return
-    check.require_component(check_positional_encoding, part, "sinusoidal_positional_encoding")
-
-
 def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -> None:
     """Record a problem unless the table is a registered buffer and the module has no parameters."""
     size = max_len * d_model
@@ -462,38 +453,6 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
             f"table ({max_len} x {d_model} values).\nBuild the table once in __init__ and keep it with "
             f"`self.register_buffer('pe', pe)`; forward only slices it."
         )
-
-
-def _names_stage(check: Check, module: nn.Module, max_len: int, d_model: int, rate: float) -> None:
-    """Names are contract: lesson 07 adds `positional_encoding.pe[t]` and calls `positional_encoding.dropout` itself."""
-    buffers = dict(module.named_buffers(recurse=False))
-    pe = buffers.get("pe")
-    if not isinstance(pe, torch.Tensor):
-        other = [n for n, b in buffers.items() if b.numel() == max_len * d_model]
-        check.problem(
-            f"PositionalEncoding has no buffer named `pe`{f' (yours is `{other[0]}`)' if other else ''}: the names "
-            f"are part of the exercise, because lesson 07 decodes one token at a time and adds "
-            f"`model.positional_encoding.pe[t]`, the row of position t, by hand.\nRegister the table under that "
-            f"name: `self.register_buffer(\"pe\", table)`, shape (max_len, d_model)."
-        )
-    else:
-        rows = [(t, pe[t]) for t in (0, 1, max_len - 1) if t < pe.shape[0]]
-        if len(rows) < 3 or any(r.dim() > 2 or r.numel() != d_model for _, r in rows):  # values: checked below
-            check.problem(
-                f"`pe[t]` should be the row of position t ({d_model} values), but your buffer `pe` has shape "
-                f"{fmt_shape(pe.shape)}: lesson 07 adds `model.positional_encoding.pe[t]` to one token's embedding.\n"
-                f"Keep the table as it comes from sinusoidal_positional_encoding, shape (max_len, d_model)."
-            )
-    drop = getattr(module, "dropout", None)
-    if not isinstance(drop, nn.Dropout):  # its rate is measured below
-        check.problem(
-            f"PositionalEncoding(d_model, dropout={rate}, max_len) should keep its dropout as the submodule "
-            f"`dropout`, an `nn.Dropout({rate})`{f' (yours is {describe(drop)})' if drop is not None else ''}: lesson "
-            f"07 calls `model.positional_encoding.dropout(x)` on its own.\nWrite `self.dropout = nn.Dropout(dropout)` "
-            f"in __init__ and apply it in forward."
-        )
-    check.stop_if_problems()
-    check.ok("the table is the buffer `pe` (pe[t] is position t's row) and the dropout the submodule `dropout`")
 
 
 def _zero_input_stage(check: Check, module: nn.Module, table, max_len: int, d_model: int, g) -> torch.Tensor:
@@ -548,229 +507,60 @@ def _eval_values_stage(check: Check, module: nn.Module, x: torch.Tensor, table, 
         check.close(out, expected, "the output of PositionalEncoding in eval mode", hint="Expected x + PE[:L].")
     check.ok("returns x + PE[:L] in eval mode (L = 11, max_len = 40)")
 
-    # 2b. Gradients reach x unchanged (d output / d x is the identity in eval mode).
-    xg = x.clone().requires_grad_(True)
-    out = _forward(check, module, xg, max_len)
-    if not isinstance(out, torch.Tensor) or not out.requires_grad:
-        check.fail(
-            "The output of PositionalEncoding does not require grad although its input does: it is cut off "
-            "from autograd, so the embeddings before it could never be trained.\nLikely cause: `x.detach()`, "
-            "`x.data`, or a `torch.no_grad()` block in forward. Only the table is fixed; x must stay in the graph."
-        )
-    (grad,) = torch.autograd.grad(out.sum(), xg, allow_unused=True)
-    if grad is None or not close_enough(grad, torch.ones_like(grad, dtype=torch.float64)):
-        check.fail(
-            "In eval mode the gradient of PositionalEncoding's output with respect to x should be 1 everywhere "
-            "(forward is just x + PE[:L]), but it is not.\nLikely cause: x is detached (`x.detach()`, `x.data`) "
-            "or transformed before the table is added."
-        )
-    check.ok("gradients flow back to x unchanged")
+    stages.gradients(check, lambda x: _forward(check, module, x, max_len), {"x": x}, lambda r: {"x": r},
+                     "PositionalEncoding's output", "the identity (eval mode adds a constant table)")
 
 
-def _sizes_stage(check: Check, cls: type, module: nn.Module, table, max_len: int, d_model: int, g) -> None:
-    for b, length in ((1, 1), (2, max_len), (5, 3)):
-        xi = torch.randn(b, length, d_model, generator=g)
-        _name_stale_cache(check, cls, module, xi, table, max_len)
-        oi = check.tensor(
-            _forward(check, module, xi, max_len), f"the output for an input of shape {fmt_shape(xi.shape)}",
-            shape=(b, length, d_model),
-        )
-        check.close(oi, xi.double() + table[:length], f"the output for an input of shape {fmt_shape(xi.shape)}",
-                    hint="Does forward read B and L from x rather than assuming fixed sizes?")
-    check.ok("works for batch sizes 1, 2 and 5 and lengths 1, 3 and max_len = 40")
-
-
-def _name_stale_cache(check: Check, cls: type, module: nn.Module, x: torch.Tensor, table, max_len: int) -> None:
-    """When the module that ran before is wrong on x but a fresh one is right, something outlived a call."""
-    expected = x.double() + table[: x.shape[1]]
-    used = check.attempt(module, x.clone())
-    if isinstance(used, torch.Tensor) and close_enough(used, expected):
-        return
-    fresh = check.attempt(cls, x.shape[-1], 0.0, max_len)
-    if not isinstance(fresh, nn.Module):
-        return
-    fresh.eval()
-    again = check.attempt(fresh, x.clone())
-    if isinstance(again, torch.Tensor) and close_enough(again, expected):
-        check.fail(
-            f"For an input of shape {fmt_shape(x.shape)}, a new PositionalEncoding gives x + PE[:L], but the one "
-            f"that already ran on inputs of length 11 does not: forward keeps something from an earlier call "
-            f"(such as the slice `self.pe[:L]` of the first length).\nSlice the table afresh on every call: "
-            f"`x + self.pe[:x.size(1)]`."
-        )
-
-
-def _long_stage(check: Check, cls: type) -> None:
-    """Lesson 06's lengths and more: max_len = 128, L = 100, d_model = 10 (not a power of two)."""
-    d_model, max_len, L = 10, 128, 100
-    module = check.build(cls, d_model, 0.0, max_len)
-    module.eval()
-    x = torch.randn(2, L, d_model, generator=generator(4))
-    out = check.tensor(_forward(check, module, x, max_len), f"the output for an input of shape {fmt_shape(x.shape)}",
-                       shape=(2, L, d_model))
-    check.close(out, x.double() + _reference(max_len, d_model)[:L], "the output for L = 100, d_model = 10",
-                hint="Is the table built for max_len positions, with the module's own d_model?")
+def _sizes_stage(check: Check, build: Callable, module: nn.Module, table, g) -> None:
+    """Other batch sizes and lengths on the module that already ran, then lesson 06's lengths and more."""
+    max_len, d_model = table.shape
+    cases = [stages.Case(f"an input of shape {fmt_shape((b, n, d_model))}", torch.randn(b, n, d_model, generator=g))
+             for b, n in ((1, 1), (2, max_len), (5, 3))]
+    stages.sweep(check, cases, lambda case: _forward(check, module, case.data, max_len),
+                 lambda case: case.data.double() + table[: case.data.shape[1]], "PositionalEncoding",
+                 hint="Does forward read B and L from x rather than assuming fixed sizes?",
+                 fresh=lambda case: check.attempt(build().eval(), case.data))
+    check.ok(f"works for batch sizes 1, 2 and 5 and lengths 1, 3 and max_len = {max_len}")
+    long = build(0.0, 10, 128).eval()  # lesson 06's lengths and more, a d_model that is not a power of two
+    x = torch.randn(2, 100, 10, generator=generator(4))
+    stages.sweep(check, [stages.Case("L = 100 of max_len = 128, d_model = 10", x)],
+                 lambda case: _forward(check, long, case.data, 128),
+                 lambda case: case.data.double() + _reference(128, 10)[:100], "PositionalEncoding",
+                 hint="Is the table built for max_len positions, with the module's own d_model?")
     check.ok("long inputs (L = 100 of max_len = 128) with d_model = 10")
 
 
-def _dtype_stage(check: Check, cls: type) -> None:
-    """`.to(torch.float64)` moves the table: a float64 input gives a float64 output, x + PE[:L]."""
-    d_model, max_len, L = 8, 20, 6
-    module = check.build(cls, d_model, 0.0, max_len)
-    module.eval().to(torch.float64)
-    x = torch.randn(2, L, d_model, generator=generator(5), dtype=torch.float64)
-    out = check.call(module, x, what="PositionalEncoding")
-    if isinstance(out, torch.Tensor) and out.dtype != torch.float64:
-        check.fail(
-            f"After `.to(torch.float64)` (`.double()`), PositionalEncoding returns {out.dtype} for a float64 "
-            f"input: the output should keep the input's dtype.\nLikely cause: a `.float()` in forward, or the "
-            f"table kept outside the module's buffers so that `.to(dtype)` does not reach it."
-        )
-    out = check.tensor(out, "the output after .to(torch.float64)", shape=(2, L, d_model))
-    check.close(out, x + _reference(max_len, d_model)[:L], "the output after .to(torch.float64)")
-    check.ok("after .to(torch.float64), a float64 input gives the float64 output x + PE[:L]")
-
-
-def _dropout_stage(check: Check, cls: type, x: torch.Tensor, table, max_len: int, d_model: int, g) -> None:
-    B, L = x.shape[:2]
-    expected = x.double() + table[:L]
-    p = 0.5
-    dropper = check.build(cls, d_model, p, max_len)
-    dropper.eval()
-    first = _forward(check, dropper, x, max_len)
-    second = _forward(check, dropper, x, max_len)
-    if not (close_enough(first.detach(), expected) and close_enough(second.detach(), expected)):
-        check.fail(
-            f"With dropout={p} in eval mode, PositionalEncoding should return exactly x + PE[:L] every time, "
-            f"but its output differs.\nLikely cause: dropout that ignores the mode, such as `F.dropout(x, p)` "
-            f"(its `training` argument defaults to True). Use an `nn.Dropout(dropout)` submodule, which "
-            f"follows `.train()` / `.eval()`."
-        )
-    check.ok("dropout is off in eval mode (deterministic output)")
+def _dropout_stage(check: Check, build: Callable, table, max_len: int, d_model: int, g) -> None:
+    """Off in eval mode; in training, on the sum x + PE[:L] only: at p = 0.5, then at the default 0.1."""
+    x = torch.randn(4, 20, d_model, generator=g)
+    expected = x.double() + table[:20]
+    dropper = build(0.5)
+    out = stages.eval_deterministic(check, dropper, lambda m: _forward(check, m, x, max_len), "PositionalEncoding", 0.5)
+    check.close(out, expected, "the output with dropout=0.5 in eval mode", hint="Expected x + PE[:L]: no dropout.")
     dropper.train()
-    xt = torch.randn(4, 20, d_model, generator=g)
-    out = check.tensor(_forward(check, dropper, xt, max_len), "the output in train mode", shape=(4, 20, d_model))
-    got = out.detach().double()
-    summed = xt.double() + table[:20]
-    zeroed = got.abs() < 1e-7
-    frac = float(zeroed.double().mean())
-    after_pe = got - table[:20]
-    if frac < 0.05:
-        dropped = after_pe.abs() < 1e-5
-        if bool((dropped | ((after_pe - xt.double() / (1 - p)).abs() < 1e-4)).all()) and float(
-            dropped.double().mean()
-        ) > 0.2:
-            check.fail(
-                "PositionalEncoding applies dropout to x before adding the table (dropped entries come out as "
-                "the table's values, not 0). The paper applies dropout to the sum: `dropout(x + PE[:L])`."
-            )
-        after_x = got - xt.double()
-        table_dropped = after_x.abs() < 1e-5
-        if bool((table_dropped | ((after_x - table[:20] / (1 - p)).abs() < 1e-4)).all()) and float(
-            table_dropped.double().mean()
-        ) > 0.2:
-            check.fail(
-                "PositionalEncoding applies dropout to the table alone and then adds x (dropped entries come out "
-                "as x's values, not 0). The paper applies dropout to the sum: `dropout(x + PE[:L])`."
-            )
-        if close_enough(got, summed):
-            check.fail(
-                f"PositionalEncoding(d_model, dropout={p}) in train mode returned x + PE[:L] unchanged: "
-                f"no dropout was applied. Pass the `dropout` argument to `nn.Dropout` and apply it to the sum."
-            )
-        check.fail(
-            f"In train mode with dropout={p}, about half of the outputs should be exactly 0, but "
-            f"{frac:.0%} are. Apply `nn.Dropout(dropout)` to x + PE[:L]."
-        )
-    if not 0.35 <= frac <= 0.65:
-        check.fail(
-            f"In train mode with dropout={p}, about {p:.0%} of the outputs should be zeroed, but {frac:.0%} "
-            f"are. Is the dropout rate taken from the constructor's `dropout` argument, and is dropout applied "
-            f"only once?"
-        )
-    kept = ~zeroed
-    if not bool(torch.allclose(got[kept], summed[kept] / (1 - p), atol=1e-4, rtol=1e-4)):
-        if bool(torch.allclose(got[kept], summed[kept], atol=1e-4, rtol=1e-4)):
-            check.fail(
-                f"In train mode the entries that survive dropout should be scaled by 1 / (1 - p) = "
-                f"{1 / (1 - p):g}, but yours are x + PE[:L] unscaled. Use nn.Dropout, which rescales for you."
-            )
-        check.fail(
-            f"In train mode the entries that survive dropout should equal (x + PE[:L]) / (1 - p), "
-            f"but they do not.\n"
-            f"  expected (first kept values): {fmt_values(summed[kept] / (1 - p))}\n"
-            f"  actual   (first kept values): {fmt_values(got[kept])}\n"
-            f"Apply dropout once, to the sum x + PE[:L]."
-        )
-    check.ok("in train mode, dropout zeroes entries of x + PE[:L] and rescales the rest by 1 / (1 - p)")
 
+    def sites(module: nn.Module, inputs: torch.Tensor, reference: torch.Tensor):
+        out = check.tensor(_forward(check, module, inputs, max_len), "the output in train mode", shape=inputs.shape)
+        return [stages.Site("x + PE[:L]", out, reference, {"sentence of the batch": 0, "position": 1, "feature": 2})]
 
-def _dropout_masks(check: Check, module: nn.Module, x: torch.Tensor, seed: int | None) -> torch.Tensor:
-    """The boolean pattern of zeroed entries of one train-mode call (after torch.manual_seed(seed) if given)."""
-    if seed is not None:
-        torch.manual_seed(seed)
-    out = check.tensor(check.call(module, x, what="PositionalEncoding"), "the output in train mode", shape=x.shape)
-    return out.detach() == 0
+    def name_the_place(found: list) -> None:
+        got = found[0].observed.detach().double()
+        for dropped, kept, place in ((got - table[:20], x.double(), "to x before adding the table"),
+                                     (got - x.double(), table[:20], "to the table alone and then adds x")):
+            zero = dropped.abs() < 1e-5
+            if float(zero.double().mean()) > 0.2 and bool((zero | ((dropped - kept / 0.5).abs() < 1e-4)).all()):
+                check.fail(f"PositionalEncoding applies dropout {place} (dropped entries are not 0). The paper "
+                           f"applies dropout to the sum: `dropout(x + PE[:L])`.")
+        check.fail("In train mode the output of PositionalEncoding is not x + PE[:L] with some entries zeroed and "
+                   "the rest scaled by 1 / (1 - p): apply one nn.Dropout, to the sum, `dropout(x + PE[:L])`.")
 
-
-def _randomness_stage(check: Check, cls: type) -> None:
-    """Dropout at the default rate 0.1, with masks independent across sentences, positions, features and calls."""
-    d_model, max_len = 32, 64
-    module = check.build(cls, d_model, 0.1, max_len)
-    module.train()
-    x = torch.rand(8, 64, d_model, generator=generator(6)) + 1.0  # no entry of x + PE is 0
-    first, second = _dropout_masks(check, module, x, 1), _dropout_masks(check, module, x, None)
-    rate = float(first.double().mean())
-    if not 0.08 <= rate <= 0.12:
-        check.fail(
-            f"With the default-style rate dropout=0.1, {rate:.1%} of the entries of x + PE[:L] are zeroed in "
-            f"train mode (measured over {first.numel()} entries); it should be about 10%.\nIs the rate taken "
-            f"from the `dropout` argument, and dropout applied exactly once, to the sum?"
-        )
-    for axis, what in ((0, "sentence of the batch"), (1, "position"), (2, "feature")):
-        constant = (first == first.select(axis, 0).unsqueeze(axis)).all(dim=axis)
-        if float(constant.double().mean()) > 0.99:
-            check.fail(
-                f"In train mode your dropout zeroes the same entries for every {what}: its mask is shared "
-                f"along that axis instead of drawn for each entry.\nLikely cause: a mask of shape 1 on that axis "
-                f"(for example `torch.rand_like(out[:1])`). Use `nn.Dropout`, which draws one number per entry."
-            )
-    if torch.equal(first, second):
-        check.fail(
-            "In train mode two calls on the same input zero exactly the same entries: the dropout mask repeats "
-            "from one call to the next.\nLikely cause: a random generator created (and seeded) inside forward. "
-            "Use `nn.Dropout`, which draws fresh numbers from the global random number generator on every call."
-        )
-    again, other = _dropout_masks(check, module, x, 1), _dropout_masks(check, module, x, 2)
-    if not torch.equal(first, again) or torch.equal(first, other):
-        check.fail(
-            "Your dropout masks do not follow PyTorch's global random number generator: after the same "
-            "`torch.manual_seed`, two calls drop different entries (or different seeds give the same ones).\n"
-            "Likely cause: a `torch.Generator` of your own. Draw from the global RNG (`nn.Dropout`, "
-            "`torch.rand_like`), so that torch.manual_seed makes training reproducible, as lesson 06 expects."
-        )
-    check.ok("in train mode, dropout=0.1 zeroes about 10% of the entries, with a fresh mask for every entry and "
-             "every call, drawn from the global RNG")
-
-
-def _device_stage(check: Check, cls: type) -> None:
-    """The module moved to a GPU (pretended where there is none) runs there, in train mode too."""
-    d_model, max_len = 8, 20
-    module = check.build(cls, d_model, 0.5, max_len)
-    module.train()
-    moved = copy.deepcopy(module)
-    for sub in moved.modules():  # what `.to(device)` does to buffers (the module has no parameters)
-        for name, buffer in list(sub._buffers.items()):
-            if buffer is not None:
-                sub._buffers[name] = _on_gpu(buffer)
-    x = torch.randn(2, 6, d_model, generator=generator(7))
-    result = run_on_gpu(check, moved, x, what="PositionalEncoding", inputs="x and the module")
-    if not isinstance(result, Raised):
-        require_on_gpu(check, "PositionalEncoding", "x and the module", {"the output": result})
-    if real_gpu() is not None:
-        module.to(real_gpu())
-        require_real_gpu(check, module, x.to(real_gpu()), what="PositionalEncoding", inputs="x and the module")
-    check.ok("moved to a GPU with its buffers, it creates nothing on the CPU (train mode included)")
+    stages.dropout_measured(check, lambda: sites(dropper, x, expected), 0.5, "PositionalEncoding",
+                            fix="Apply `nn.Dropout(dropout)`, built with the constructor's argument, once, to "
+                                "x + PE[:L].", not_exact=name_the_place)
+    default = build(0.1, 32, 64).train()  # the default rate, on enough entries to measure it
+    y = torch.rand(8, 64, 32, generator=generator(6)) + 1.0  # no entry of x + PE is 0
+    stages.dropout_measured(check, lambda: sites(default, y, y.double() + _reference(64, 32)), 0.1,
+                            "PositionalEncoding")
 
 
 def _defaults_stage(check: Check, cls: type) -> None:

@@ -1,4 +1,4 @@
-"""A pretend GPU, to catch tensors created on the CPU on a machine that has none.
+"""The GPU a checker runs learner code on: a pretended one everywhere, the real one where there is one.
 
 Code such as ``torch.full((B, 1), bos_id)`` (no ``device=``) runs on the CPU and
 crashes on Colab's GPU with "Expected all tensors to be on the same device".
@@ -25,6 +25,12 @@ Values are computed by PyTorch on the CPU, exactly; only the device bookkeeping
 is pretended. The limits: code that asks ``torch.cuda.is_available()`` or
 hard-codes ``"cuda"`` sees the real machine, and tensors made by NumPy or by
 C++ extensions bypass the mode.
+
+:func:`moved` puts every tensor of a value (tuples, lists and dicts followed) on
+the pretend GPU, :func:`module_state` a module's parameters and buffers (for
+``torch.func.functional_call``, which leaves the learner's module untouched),
+and :func:`real_gpu` names the machine's own accelerator, if any. The stages
+that use them, with their messages, live in :mod:`.stages`.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ class DeviceMismatch(RuntimeError):
             f"({operation})" + (f"; the CPU tensor was made {origin}" if origin else "")
         )
         self.operation = operation
+        self.origin = origin
 
 
 def _learner_line() -> str:
@@ -95,6 +102,17 @@ def _origin(tensors: list[torch.Tensor]) -> str:
         if ref is not None and ref() is t:
             return line
     return ""
+
+
+def each(convert, value: Any) -> Any:
+    """``value`` with ``convert`` applied to every tensor in it (tuples, lists and dicts followed)."""
+    if isinstance(value, torch.Tensor):
+        return convert(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(each(convert, v) for v in value)
+    if isinstance(value, dict):
+        return {k: each(convert, v) for k, v in value.items()}
+    return value
 
 
 def _tensors(value: Any) -> Iterator[torch.Tensor]:
@@ -143,6 +161,29 @@ def plain(tensor: torch.Tensor) -> torch.Tensor:
 
 def is_on_device(value: Any) -> bool:
     return isinstance(value, OnDevice)
+
+
+def moved(value: Any) -> Any:
+    """Every tensor in ``value`` on the pretend GPU."""
+    return each(on_device, value)
+
+
+def plain_all(value: Any) -> Any:
+    """Every pretend-GPU tensor in ``value`` as an ordinary CPU tensor."""
+    return each(plain, value)
+
+
+def module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A module's parameters and buffers on the pretend GPU, for ``torch.func.functional_call``."""
+    return {name: on_device(t.detach()) for name, t in (*module.named_parameters(), *module.named_buffers())}
+
+
+def real_gpu() -> str | None:
+    """``"cuda"`` or ``"mps"`` when this machine has one, else None."""
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    return "mps" if mps is not None and mps.is_available() else None
 
 
 def _pretend(device: Any) -> bool | None:
@@ -209,4 +250,8 @@ def elsewhere() -> Iterator[None]:
         _origins.clear()
 
 
-__all__ = ["PRETEND", "DeviceMismatch", "OnDevice", "elsewhere", "is_on_device", "on_device", "plain"]
+#: How messages refer to the pretended device.
+WHERE = f"({PRETEND}, pretended on this machine)"
+
+__all__ = ["PRETEND", "WHERE", "DeviceMismatch", "OnDevice", "each", "elsewhere", "is_on_device", "module_state",
+           "moved", "on_device", "plain", "plain_all", "real_gpu"]

@@ -1,0 +1,591 @@
+"""The stage library: every general check of the course, written once, with its messages and tolerances.
+
+A checker is a short list of stages, plus the bespoke code that names the
+mistakes of its own exercise. Each stage takes the :class:`~._core.Check` it
+records into, calls the learner's code only through it, and either records
+what held (``check.ok``) or fails with a message in the learner's terms.
+
+Building and the contract
+    ``is_module(check, obj, name)``: the learner's class built an ``nn.Module``.
+    ``contract_parts(check, module, exercise, sizes)``: the submodules and buffers
+    the exercise's contract (``contracts.py``) names exist, with their kinds and
+    shapes (``linear1: Linear(d_model, d_ff)``).
+    ``components_first(check, owner, parts)``: each earlier exercise the learner's
+    code uses passes its own checker, else it is blamed first. ``submodule_parts``
+    and ``called_parts`` find those parts in a module or in a function's code.
+
+Values
+    ``sweep(check, cases, run, expected, what)``: compare with the oracle over a
+    list of sizes and dtypes, called in turn; an output that equals an earlier
+    case's answer is named as state kept between calls.
+
+Gradients
+    ``gradients(check, run, inputs, expected, what, oracle)``: gradients with
+    respect to named inputs and parameters against the oracle's.
+    ``every_parameter_learns(check, module, out, what)``: a loss on the output
+    reaches every trainable parameter.
+
+Devices
+    ``on_gpu(check, fn, *args, what, inputs)``: with its tensors on a GPU (the
+    pretend one of :mod:`._gpu`, then the real one where there is one), the code
+    creates nothing on the CPU and returns its results there.
+    ``module_on_gpu(check, module, *inputs, what)``: the same for a module,
+    parameters and buffers moved with it.
+
+Dropout
+    ``eval_deterministic(check, module, run, what, p)`` and
+    ``train_random(check, module, run, what, p)``: dropout off in eval mode, on in
+    training mode.
+    ``dropout_measured(check, observe, p, what)``: on each named place where the
+    exercise puts a dropout, the rate, the scale, one mask per entry, a fresh
+    mask per place and per call, drawn from torch's global generator.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import re
+import weakref
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from .. import contracts
+from . import _gpu
+from ._core import ATOL, RTOL, Check, CheckResult, Raised, Status, close_enough, describe, fmt_shape, generator
+from ._dropout import drop_pattern, dropout_problem, mask_problems, seeded
+
+# --------------------------------------------------------------------------
+# Building and the contract
+
+
+def is_module(check: Check, obj: Any, name: str) -> nn.Module:
+    """Fail unless the learner's class built an ``nn.Module``."""
+    if not isinstance(obj, nn.Module):
+        check.fail(
+            f"{name}(...) should build an nn.Module, but it built {describe(obj)}.\n"
+            f"Make your class inherit from nn.Module (`class {name}(nn.Module):`) and call super().__init__() first."
+        )
+    return obj
+
+
+_SPEC = re.compile(r"^\s*(\w+)\s*:\s*(\w+)\s*\((.*)\)\s*$")
+
+
+def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[str, Any],
+                   components: Sequence["Part"] = (), owner: str = "") -> None:
+    """The contract of ``exercise``: the names it gives, then the components' own checkers, then kinds and sizes.
+
+    ``sizes`` maps the constructor's parameter names to the values the checker built ``module`` with;
+    ``components`` are the earlier exercises it is made of (see :func:`components_first`).
+    """
+    spec = contracts.contract(exercise)
+    parts = [_SPEC.match(part).groups() for part in spec.parts]
+    owner = owner or f"your {exercise}({', '.join(f'{k}={v}' for k, v in sizes.items())})"
+    uses = "; ".join(re.sub(r"^(\d\d):", r"lesson \1:", use) for use in spec.used_by)
+    listing = "; ".join(f"`{name}` is {_asked(kind, args)}" for name, kind, args in parts)
+    why = f"The names are part of the exercise, with these kinds and sizes: {listing}. Later code relies on them ({uses})."
+    buffers = dict(module.named_buffers(recurse=False))
+    absent = []
+    for name, kind, _ in parts:
+        if kind == "buffer" and name not in buffers:
+            yours = next((f" (yours is `{n}`, of shape {fmt_shape(b.shape)})" for n, b in buffers.items()), "")
+            absent.append(f"no buffer named `{name}`{yours}")
+    missing = [name for name, kind, _ in parts if kind != "buffer" and not isinstance(getattr(module, name, None), nn.Module)]
+    if missing:
+        found = ", ".join(f"`{n}` = {type(m).__name__}" for n, m in module.named_children()) or "none"
+        absent.append(f"no submodule{'s' if len(missing) > 1 else ''} {', '.join(f'`{n}`' for n in missing)} "
+                      f"(its submodules: {found})")
+    if absent:
+        check.fail(f"{owner[:1].upper() + owner[1:]} has {' and '.join(absent)}.\n{why}")
+    for attribute in (a for a in spec.attributes if a in sizes):  # arguments later code reads back: d_model, pad_id
+        value = getattr(module, attribute, None)
+        if type(value) is not type(sizes[attribute]) or value != sizes[attribute]:
+            check.fail(f"{owner[:1].upper() + owner[1:]} has `{attribute}` = {describe(value)}: store the argument, "
+                       f"`self.{attribute} = {attribute}`. Later code reads it ({uses}).")
+    components_first(check, exercise, components)
+    for name, kind, args in parts:
+        problem = _part_problem(getattr(module, name, None), name, kind, args, sizes, module, owner)
+        if problem:
+            check.fail(f"{problem[:1].upper() + problem[1:]}\n{why}")
+    if parts:
+        check.ok("has " + ", ".join(f"`{name}`" for name, _, _ in parts) + " with the kinds and sizes the exercise gives")
+
+
+def _asked(kind: str, args: str) -> str:
+    return f"a buffer of shape ({args})" if kind == "buffer" else f"{_qualified(kind)}({args})"
+
+
+def _qualified(kind: str) -> str:
+    """``nn.Linear`` for PyTorch's modules, the exercise's own name otherwise."""
+    return f"nn.{kind}" if hasattr(nn, kind) and kind not in contracts.CONTRACTS else kind
+
+
+def _arguments(text: str, sizes: dict[str, Any]) -> list[Any]:
+    """The values of a part's arguments (names of the constructor's parameters, or literals); None when unknown."""
+    values = []
+    for item in filter(None, (a.strip() for a in text.split(","))):
+        try:
+            values.append(sizes[item] if item in sizes else ast.literal_eval(item))
+        except (ValueError, SyntaxError):
+            values.append(None)
+    return values
+
+
+def _part_problem(part: Any, name: str, kind: str, text: str, sizes: dict[str, Any], module: nn.Module,
+                  owner: str) -> str:
+    """What is wrong with one part ('' when it fits its spec ``kind(text)``, ``text`` read with ``sizes``)."""
+    args = _arguments(text, sizes)
+    named = f"{_qualified(kind)}({text}) = {_qualified(kind)}({', '.join(str(a) for a in args)})"
+    if kind == "buffer":
+        buffers = dict(module.named_buffers(recurse=False))
+        if isinstance(getattr(module, name, None), nn.Parameter):
+            return (f"`{name}` of {owner} is an nn.Parameter, which an optimizer would train: it is fixed, so keep "
+                    f"it as a buffer, `self.register_buffer(\"{name}\", ...)`.")
+        if name not in buffers:
+            others = [f"`{n}`, of shape {fmt_shape(b.shape)}" for n, b in buffers.items()]
+            yours = f" (yours is {others[0]})" if others else ""
+            return (f"{owner} has no buffer named `{name}`{yours}: register it with "
+                    f"`self.register_buffer(\"{name}\", ...)`.")
+        shape = tuple(buffers[name].shape)  # read by its first axis: extra axes of size 1 after it are fine
+        rows_fit = len(shape) >= 2 and shape[0] == args[0] and math.prod(shape[1:]) == math.prod(args[1:])
+        return "" if rows_fit else (f"The buffer `{name}` of {owner} has shape {fmt_shape(shape)}, where "
+                                    f"{fmt_shape(args)} was asked for: `{name}[t]` is the row of position t.")
+    if not isinstance(part, nn.Module):
+        found = ", ".join(f"`{n}` = {type(m).__name__}" for n, m in module.named_children()) or "none"
+        return f"{owner} has no submodule `{name}` (its submodules: {found})."
+    shown = f"`{name}` of {owner}"
+    if kind == "Linear":
+        if not isinstance(part, nn.Linear):
+            return f"{shown} is {describe(part)}, not an nn.Linear."
+        have = (part.in_features, part.out_features)
+        if have != tuple(args):
+            swapped = " (in and out swapped)" if have == tuple(args)[::-1] else ""
+            return f"{shown} is nn.Linear{have}{swapped}, where {named} was asked for."
+    elif kind == "Embedding":
+        if not isinstance(part, nn.Embedding):
+            return f"{shown} is {describe(part)}, not an nn.Embedding."
+        have = (part.num_embeddings, part.embedding_dim)
+        if have != tuple(args):
+            return f"{shown} is nn.Embedding{have}, where {named} was asked for."
+    elif kind == "LayerNorm":
+        if isinstance(part, nn.LayerNorm):
+            if tuple(part.normalized_shape) != tuple(args):
+                return (f"{shown} is nn.LayerNorm({tuple(part.normalized_shape)}): it normalises over the wrong axes; "
+                        f"nn.LayerNorm({args[0]}) normalises each position's d_model features on its own.")
+        elif any(tuple(p.shape) != tuple(args) for p in part.parameters()):
+            return f"{shown} is {describe(part)}, whose parameters do not have the shape ({args[0]},) of a layer norm's gain and bias."
+    elif kind == "Dropout":
+        if not isinstance(part, nn.Dropout):
+            return f"{shown} is {describe(part)}, not an nn.Dropout."
+        if args and args[0] is not None and part.p != args[0]:
+            return f"{shown} is nn.Dropout(p={part.p}), where it was built with dropout={args[0]}."
+    elif kind == "ModuleList":
+        if not isinstance(part, nn.ModuleList):
+            return f"{shown} is {describe(part)}, not an nn.ModuleList."
+        if args and len(part) != args[0]:
+            return f"{shown} holds {len(part)} layers, where num_layers = {args[0]} were asked for."
+    elif kind in contracts.CONTRACTS:  # another exercise: its own parts, with the sizes it was given
+        inner = contracts.contract(kind)
+        params = _parameters_of(inner.signature)
+        inner_sizes = {p: v for p, v in zip(params, args) if v is not None}
+        for attribute in (a for a in inner.attributes if a in inner_sizes):  # e.g. num_heads, passed on
+            value = getattr(part, attribute, None)
+            if value != inner_sizes[attribute]:
+                return (f"{shown} ({type(part).__name__}) has {attribute} = {describe(value)}, where "
+                        f"{attribute}={inner_sizes[attribute]} was passed on: build it with the {attribute} you were given.")
+        for spec in inner.parts:
+            sub, sub_kind, sub_args = _SPEC.match(spec).groups()
+            if all(a.strip() in inner_sizes or not a.strip().isidentifier() for a in sub_args.split(",") if a.strip()):
+                problem = _part_problem(getattr(part, sub, None), sub, sub_kind, sub_args, inner_sizes, part,
+                                        f"{shown} ({type(part).__name__})")
+                if problem:
+                    return problem
+    return ""
+
+
+def _parameters_of(signature: str) -> list[str]:
+    """The constructor's parameter names, in order, from a contract's signature ``Name(a, b=1, c=2); ...``."""
+    call = ast.parse(signature.split(";")[0].strip(), mode="eval").body
+    return [a.id for a in call.args if isinstance(a, ast.Name)] + [k.arg for k in call.keywords]
+
+
+@dataclasses.dataclass
+class Part:
+    """An earlier exercise the learner's code uses: how it is used, the object, its checker and exercise name."""
+
+    usage: str  # "`self_attn` = MyAttention", "`make_padding_mask`"
+    obj: Any
+    checker: Callable[[Any], CheckResult]
+    exercise: str
+
+
+_RESULTS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_UNWEAKABLE: dict[tuple[str, int], tuple[Any, CheckResult]] = {}
+
+
+def component_result(checker: Callable[[Any], CheckResult], obj: Any) -> CheckResult:
+    """The result of a component's own checker on ``obj`` (computed once while the object lives)."""
+    try:
+        results = _RESULTS.setdefault(obj, {})
+    except TypeError:  # not weakly referenceable: keyed by id, checked for identity
+        entry = _UNWEAKABLE.get((checker.__name__, id(obj)))
+        if entry is None or entry[0] is not obj:
+            entry = _UNWEAKABLE[(checker.__name__, id(obj))] = (obj, checker(obj))
+        return entry[1]
+    if checker.__name__ not in results:
+        results[checker.__name__] = checker(obj)
+    return results[checker.__name__]
+
+
+def components_first(check: Check, owner: str, parts: Sequence[Part]) -> None:
+    """Run each part's own checker (once per object); blame the first that does not pass."""
+    seen: set[tuple[int, str]] = set()
+    for part in parts:
+        key = (id(part.obj), part.checker.__name__)
+        if key in seen:
+            continue
+        seen.add(key)
+        result = component_result(part.checker, part.obj)
+        if result.passed:
+            continue
+        first = result.messages[0] if result.messages else ""
+        text = (f"Your {owner} uses {part.usage}, your {part.exercise}, which fails its own checker (it does not "
+                f"pass {part.checker.__name__}: {result.status.value.upper()}). Fix that first, then run this checker "
+                f"again.\nWhat {part.checker.__name__} says about it:\n" + "\n".join("  " + ln for ln in first.splitlines()))
+        if result.status is Status.NOT_ATTEMPTED:
+            check.not_attempted(text)
+        check.fail(text)
+    if parts:
+        names = ", ".join(dict.fromkeys(p.exercise for p in parts))
+        check.ok(f"the parts it uses pass their own checkers ({names})")
+
+
+def submodule_parts(module: nn.Module, wanted: dict[str, tuple[Callable, str]]) -> list[Part]:
+    """The classes of the named submodules (dotted names allowed), each with its checker and exercise."""
+    found = []
+    for name, (checker, exercise) in wanted.items():
+        try:
+            sub = module.get_submodule(name)
+        except AttributeError:
+            continue
+        found.append(Part(f"`{name}` = {type(sub).__name__}", type(sub), checker, exercise))
+    return found
+
+
+def _code_objects(obj: Any) -> list:
+    """The code of a function, or of every method of a class (nested functions included)."""
+    if isinstance(obj, type):
+        functions = [v for k, v in vars(obj).items() if callable(v) and hasattr(v, "__code__")]
+    else:
+        functions = [obj] if hasattr(obj, "__code__") else []
+    codes, todo = [], [f.__code__ for f in functions]
+    while todo:
+        code = todo.pop()
+        codes.append(code)
+        todo += [c for c in code.co_consts if hasattr(c, "co_names")]
+    return codes
+
+
+def called_parts(obj: Any, wanted: dict[str, tuple[Callable, str]]) -> list[Part]:
+    """The learner's own functions named in ``wanted`` that ``obj`` (a function or a class) calls by name."""
+    functions = [f for f in ([obj] if not isinstance(obj, type) else vars(obj).values()) if hasattr(f, "__globals__")]
+    namespace = functions[0].__globals__ if functions else {}
+    names = {n for code in _code_objects(obj) for n in code.co_names}
+    return [Part(f"`{name}`", namespace[name], checker, exercise) for name, (checker, exercise) in wanted.items()
+            if name in names and callable(namespace.get(name))]
+
+
+# --------------------------------------------------------------------------
+# Values
+
+
+@dataclasses.dataclass
+class Case:
+    """One input of a sweep: its label in messages, and whatever ``run`` and ``expected`` read from it."""
+
+    label: str
+    data: Any
+
+
+def sweep(check: Check, cases: Sequence[Case], run: Callable[[Case], torch.Tensor],
+          expected: Callable[[Case], torch.Tensor], what: str, atol: float = ATOL, rtol: float = RTOL,
+          hint: str = "", fresh: Callable[[Case], Any] | None = None) -> None:
+    """Each case in turn against the oracle, on the same function or module.
+
+    A wrong answer that belongs to an earlier case, or that a fresh instance (``fresh(case)``, for a module
+    that already ran) gets right, is named as state kept between calls.
+    """
+    kept = ("something is kept between calls (a global, a default argument, a cache or an attribute set in "
+            "forward that ignores some argument). Compute everything from each call's own arguments.")
+    for i, case in enumerate(cases):
+        out = run(case)
+        want = expected(case)
+        if close_enough(out, want, atol, rtol):
+            continue
+        again = fresh(case) if fresh is not None else None
+        if isinstance(again, torch.Tensor) and close_enough(again, want, atol, rtol):
+            check.fail(f"For {case.label}, a new instance of your {what} is right but the one that already ran on "
+                       f"other inputs is not, so it answers from an earlier call: {kept}")
+        for earlier in cases[:i]:
+            before = expected(earlier)
+            if isinstance(out, torch.Tensor) and out.shape == before.shape and close_enough(out, before, atol, rtol):
+                check.fail(f"For {case.label}, your {what} returns the answer for {earlier.label}, an earlier call: {kept}")
+        first = cases[0].label
+        check.close(out, want, f"your {what} for {case.label}", atol=atol, rtol=rtol, hint=hint or (
+            f"It works for {first}, but not for {case.label}: is a size fixed somewhere, or something kept from "
+            f"an earlier call?" if i else ""))
+
+
+# --------------------------------------------------------------------------
+# Gradients
+
+_DETACHED = ("Likely cause: a `.detach()`, `.data` or `torch.no_grad()` on the way, or a tensor rebuilt from "
+             "numbers (`.item()`, `torch.tensor(...)`, numpy).")
+
+
+def gradients(check: Check, run: Callable[..., torch.Tensor], inputs: dict[str, torch.Tensor],
+              expected: Callable[[torch.Tensor], dict[str, torch.Tensor]], what: str, oracle: str,
+              params: dict[str, torch.Tensor] | None = None, causes: dict[frozenset, str] | None = None,
+              atol: float = 1e-4, rtol: float = 1e-3, seed: int = 9) -> None:
+    """Gradients of a random linear function of the output, with respect to ``inputs`` and ``params``.
+
+    ``run(*leaves)`` is the learner's output for the inputs, in order, made to require grad; ``expected(r)``
+    gives the oracle's gradients of ``(output * r).sum()`` under the same names (the names appear in messages). ``causes`` names a set of wrong
+    gradients (``frozenset({"query", "key"})``) with its likely cause.
+    """
+    leaves = {name: t.detach().clone().requires_grad_(True) for name, t in inputs.items()}
+    out = run(*leaves.values())
+    if not isinstance(out, torch.Tensor) or not out.requires_grad or out.grad_fn is None:
+        names = " and ".join(inputs)
+        check.fail(
+            f"Your {what} does not require grad (its requires_grad is False), although the inputs it was given "
+            f"({names}) require grad: it is not connected to {names} through autograd, so nothing before it could "
+            f"ever be trained.\n{_DETACHED}"
+        )
+    r = torch.randn(out.shape, generator=generator(seed), dtype=out.dtype)
+    targets = {**leaves, **(params or {})}
+    got = torch.autograd.grad((out * r).sum(), list(targets.values()), allow_unused=True)
+    want = expected(r.double())
+    wrong = [name for name, g in zip(targets, got) if g is None or not close_enough(g, want[name], atol, rtol)]
+    if wrong:
+        cause = (causes or {}).get(frozenset(wrong)) or (
+            f"{_DETACHED.replace('on the way', 'on the way from ' + ' and '.join(wrong) + ' to the output')}")
+        check.fail(f"Your {what} is right, but the gradient with respect to {', '.join(wrong)} differs from "
+                   f"{oracle}'s.\n{cause}")
+    check.ok(f"gradients reach {', '.join(targets)} as with {oracle}")
+
+
+def every_parameter_learns(check: Check, module: nn.Module, out: torch.Tensor, what: str, seed: int = 7) -> None:
+    """A random loss on ``out`` reaches every trainable parameter of ``module``."""
+    if not out.requires_grad:
+        check.fail(f"The output of your {what} does not require a gradient: is part of forward run under "
+                   f"torch.no_grad() or .detach()ed?")
+    module.zero_grad(set_to_none=True)
+    weights = torch.randn(out.shape, generator=generator(seed))
+    check.call(lambda: (out.double() * weights.double()).sum().backward(), what=f"{what} (in the backward pass)")
+    missing = [n for n, p in module.named_parameters() if p.requires_grad and p.grad is None]
+    module.zero_grad(set_to_none=True)
+    if missing:
+        shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        check.fail(
+            f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your {what} receive{'s' if len(missing) == 1 else ''} "
+            f"no gradient: {shown}.\nA module created in __init__ but not used in forward (an attention module used "
+            f"twice while its sibling sits idle, a LayerNorm never applied, a layer skipped in a loop) never learns."
+        )
+    check.ok("every parameter receives a gradient")
+
+
+# --------------------------------------------------------------------------
+# Devices
+
+def create_there(source: str) -> str:
+    """The advice for code that created a tensor on the CPU: follow the device of ``source``, an input's name."""
+    return (f"Create every new tensor on the device of the inputs: `device={source}.device` in `torch.zeros`, "
+            f"`torch.ones`, `torch.full`, `torch.arange`, or `.to({source}.device)`, or use `torch.zeros_like(...)` / "
+            f"`{source}.new_zeros(...)`.")
+
+
+def mixed_devices(check: Check, result: Any, what: str, inputs: str, advice: str = create_there("x")) -> None:
+    """Fail when a run on the pretend GPU raised because the code mixed a CPU tensor with the inputs."""
+    if isinstance(result, Raised) and isinstance(result.exception, _gpu.DeviceMismatch):
+        line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("at ")), "")
+        operation = str(result.exception.operation).removeprefix("in ")
+        origin = result.exception.origin
+        check.fail(
+            f"Your {what} creates a tensor on the CPU although {inputs} are on a GPU {_gpu.WHERE}, so it mixes CPU "
+            f"tensors with GPU ones: {operation} mixed them{' (' + line + ')' if line else ''}"
+            + (f"; the CPU tensor was made {origin}" if origin else "") + ".\n"
+            f"On Colab's GPU this is the error \"Expected all tensors to be on the same device\". {advice}"
+        )
+
+
+def left_on_cpu(check: Check, outputs: dict[str, Any], what: str, inputs: str, device: str = "") -> None:
+    """Fail when a result of a run on a GPU came back on the CPU."""
+    where = device or _gpu.WHERE
+    cpu = [name for name, value in outputs.items() if isinstance(value, torch.Tensor)
+           and (not _gpu.is_on_device(value) if not device else value.device.type != device)]
+    if cpu:
+        check.fail(
+            f"With {inputs} on a GPU {where}, your {what} returns {' and '.join(cpu)} on the CPU.\n"
+            f"The next step would then mix devices. Likely cause: `.cpu()`, `.tolist()`, `.numpy()`, "
+            f"`torch.tensor(...)` or a tensor created without `device=` on the way; keep every step on the device "
+            f"of the inputs (the caller decides where the results go)."
+        )
+
+
+def on_gpu(check: Check, fn: Callable, *args: Any, what: str, inputs: str, outputs: Sequence[str] = ("the output",),
+           source: str = "x", advice: str = "", **kwargs: Any) -> Any:
+    """``fn`` with every tensor argument on a GPU: pretended here, then the machine's own if it has one.
+
+    Returns the pretend run's results as plain CPU tensors (a :class:`Raised` when the pretence provoked some
+    other error, which says nothing about a real GPU).
+    """
+    with _gpu.elsewhere():
+        result = check.attempt(fn, *_gpu.moved(args), what=what, **_gpu.moved(kwargs))
+    mixed_devices(check, result, what, inputs, advice or create_there(source))
+    if isinstance(result, Raised):
+        return result
+    items = result if isinstance(result, (tuple, list)) and len(outputs) > 1 else (result,)
+    left_on_cpu(check, dict(zip(outputs, items)), what, inputs)
+    device = _gpu.real_gpu()
+    if device is not None:
+        moved = _gpu.each(lambda t: t.to(device), (args, kwargs))
+        real = check.call(fn, *moved[0], what=what, **moved[1])
+        real_items = real if isinstance(real, (tuple, list)) and len(outputs) > 1 else (real,)
+        left_on_cpu(check, dict(zip(outputs, real_items)), what, inputs, device)
+    check.ok(f"with {inputs} on a GPU, {' and '.join(outputs)} stay{'s' if len(outputs) == 1 else ''} on that device: "
+             f"no tensor is created on the CPU (tried on a pretend GPU" + (" and on the real one)" if device else ")"))
+    return _gpu.plain_all(result)
+
+
+def module_on_gpu(check: Check, module: nn.Module, *inputs: Any, what: str,
+                  advice: str = "Create tensors where the input lives: `torch.ones(L, L, dtype=torch.bool, "
+                                "device=x.device)`, `torch.arange(L, device=x.device)`, or move them: "
+                                "`make_causal_mask(L).to(x.device)`.") -> None:
+    """``module`` and its inputs on a GPU (parameters and buffers moved as ``.to(device)`` would): nothing on the CPU."""
+    state = _gpu.module_state(module)
+
+    def run() -> Any:
+        with _gpu.elsewhere():
+            return torch.func.functional_call(module, state, _gpu.moved(inputs))
+
+    result = check.attempt(run, what=f"{what}.forward")
+    mixed_devices(check, result, what, "the module and its input", advice)
+    if not isinstance(result, Raised):
+        left_on_cpu(check, {"its output": result}, what, "the module and its input")
+    device = _gpu.real_gpu()
+    if device is not None:
+        real = check.attempt(module.to(device), *_gpu.each(lambda t: t.to(device), inputs), what=f"{what}.forward")
+        module.to("cpu")
+        if isinstance(real, Raised) and "device" in str(real.exception):
+            check.fail(f"With the module and its input on {device}, your {what} mixes devices:\n{real.message}\n{advice}")
+    check.ok("creates its tensors on the device of its input (tried on a pretend GPU"
+             + (" and on the real one)" if device else ")"))
+
+
+def follows_dtype(check: Check, module: nn.Module, inputs: Sequence[Any], what: str,
+                  expected: torch.Tensor | None = None) -> None:
+    """After ``.double()`` the module computes in float64 (``expected``: its answer, else float32's within 1e-3)."""
+    reference = expected if expected is not None else check.call(module, *inputs, what=f"{what}.forward")
+    module.double()
+    doubled = [t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs]
+    out = check.attempt(module, *doubled, what=f"{what}.forward")
+    fix = ("Some tensor it keeps did not move with it (`.to(dtype)` and `.to(device)` move only parameters and "
+           "buffers), or forward converts on its own (`.float()`). Register fixed tensors with "
+           "`self.register_buffer(...)`, and create new tensors with the dtype and device of an input.")
+    if isinstance(out, Raised) or not isinstance(out, torch.Tensor) or out.dtype != torch.float64:
+        got = out.message if isinstance(out, Raised) else f"It returns {describe(out)}."
+        check.fail(f"After `.double()` (`.to(torch.float64)`), your {what} no longer computes in float64 for a float64 "
+                   f"input: the output's dtype should follow. {fix}\n\n{got}")
+    if isinstance(reference, torch.Tensor) and not close_enough(out, reference, atol=1e-3 if expected is None else ATOL):
+        check.fail(f"After `.double()` your {what} computes other values than before: {fix}")
+    check.ok("after .double() it computes the same values in float64 (everything it keeps moves with it)")
+
+
+# --------------------------------------------------------------------------
+# Dropout
+
+
+def eval_deterministic(check: Check, module: nn.Module, run: Callable[[nn.Module], torch.Tensor], what: str,
+                       p: float) -> torch.Tensor:
+    """In eval mode two calls on the same input agree exactly; returns the output."""
+    module.eval()
+    first, second = run(module), run(module)
+    if not close_enough(first, second, atol=0, rtol=RTOL):
+        check.fail(
+            f"In eval mode your {what} gives different outputs for the same input (built with dropout={p}): "
+            f"dropout is still active, or something else random runs inside.\nDropout must switch off in eval "
+            f"mode. Likely cause: `F.dropout(x, p)` without `training=self.training`, or a fixed rate; use an "
+            f"nn.Dropout(dropout) module created in __init__ with the constructor's `dropout` argument."
+        )
+    check.ok("is deterministic in eval mode")
+    return first
+
+
+def train_random(check: Check, module: nn.Module, run: Callable[[nn.Module], torch.Tensor], what: str, p: float,
+                 fix: str = "Create nn.Dropout(dropout) in __init__ and apply it where the exercise says.") -> torch.Tensor:
+    """In training mode two calls on the same input differ (dropout acts); returns the first output."""
+    module.train()
+    first, second = run(module), run(module)
+    if close_enough(first, second, atol=0, rtol=RTOL):
+        check.fail(f"In training mode your {what} gives the same output twice for the same input, although it was "
+                   f"built with dropout={p}: dropout is not applied.\n{fix}")
+    check.ok("applies dropout in training mode")
+    return first
+
+
+@dataclasses.dataclass
+class Site:
+    """A place where the exercise applies dropout, observed in one training-mode call."""
+
+    where: str  # "the attention weights"
+    observed: torch.Tensor  # the tensor as it came out of the dropout
+    reference: torch.Tensor  # the same tensor without dropout
+    axes: dict[str, int] = dataclasses.field(default_factory=dict)  # named axes, for a mask shared along one
+
+
+def dropout_measured(check: Check, observe: Callable[[], list[Site] | None], p: float, what: str, fix: str = "",
+                     not_exact: str | Callable[[list[Site]], None] = "") -> bool:
+    """Measure the dropout at each site over three calls (seeded, unseeded, seeded again); fail on what is wrong.
+
+    ``observe()`` runs the learner's module once in training mode and returns its sites (None: the layout
+    could not be observed, and nothing is judged). A site whose observed tensor is not its reference with
+    entries zeroed and the rest rescaled fails with ``not_exact`` when it is a message; a callable gets the
+    sites to name the cause; else the stage ends silently (the values were judged elsewhere). Returns whether
+    the dropout was measured.
+    """
+    runs = [seeded(seed, observe) for seed in (21, None, 21)]
+    if any(r is None for r in runs):
+        return False
+    measured = []
+    for sites in runs:
+        patterns = [drop_pattern(site.observed, site.reference) for site in sites]
+        if not all(pattern.exact for pattern in patterns):
+            if callable(not_exact):
+                not_exact(sites)
+            elif not_exact:
+                check.fail(not_exact)
+            return False
+        measured.append([(pattern, site.axes, site.where) for pattern, site in zip(patterns, sites)])
+        for pattern, site in zip(patterns, sites):
+            problem = dropout_problem(pattern, p, site.where, what)
+            if problem:
+                check.fail(problem + (f"\n{fix}" if fix else ""))
+    problem = mask_problems(measured, what)
+    if problem:
+        check.fail(problem)
+    places = " and ".join(dict.fromkeys(site.where for site in runs[0]))
+    check.ok(f"in training mode drops about {round(100 * p)}% of {places} (measured) and rescales the rest by "
+             f"1 / (1 - p), with a fresh mask for every entry and every call, drawn from torch's global generator")
+    return True
+
+
+__all__ = [
+    "Case", "Part", "Site", "called_parts", "component_result", "components_first", "contract_parts", "create_there",
+    "dropout_measured", "eval_deterministic", "every_parameter_learns", "follows_dtype", "gradients", "is_module", "left_on_cpu",
+    "mixed_devices", "module_on_gpu", "on_gpu", "submodule_parts", "sweep", "train_random",
+]
