@@ -192,3 +192,17 @@ def names_defined(node: ast.stmt) -> list[str]:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         return [sub.id for t in targets for sub in ast.walk(t) if isinstance(sub, ast.Name)]
     return []
+
+
+def loaded_statements(tree: ast.Module, wanted: set[str]) -> list[ast.stmt]:
+    """What a later lesson runs of a cell that defines one of ``wanted`` (nothing when it defines none).
+
+    Every top-level function and class, and every assignment of names (the helpers and constants the
+    exercise may use), in the cell's order; not the cell's other statements (calls, prints, tests).
+    The imports of every cell of the notebook run too (see ``notebook.load_exercises``). The checkers
+    simulate the same rule to tell a learner when an exercise uses a name another cell defines.
+    """
+    kept = [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                            ast.Assign, ast.AnnAssign)) and names_defined(node)]
+    return kept if any(set(names_defined(node)) & wanted for node in kept) else []
+

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ._schema import ERROR, FAILED, PASSED, names_defined, parse_cell
+from ._schema import ERROR, FAILED, PASSED, loaded_statements, names_defined, parse_cell
 
 
 def pick_device(verbose: bool = True) -> torch.device:
@@ -317,11 +317,12 @@ def _locate_notebook(notebook: str | os.PathLike, names: Sequence[str]) -> Path:
 def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the cells of ``notebook`` that define ``names``, and return those objects.
 
-    The notebook's import cells run first, then each cell that defines one of
-    the names, in notebook order, all in one namespace (pass ``namespace`` to
-    share it across several calls, so a class from one lesson can use a
-    function from another). Nothing else in that notebook runs: no training,
-    no plots, no checker cells.
+    The imports of every cell run, and from each cell that defines one of the
+    names, its functions, classes and assignments (helpers and constants the
+    exercise uses; see ``_schema.loaded_statements``), in notebook order, all
+    in one namespace (pass ``namespace`` to share it across several calls, so
+    a class from one lesson can use a function from another). Nothing else in
+    that notebook runs: no training, no plots, no checker cells.
 
     The notebook is looked for in the current folder, then (on Colab) in the
     mounted Google Drive's "Colab Notebooks" folder, "Copy of ..." names
@@ -339,14 +340,17 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
         if tree is None:
             continue
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        defining = [n for n in tree.body if _defines(n, wanted)]
         filename = _register_source(path, number, source)
         if imports:
             exec(compile(ast.Module(body=imports, type_ignores=[]), filename, "exec", dont_inherit=True), ns)
-        if defining:
-            exec(compile(ast.Module(body=defining, type_ignores=[]), filename, "exec", dont_inherit=True), ns)
-            for node in defining:
-                found |= _defines(node, wanted)
+        for node in loaded_statements(tree, wanted):  # the exercise and the helpers of its cell
+            code = compile(ast.Module(body=[node], type_ignores=[]), filename, "exec", dont_inherit=True)
+            try:
+                exec(code, ns)
+            except Exception:  # a constant the cell computes from something that is not loaded: left out
+                if _defines(node, wanted):
+                    raise
+            found |= _defines(node, wanted)
     missing = [n for n in names if n not in found]
     if missing:
         raise LookupError(f"{path.name} does not define {', '.join(missing)}. Did you rename it?")

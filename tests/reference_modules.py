@@ -1,7 +1,9 @@
-"""Correct reference implementations of the lesson 04/05 modules, shared by the checker tests.
+"""The tests' reference model: correct implementations of the lesson 04/05 modules, by the exercise text.
 
-They exist only to test the checkers (tests/test_checks_layers.py, tests/test_checks_model.py);
-several styles of each, so that the checkers are seen to accept more than one way of writing it.
+They exist only to test the checkers (tests/test_checks_layers.py, tests/test_checks_model.py,
+tests/test_checks_multi_head.py); several styles of each, so that the checkers are seen to accept more
+than one way of writing it. The package's own stand-in (course_utils/checks/_standins.py) is the
+other model of the course's layout; nothing else defines one.
 """
 
 from __future__ import annotations
@@ -218,11 +220,11 @@ class SublayerConnection(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """Post-LN: LayerNorm(x + dropout(sublayer(x)))."""
+    """Post-LN: LayerNorm(x + dropout(sublayer(x))); the attention drops its weights too, as the lesson says."""
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
@@ -262,8 +264,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, num_heads)
-        self.cross_attn = MultiHeadAttention(d_model, num_heads)
+        self.self_attn = MultiHeadAttention(d_model, num_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads, dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)

@@ -962,12 +962,35 @@ _last: dict[str, tuple[int, CheckResult]] = {}  # exercise -> (id of the impleme
 
 
 def run_check(exercise: str, body: Callable[..., None], *args: Any, time_limit: float | None = None, **kwargs: Any) -> CheckResult:
-    """Run ``body(check, *args, **kwargs)`` and return its outcome; never raises (except KeyboardInterrupt)."""
+    """Run ``body(check, *args, **kwargs)`` and return its outcome; never raises (except KeyboardInterrupt).
+
+    The first argument, the learner's object, also goes through ``stages.defined_where_loaded``: later
+    lessons load it from its own cell, so a name it takes from another cell is a failure.
+    """
     check = Check(exercise, time_limit=time_limit)
     with preserved_state():
-        result = _outcome(check, body, args, kwargs)
+        result = _outcome(check, _with_loading_checked(body, exercise), args, kwargs)
     _last[exercise] = (id(args[0]) if args else 0, result)
     return result
+
+
+def _with_loading_checked(body: Callable[..., None], exercise: str) -> Callable[..., None]:
+    """``body``, then (whatever it found, unless it ended the check otherwise) what later lessons will load."""
+    def loading(check: Check, args: tuple) -> None:
+        from .stages import defined_where_loaded
+
+        if args:
+            defined_where_loaded(check, args[0], exercise)
+
+    def checked(check: Check, *args: Any, **kwargs: Any) -> None:
+        try:
+            body(check, *args, **kwargs)
+        except _Stop:
+            loading(check, args)
+            raise
+        loading(check, args)
+
+    return checked
 
 
 def _outcome(check: Check, body: Callable[..., None], args: tuple, kwargs: dict) -> CheckResult:

@@ -44,9 +44,14 @@ Dropout
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
+import dis
+import linecache
 import math
+import os
 import re
+import types
 import weakref
 from typing import Any, Callable, Sequence
 
@@ -54,6 +59,7 @@ import torch
 from torch import nn
 
 from .. import contracts
+from .._schema import loaded_statements, names_defined, parse_cell
 from . import _gpu
 from ._core import ATOL, RTOL, Check, CheckResult, Raised, Status, close_enough, describe, fmt_shape, generator
 from ._dropout import drop_pattern, dropout_problem, mask_problems, seeded
@@ -297,6 +303,73 @@ def called_parts(obj: Any, wanted: dict[str, tuple[Callable, str]]) -> list[Part
     names = {n for code in _code_objects(obj) for n in code.co_names}
     return [Part(f"`{name}`", namespace[name], checker, exercise) for name, (checker, exercise) in wanted.items()
             if name in names and callable(namespace.get(name))]
+
+
+_NOTEBOOK_MODULES = ("__main__", "__course_exercises__")  # where a notebook's (or a loaded lesson's) code lives
+
+
+def _cell_family(filename: str) -> list[str]:
+    """The sources of every cell of the notebook whose cell compiled to ``filename``."""
+    if filename.startswith("<") and ".ipynb, code cell" in filename:  # a cell run by load_exercises
+        prefix = filename.split(", code cell")[0]
+        return ["".join(linecache.getlines(name)) for name in list(linecache.cache) if name.startswith(prefix)]
+    folder = os.path.dirname(filename)  # an IPython kernel's cells: /tmp/ipykernel_<pid>/<hash>.py
+    if not folder or "ipykernel" not in folder:
+        return []
+    return ["".join(linecache.getlines(name)) for name in list(linecache.cache) if os.path.dirname(name) == folder]
+
+
+def _imported(sources: list[str]) -> set[str]:
+    names: set[str] = set()
+    for source in sources:
+        tree = parse_cell(source)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+    return names
+
+
+def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
+    """Later lessons load the exercise's own cell: every name it uses must be defined there (or imported).
+
+    Simulates ``notebook.load_exercises`` (``_schema.loaded_statements``) on the cell the learner's object
+    was defined in; only for code written in a notebook.
+    """
+    functions = [getattr(f, "__func__", f) for f in ([obj] if not isinstance(obj, type) else vars(obj).values())]
+    functions = [f for f in functions if hasattr(f, "__code__") and hasattr(f, "__globals__")]
+    if not functions or getattr(obj, "__module__", None) not in _NOTEBOOK_MODULES:
+        return
+    filename = functions[0].__code__.co_filename
+    tree = parse_cell("".join(linecache.getlines(filename)))
+    name = getattr(obj, "__name__", exercise)
+    if tree is None:
+        return
+    loaded = {n for node in loaded_statements(tree, {name}) for n in names_defined(node)}
+    if name not in loaded:
+        return  # not defined at the top of a cell: nothing to simulate
+    imported = _imported(_cell_family(filename)) | _imported(["".join(linecache.getlines(filename))])
+    namespace, missing = functions[0].__globals__, []
+    used = {ins.argval for code in _code_objects(obj) for ins in dis.get_instructions(code)
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for used_name in sorted(used - loaded - imported - set(contracts.CONTRACTS)):
+        value = namespace.get(used_name, _MISSING)
+        if used_name in vars(builtins) or value is _MISSING or isinstance(value, types.ModuleType):
+            continue
+        origin = getattr(getattr(value, "__code__", None), "co_filename", "") or getattr(value, "__module__", "")
+        if getattr(value, "__module__", "__main__") not in _NOTEBOOK_MODULES or origin.startswith("<"):
+            continue  # a library's object, or one another lesson's cell defines (loaded there too)
+        missing.append(used_name)
+    if missing:
+        shown = ", ".join(f"`{m}`" for m in missing)
+        check.problem(
+            f"Your {name} uses {shown}, which another cell of this notebook defines. Later lessons load your "
+            f"{name} on its own: the cell that defines it (with every function, class and constant in that cell) "
+            f"and the notebook's imports, nothing else, so there {shown} would be missing (a NameError).\n"
+            f"Move {shown} into the cell that defines {name}."
+        )
+
+
+_MISSING = object()
 
 
 # --------------------------------------------------------------------------
@@ -586,6 +659,7 @@ def dropout_measured(check: Check, observe: Callable[[], list[Site] | None], p: 
 
 __all__ = [
     "Case", "Part", "Site", "called_parts", "component_result", "components_first", "contract_parts", "create_there",
+    "defined_where_loaded",
     "dropout_measured", "eval_deterministic", "every_parameter_learns", "follows_dtype", "gradients", "is_module", "left_on_cpu",
     "mixed_devices", "module_on_gpu", "on_gpu", "submodule_parts", "sweep", "train_random",
 ]
