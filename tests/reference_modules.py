@@ -359,11 +359,11 @@ class BiasFreeAttention(MultiHeadAttention):
 class BiasFreeEncoderLayer(EncoderLayer):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
-        self.self_attn = BiasFreeAttention(d_model, num_heads)
+        self.self_attn = BiasFreeAttention(d_model, num_heads, dropout)
 
 
 class BiasFreeDecoderLayer(DecoderLayer):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
-        self.self_attn = BiasFreeAttention(d_model, num_heads)
-        self.cross_attn = BiasFreeAttention(d_model, num_heads)
+        self.self_attn = BiasFreeAttention(d_model, num_heads, dropout)
+        self.cross_attn = BiasFreeAttention(d_model, num_heads, dropout)

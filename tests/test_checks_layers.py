@@ -920,3 +920,84 @@ def test_layers_create_tensors_on_the_input_device_and_use_their_sizes():
     expect(check_decoder_layer(CPUGateDecoderLayer), "failed", "creates a tensor on the CPU",
            "torch.ones(memory.shape[-1])")
     expect(check_encoder_layer(FourHeadsEncoderLayer), "failed", "num_heads = 4", "num_heads=1")
+
+
+# --------------------------------------------------------------------------
+# Issue 17: mistakes that passed, or were told a wrong cause.
+
+
+class NoAttentionDropoutEncoderLayer(EncoderLayer):
+    """Builds its attention without the dropout rate: the attention weights are never dropped."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = MultiHeadAttention(d_model, num_heads)
+
+
+class NoAttentionDropoutDecoderLayer(DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, num_heads)
+
+
+class MemoryDropoutDecoderLayer(DecoderLayer):
+    """Drops entries of memory before the cross-attention reads it."""
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        return super().forward(x, self.dropout(memory), src_mask, tgt_mask)
+
+
+class ReturnsWeightsEncoderLayer(EncoderLayer):
+    def forward(self, x, mask=None):
+        return super().forward(x, mask), self.self_attn.attention_weights
+
+
+class OwnCausalDecoderLayer(DecoderLayer):
+    """ANDs a causal mask of its own into the tgt_mask it is given."""
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        L = x.shape[1]
+        causal = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()
+        if tgt_mask is not None:
+            tgt_mask = tgt_mask & causal
+        return super().forward(x, memory, src_mask, tgt_mask)
+
+
+class TargetMaskInCrossAttentionDecoderLayer(DecoderLayer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+        x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, tgt_mask)))
+        return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+class SwappedShapesFeedForward(FeedForward):
+    """linear1 and linear2 built with each other's shapes; forward uses their matrices the other way round."""
+
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.linear1, self.linear2 = nn.Linear(d_ff, d_model), nn.Linear(d_model, d_ff)
+
+    def forward(self, x):
+        h = torch.relu(x @ self.linear1.weight + self.linear2.bias)  # (B, L, d_ff)
+        return self.dropout(h) @ self.linear2.weight + self.linear1.bias  # (B, L, d_model)
+
+
+ISSUE_17_LAYERS = {
+    "attention built without the dropout rate (encoder)": (check_encoder_layer, NoAttentionDropoutEncoderLayer,
+                                                           ["self_attn", "dropout"]),
+    "attention built without the dropout rate (decoder)": (check_decoder_layer, NoAttentionDropoutDecoderLayer,
+                                                           ["cross_attn", "dropout"]),
+    "dropout on memory": (check_decoder_layer, MemoryDropoutDecoderLayer, ["memory", "dropout"]),
+    "returns (x, weights)": (check_encoder_layer, ReturnsWeightsEncoderLayer, ["one tensor", "(x, weights)"]),
+    "own causal mask ANDed in": (check_decoder_layer, OwnCausalDecoderLayer, ["causal mask of its own", "tgt_mask"]),
+    "tgt_mask given to the cross-attention": (check_decoder_layer, TargetMaskInCrossAttentionDecoderLayer,
+                                              ["cross-attention", "src_mask"]),
+    "linear1 and linear2 with each other's shapes": (check_feed_forward, SwappedShapesFeedForward,
+                                                      ["`linear1`", "nn.Linear(24, 16)", "nn.Linear(d_model, d_ff)"]),
+}
+
+
+@pytest.mark.parametrize("name", ISSUE_17_LAYERS)
+def test_layers_name_what_passed_or_was_misnamed(name):
+    checker, impl, phrases = ISSUE_17_LAYERS[name]
+    expect(checker(impl), "failed", *phrases)

@@ -685,3 +685,21 @@ def _decode_with_masks_swapped(self, tgt, memory, src):
 def test_masks_passed_the_wrong_way_round_are_named():
     expect(check_transformer(_variant(decode=_decode_with_masks_swapped)), "failed", "wrong way round",
            "layer(x, memory, src_mask, tgt_mask)")
+
+
+# --------------------------------------------------------------------------
+# Issue 17: a second dropout on the raw embeddings, before the positional encoding's own.
+
+
+class EmbeddingDropoutTransformer(Transformer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.embedding_dropout = nn.Dropout(self.positional_encoding.dropout.p)
+
+    def embed(self, embedding, tokens):
+        return self.positional_encoding(self.embedding_dropout(embedding(tokens) * math.sqrt(self.d_model)))
+
+
+def test_a_second_dropout_on_the_raw_embeddings_is_named():
+    expect(check_transformer(EmbeddingDropoutTransformer), "failed", "embeddings", "before the positional encoding",
+           "once")

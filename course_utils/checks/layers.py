@@ -94,7 +94,7 @@ def _check_encoder_layer(check: Check, EncoderLayer: type[nn.Module]) -> None:
     keep[1, ..., 3:] = False  # the last two positions of sentence 1 are padding
 
     def run(layer_, x_, mask_=None):
-        out_ = check.call(layer_, x_, mask_, what="EncoderLayer.forward")
+        out_ = stages.one_tensor(check, check.call(layer_, x_, mask_, what="EncoderLayer.forward"), "EncoderLayer")
         if mask_ is not None:
             _nan_with_mask(check, out_, "EncoderLayer")
         return check.tensor(out_, "the output of EncoderLayer", shape=(B, L, _D_MODEL), dtype=torch.float32)
@@ -152,14 +152,14 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool)).expand(B, 1, T, T).clone()
 
     def run(layer_, x_, memory_, src_mask_=None, tgt_mask_=None):
-        if src_mask_ is not None and tgt_mask_ is not None:
+        out_ = Raised(None, "")
+        if src_mask_ is not None and tgt_mask_ is not None:  # which mask went where names a crash's usual cause
             out_ = check.attempt(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
             if isinstance(out_, Raised):
-                _masks_swapped(check, layer_, x_, memory_, src_mask_, tgt_mask_, out_)
-        else:
-            out_ = Raised(None, "")
+                _masks_where_they_belong(check, layer_, x_, memory_, src_mask_, tgt_mask_)
         if isinstance(out_, Raised):
             out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
+        out_ = stages.one_tensor(check, out_, "DecoderLayer")
         hint = ""
         if isinstance(out_, torch.Tensor) and out_.dim() == 3 and out_.shape[1] == S:
             hint = (
@@ -174,7 +174,15 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
     check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
     allow_src = torch.ones(B, 1, 1, S, dtype=torch.bool)
     allow_tgt = torch.ones(B, 1, T, T, dtype=torch.bool)
-    _allow_all_is_no_mask(check, run(layer, x, memory, allow_src, allow_tgt), plain, "DecoderLayer", "masks")
+    masked = run(layer, x, memory, allow_src, allow_tgt)
+    if not close_enough(masked, plain, _ATOL, _RTOL) and close_enough(masked, run(layer, x, memory, None, causal), _ATOL, _RTOL):
+        check.fail(
+            "With a tgt_mask that allows every position (all True), your DecoderLayer still hides the future: it "
+            "combines the tgt_mask it is given with a causal mask of its own. Use the mask it is given as it is, "
+            "self_attn(x, x, x, tgt_mask): the model builds tgt_mask (padding AND causal) with make_target_mask, and "
+            "lesson 07's one-token-at-a-time decoding passes a mask that is not square."
+        )
+    _allow_all_is_no_mask(check, masked, plain, "DecoderLayer", "masks")
     out = run(layer, x, memory, src_keep, causal)
     check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
 
@@ -188,7 +196,7 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
 
     _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, memory, src_keep, causal), "DecoderLayer")
     _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, memory, src_keep, causal),
-                            "DecoderLayer", x)
+                            "DecoderLayer", x, memory)
     _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
     stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what="DecoderLayer")
     _check_layer_sizes(check, DecoderLayer, "DecoderLayer")
@@ -857,7 +865,8 @@ def _trace(check: Check, layer: nn.Module, name: str, run: Callable) -> tuple | 
         if any(t is None for t in seen):
             return None  # a piece called twice or not at all: judged by values only
         inp, s, z, y = (t.detach().double() for t in seen)
-        steps.append({"sub": sub, "norm": norm, "inp": inp, "s": s, "z": z, "y": y})
+        steps.append({"sub": sub, "norm": norm, "inp": inp, "s": s, "z": z, "y": y,
+                      "args": rec.only(sub)[0] + tuple(rec.only(sub)[1].values())})
     return steps, out.detach().double()
 
 
@@ -898,9 +907,15 @@ def _check_wiring(check: Check, layer: nn.Module, name: str, run: Callable, x: t
 
 
 def _check_dropout_measured(check: Check, build: Callable, run: Callable, name: str, x: torch.Tensor,
-                            p: float = 0.5) -> None:
-    """Train mode: rate p on each sublayer's output before the residual, nowhere else, fresh masks, global RNG."""
+                            memory: torch.Tensor | None = None, p: float = 0.5) -> None:
+    """Train mode: rate p on each sublayer's output before the residual and inside each attention (on its
+    weights), nowhere else (memory untouched), fresh masks, global RNG."""
     layer = build(p)
+    from .multi_head import attention_dropout
+
+    for sub in ("self_attn", "cross_attn")[: 1 if name == "EncoderLayer" else 2]:
+        attention_dropout(check, getattr(layer, sub), _D_MODEL, _NUM_HEADS, p, f"`{sub}` of your {name}",
+                          fix=f"Pass the rate on: `self.{sub} = MultiHeadAttention(d_model, num_heads, dropout)`.")
     layer.train()
 
     def sites() -> list[stages.Site] | None:
@@ -919,6 +934,8 @@ def _check_dropout_measured(check: Check, build: Callable, run: Callable, name: 
                                f"the sublayer reads it). The paper drops the sublayer's output instead: "
                                f"LayerNorm(x + dropout(sublayer(x))).")
                 return None  # something else: the checks above have judged it
+            if step["sub"] == "cross_attn" and memory is not None:
+                _memory_untouched(check, step["args"], memory)
             found.append(stages.Site(f"the output of {role} (before the residual addition)", step["z"] - current,
                                      step["s"], {"position": 1, "sentence of the batch": 0, "feature": 2}))
         if not torch.equal(out, steps[-1]["y"]):
@@ -928,6 +945,18 @@ def _check_dropout_measured(check: Check, build: Callable, run: Callable, name: 
 
     stages.dropout_measured(check, sites, p, name, fix="The paper's sublayer: LayerNorm(x + dropout(sublayer(x))), "
                             "with nn.Dropout(dropout), once per sublayer.")
+
+
+def _memory_untouched(check: Check, args: tuple, memory: torch.Tensor) -> None:
+    """The cross-attention's keys and values are memory as given (the encoder's output is not dropped again)."""
+    for given in args[1:3]:
+        if isinstance(given, torch.Tensor) and given.shape == memory.shape and not close_enough(given, memory):
+            pattern = drop_pattern(given, memory)
+            cause = (f"drops {round(100 * pattern.rate)}% of its entries" if pattern.exact and pattern.rate > 0
+                     else "changes it")
+            check.fail(f"In training mode your DecoderLayer {cause} before the cross-attention reads memory. memory "
+                       f"is the encoder's output, already regularised inside the encoder: use it as it is, "
+                       f"cross_attn(x, memory, memory, src_mask). Dropout belongs on each sublayer's output.")
 
 
 def _check_norm_order(check: Check, name: str, layer: nn.Module, used: tuple) -> None:
@@ -956,20 +985,37 @@ def _causal_encoder(check: Check, run: Callable, layer: nn.Module, x: torch.Tens
         )
 
 
-def _masks_swapped(check: Check, layer: nn.Module, x, memory, src_mask, tgt_mask, given: Raised) -> None:
-    """A crash with the masks in place, but none with the two swapped: name it."""
-    if src_mask.shape[-1] == tgt_mask.shape[-1]:
-        return
-    swapped = check.attempt(layer, x, memory, tgt_mask, src_mask, what="DecoderLayer.forward")
-    if isinstance(swapped, Raised):
-        return
-    check.fail(
-        "Your DecoderLayer uses the two masks the wrong way round: it crashes with forward(x, memory, src_mask, "
-        "tgt_mask) but runs when they are swapped. The target mask (B, 1, L_tgt, L_tgt) goes to the masked "
-        "self-attention, self_attn(x, x, x, tgt_mask); the source mask (B, 1, 1, L_src) to the cross-attention, "
-        "cross_attn(x, memory, memory, src_mask). Check the order of forward's parameters too: "
-        "forward(self, x, memory, src_mask=None, tgt_mask=None).\n\n" + given.message
-    )
+def _masks_where_they_belong(check: Check, layer: nn.Module, x, memory, src_mask, tgt_mask) -> None:
+    """Which mask each attention received (seen by pre-hooks, even when the call then crashes): name a misplaced one."""
+    received: dict[str, list] = {}
+
+    def hook(name):
+        def remember(_module, args, kwargs):
+            received.setdefault(name, []).append(args[3] if len(args) > 3 else kwargs.get("mask"))
+        return remember
+
+    handles = [getattr(layer, sub).register_forward_pre_hook(hook(sub), with_kwargs=True)
+               for sub in ("self_attn", "cross_attn") if isinstance(getattr(layer, sub, None), nn.Module)]
+    try:
+        out = check.attempt(layer, x, memory, src_mask, tgt_mask, what="DecoderLayer.forward")
+    finally:
+        for handle in handles:
+            handle.remove()
+    crashed = f"\n\n{out.message}" if isinstance(out, Raised) else ""
+    if received.get("cross_attn", [None])[0] is tgt_mask and len(received["cross_attn"]) == 1:
+        check.fail(
+            "Your DecoderLayer gives tgt_mask to the cross-attention: its scores are (target length x memory length), "
+            "so the target mask does not fit them (it crashes when the lengths differ) and the source padding is "
+            "never hidden. The cross-attention takes the source mask: cross_attn(x, memory, memory, src_mask); the "
+            "target mask belongs to the masked self-attention, self_attn(x, x, x, tgt_mask)." + crashed
+        )
+    if received.get("self_attn", [None])[0] is src_mask and len(received["self_attn"]) == 1:
+        check.fail(
+            "Your DecoderLayer uses the two masks the wrong way round: the self-attention receives src_mask. The "
+            "target mask (B, 1, L_tgt, L_tgt) goes to the masked self-attention, self_attn(x, x, x, tgt_mask); the "
+            "source mask (B, 1, 1, L_src) to the cross-attention, cross_attn(x, memory, memory, src_mask). Check the "
+            "order of forward's parameters too: forward(self, x, memory, src_mask=None, tgt_mask=None)." + crashed
+        )
 
 
 def _check_layer_sizes(check: Check, cls: type[nn.Module], name: str) -> None:

@@ -737,8 +737,15 @@ def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: tor
         if len(pe_calls) != 2 or any(len(rec.calls[n]) != 1 for n in names[1:]):
             return None  # an unusual call pattern: the values above have judged it
         pe, found, links = model.positional_encoding, [], []
-        for (args, kwargs, out), side, first in zip(pe_calls, ("source", "target"), ("encoder_layers.0", "decoder_layers.0")):
+        for (args, kwargs, out), side, first, tokens, table in zip(
+                pe_calls, ("source", "target"), ("encoder_layers.0", "decoder_layers.0"), (src, tgt),
+                (model.src_embed, model.tgt_embed)):
             embedded = args[0] if args else next(iter(kwargs.values()))
+            raw = drop_pattern(embedded, table.weight[tokens] * math.sqrt(_D_MODEL))
+            if raw.exact and raw.rate > 0:
+                check.fail(f"In training mode your Transformer drops {round(100 * raw.rate)}% of the {side} "
+                           f"embeddings before the positional encoding is added: a second dropout. The positional "
+                           f"encoding's own dropout, on the sum, is the paper's: apply it once.")
             reference = check.call(pe.eval(), embedded, what="PositionalEncoding.forward")
             pe.train()
             found.append(stages.Site(f"the {side} embeddings plus positional encoding", out, reference,

@@ -21,6 +21,7 @@ from torch import nn
 
 from . import stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, generator, identical, run_check
+from ._dropout import drop_pattern, dropout_problem
 
 _NAMES = ("W_q", "W_k", "W_v", "W_o")
 _LOOSE = {"atol": 1e-4, "rtol": 1e-3}  # for naming a cause: a variant computed another way
@@ -776,3 +777,50 @@ def _check_dropout(check: Check, cls, g: torch.Generator) -> None:
                   "(on the scores, or on Q or K), which changes every weight of the row.\nApply dropout to the weights, "
                   "after the softmax: `self.dropout(weights) @ v`.")
     module.eval()
+
+
+def attention_dropout(check: Check, attention: nn.Module, d_model: int, num_heads: int, p: float, owner: str,
+                      fix: str) -> None:
+    """The rate at which an attention module (that passes check_multi_head_attention) drops its weights in training.
+
+    For the layers, which pass their ``dropout`` on to their attention: measured through ``functional_call``
+    with designed weights, as in ``_check_dropout``, on the layer's own module (left as it was).
+    """
+    g = generator(31)
+    L_k = d_model // num_heads - 1  # the designed values spell out each key's weight in one feature of the head
+    B, L_q = 16, 12
+    weights = _random_weights(g, d_model)
+    identity = (torch.eye(d_model), torch.zeros(d_model))
+    weights["W_q"] = (weights["W_q"][0] * 0.5, weights["W_q"][1])
+    weights["W_v"], weights["W_o"] = identity, identity
+    state, used = {}, {}
+    for name, (w, b) in weights.items():
+        layer = getattr(attention, name)
+        state[f"{name}.weight"] = w
+        if layer.bias is not None:
+            state[f"{name}.bias"] = b
+        used[name] = (w.double(), b.double() if layer.bias is not None else torch.zeros(d_model, dtype=torch.float64))
+    if L_k < 2:
+        return
+    q, k = torch.randn(B, L_q, d_model, generator=g), torch.randn(B, L_k, d_model, generator=g)
+    v = _designed_values(B, L_k, d_model, num_heads)
+    was = attention.training
+    attention.train()
+    out = check.attempt(lambda: torch.func.functional_call(attention, state, (q, k, v)), what=owner)
+    attention.train(was)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, L_q, d_model):
+        return  # judged by its own checker
+    dropped, sums, rest = _read_weights(out, L_k, num_heads)
+    if not (close_enough(sums, dropped.sum(-1), **_LOOSE) and close_enough(rest, torch.zeros_like(rest), **_LOOSE)):
+        return
+    pattern = drop_pattern(dropped, _oracle_weights(used, num_heads, q, k))
+    if not pattern.exact:
+        return
+    if pattern.rate == 0:
+        check.fail(f"In training mode (built with dropout={p}) {owner} never drops its attention weights: it was "
+                   f"built without the dropout rate. {fix}")
+    problem = dropout_problem(pattern, p, "its attention weights", owner)
+    if problem:
+        check.fail(f"{problem}\n{fix}")
+    check.ok(f"{owner} drops its attention weights at the rate the layer was built with")
+

@@ -372,6 +372,17 @@ def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
 _MISSING = object()
 
 
+def one_tensor(check: Check, out: Any, what: str, hint: str = "") -> Any:
+    """Fail when a module returns several values (``(x, weights)``) where one tensor is the contract."""
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        check.fail(
+            f"Your {what}.forward returns {describe(out)} (such as (x, weights)): it should return one tensor, its "
+            f"output. The next layer and the model take it as it is; the attention weights stay available in "
+            f"`attention_weights` of the attention module, where later cells read them." + (f"\n{hint}" if hint else "")
+        )
+    return out
+
+
 # --------------------------------------------------------------------------
 # Values
 
@@ -659,7 +670,7 @@ def dropout_measured(check: Check, observe: Callable[[], list[Site] | None], p: 
 
 __all__ = [
     "Case", "Part", "Site", "called_parts", "component_result", "components_first", "contract_parts", "create_there",
-    "defined_where_loaded",
+    "defined_where_loaded", "one_tensor",
     "dropout_measured", "eval_deterministic", "every_parameter_learns", "follows_dtype", "gradients", "is_module", "left_on_cpu",
     "mixed_devices", "module_on_gpu", "on_gpu", "submodule_parts", "sweep", "train_random",
 ]
