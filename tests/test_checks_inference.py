@@ -159,7 +159,8 @@ def shrinking_batch(model, src, beam_size, max_len, bos_id, eos_id, pad_id, leng
 def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6, *, probs=False,
              penalty=_gnmt, every_step=False, drop_finished=False, duplicates=False, extend_finished=False,
              worst=False, encode_each_step=False, grad=False, tile_memory=False, mix_rows=False, early_stop=True,
-             reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False):
+             reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False, stop="bound",
+             at_max_len="compete", pick="normalised"):
     B, k = src.size(0), beam_size
     device = None if cpu_tensors else src.device  # None: the default device, the CPU
     with torch.set_grad_enabled(grad):
@@ -202,20 +203,29 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
                 rows = (beam.gather(1, keep) * B + torch.arange(B, device=device).unsqueeze(1)).view(-1)
             ys = torch.cat([ys[rows], token.gather(1, keep).view(-1, 1)], dim=1)
             if early_stop and not extend_finished:
-                reach = scores.max(dim=1).values / (1 if every_step else penalty(max_len - 1, length_penalty))
+                bound = {"bound": max_len - 1, "current": t, "raw": None}.get(stop, max_len - 1)
+                divisor = 1 if every_step or bound is None else penalty(bound, length_penalty)
+                reach = scores.max(dim=1).values / divisor
                 for b in range(B):
-                    if finished[b] and max(f[0] for f in finished[b]) >= reach[b].item():
+                    if stop == "first" and finished[b]:
+                        done[b] = True
+                    elif stop == "k_finished":
+                        done[b] = done[b] or len(finished[b]) >= k
+                    elif stop not in ("first", "k_finished") and finished[b] and max(f[0] for f in finished[b]) >= reach[b].item():
                         done[b] = True
                 if all(done):
                     break
         for b in range(B):
-            if not done[b]:
+            if not done[b] and not (at_max_len == "finished only" and finished[b]):
                 for j in range(k):
                     n = ys.size(1) - 1
-                    value = scores[b, j].item() if every_step else scores[b, j].item() / penalty(n, length_penalty)
+                    raw = at_max_len == "raw" or every_step
+                    value = scores[b, j].item() if raw else scores[b, j].item() / penalty(n, length_penalty)
                     finished[b].append((value, ys[b * k + j].tolist()))
-        pick = min if worst else max
-        best = [pick(f, key=lambda x: x[0])[1] for f in finished]
+        if pick == "raw":  # the raw sum: the normalised score times the penalty
+            best = [max(f, key=lambda x: x[0] * penalty(len(x[1]) - 1, length_penalty))[1] for f in finished]
+        else:
+            best = [(min if worst else max)(f, key=lambda x: x[0])[1] for f in finished]
         if reverse_rows:
             best = best[::-1]
         out = torch.full((B, max(len(s) for s in best)), pad_id, dtype=torch.long, device=device)
@@ -311,6 +321,15 @@ WRONG = [
     (_variant_of(eos_from_2k=True), ["outside the beam_size best"]),
     (never_stops, ["does not stop at max_len"]),
     (output_on_cpu, ["returns its output on the cpu"]),
+    # issue 17: the stop rule, the end at max_len, the final pick
+    (_variant_of(at_max_len="finished only"), ["reaches max_len", "open"]),
+    (_variant_of(at_max_len="raw"), ["reaches max_len", "raw sums", "open"]),
+    (_variant_of(stop="first"), ["as soon as one hypothesis has finished"]),
+    (_variant_of(stop="k_finished"), ["beam_size hypotheses have finished"]),
+    (_variant_of(stop="raw"), ["stopping test", "without dividing"]),
+    (_variant_of(stop="current"), ["stopping test", "current length"]),
+    (_variant_of(penalty=lambda n, a: ((4 + n) / 6) ** a), ["does not count eos"]),
+    (_variant_of(pick="raw"), ["picks the answer by the raw sum"]),
     (drops_bos, ["column 0"]),
     (all_beams, ["only the best of the beam_size hypotheses"]),
 ]

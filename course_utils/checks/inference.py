@@ -131,6 +131,8 @@ def _penalty(n: int, alpha: float, variant: str = "") -> float:
         return float(max(n, 1)) ** alpha
     if variant == "penalty_counts_bos":
         n = n + 1
+    if variant == "penalty_without_eos":
+        n = n - 1
     return ((5.0 + n) / 6.0) ** alpha
 
 
@@ -145,17 +147,29 @@ class _Search:
         self.steps = steps  # decoding steps before the search stopped
 
 
+def _stops(variant: str, finished: list, beams: list, beam_size: int, t: int, max_len: int, alpha: float) -> bool:
+    """Whether a sentence stops after step t (the contract's rule, or a variant's)."""
+    if not finished or variant in ("no_early_stop", "finished_dropped", "extends_finished"):
+        return False
+    if variant == "stop_first":
+        return True
+    if variant == "stop_k_finished":
+        return len(finished) >= beam_size
+    bound = t if variant == "stop_current_length" else max_len - 1
+    raw = variant in ("penalty_every_step", "stop_raw_bound")
+    reach = max(s for _, s in beams) / (1.0 if raw else _penalty(bound, alpha, variant))
+    return max(f[0] for f in finished) >= reach
+
+
 def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_len: int, alpha: float,
             variant: str = "") -> _Search:
+    """The contract's beam search for one sentence, replayed in plain Python (or one known wrong ``variant``)."""
     bos, eos = language.bos_id, language.eos_id
     V = language.vocab_size
-    if variant == "duplicates":
-        beams = [((bos,), 0.0)] * beam_size
-    else:
-        beams = [((bos,), 0.0)]
+    beams = [((bos,), 0.0)] * (beam_size if variant == "duplicates" else 1)
     finished: list[tuple[float, tuple[int, ...]]] = []
     opened: list[set[tuple[int, ...]]] = []
-    steps = 0
+    steps, every_step = 0, variant == "penalty_every_step"
     for t in range(1, max_len):
         steps = t
         opened.append({prefix for prefix, _ in beams})
@@ -165,10 +179,8 @@ def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_
             if variant == "probabilities":
                 log_probs = [math.exp(x) for x in log_probs]
             for w in range(V):
-                if variant == "penalty_every_step":
-                    candidates.append(((score + log_probs[w]) / _penalty(t, alpha), prefix + (w,)))
-                else:
-                    candidates.append((score + log_probs[w], prefix + (w,)))
+                total = score + log_probs[w]
+                candidates.append((total / _penalty(t, alpha) if every_step else total, prefix + (w,)))
         candidates.sort(key=lambda c: -c[0])
         beams = []
         for rank, (score, seq) in enumerate(candidates):
@@ -176,27 +188,19 @@ def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_
                 if variant == "finished_dropped":
                     continue
                 if rank < beam_size or variant == "eos_from_2k" and rank < 2 * beam_size:
-                    done = score if variant == "penalty_every_step" else score / _penalty(t, alpha, variant)
-                    finished.append((done, seq))
+                    finished.append((score if every_step else score / _penalty(t, alpha, variant), seq))
             elif len(beams) < beam_size:
                 beams.append((seq, score))
-        if variant == "extends_finished":
-            continue
-        if finished and variant not in ("no_early_stop", "finished_dropped"):
-            best = max(f[0] for f in finished)
-            reach = max(s for _, s in beams) / _penalty(max_len - 1, alpha, variant)
-            if variant == "penalty_every_step":
-                reach = max(s for _, s in beams)
-            if best >= reach:
-                break
+        if _stops(variant, finished, beams, beam_size, t, max_len, alpha):
+            break
     else:
-        for seq, score in beams:
-            n = len(seq) - 1
-            finished.append((score if variant == "penalty_every_step" else score / _penalty(n, alpha, variant), seq))
+        if not (variant == "max_len_finished_only" and finished):
+            raw = every_step or variant == "max_len_raw"
+            finished += [(score if raw else score / _penalty(len(seq) - 1, alpha, variant), seq) for seq, score in beams]
+    if variant == "raw_pick":
+        return _Search(max(finished, key=lambda f: f[0] * _penalty(len(f[1]) - 1, alpha))[1], finished, opened, steps)
     ranked = sorted(finished, key=lambda f: -f[0])
-    if variant == "worst_first":
-        return _Search(ranked[-1][1], ranked, opened, steps)
-    return _Search(ranked[0][1], ranked, opened, steps)
+    return _Search(ranked[-1 if variant == "worst_first" else 0][1], ranked, opened, steps)
 
 
 def _greedy(language: _Language, sentence: tuple[int, ...], max_len: int) -> tuple[int, ...]:
@@ -242,6 +246,15 @@ _CASES = [
      "sentences": [(0, 2, 7), (0, 10, 3)]},
     {"vocab_size": 8, "bos_id": 6, "eos_id": 3, "pad_id": 7, "max_len": 10, "beam_size": 3, "alpha": 0.6,
      "sentences": [(0, 29, 3), (0, 7, 5)]},
+    # found by search: sentences that reach max_len with finished and better open hypotheses, and whose
+    # answers tell the stop rules apart (the end at max_len, k finished, the bound without its penalty)
+    {"vocab_size": 9, "bos_id": 6, "eos_id": 3, "pad_id": 7, "max_len": 7, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(0, 1, 6), (0, 32, 9)]},
+    {"vocab_size": 7, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 10, "beam_size": 4, "alpha": 1.0,
+     "sentences": [(0, 7, 3), (0, 7, 3), (0, 21, 6), (0, 25, 2)]},
+    # the best by raw sum is not the best by score: the final pick shows
+    {"vocab_size": 9, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 9, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(0, 28, 7)]},
 ]
 
 
@@ -266,6 +279,10 @@ def _row(values) -> str:
     return "[" + ", ".join(str(int(v)) for v in values) + "]"
 
 
+_AT_MAX_LEN = ("when the search reaches max_len, the open hypotheses do not compete with the finished ones as they "
+               "should: either they are ignored, or their raw sums of log-probabilities are compared with finished "
+               "scores that are divided by the length penalty. At max_len every open hypothesis competes too, its "
+               "sum divided by the penalty of its length, ((5 + n) / 6) ** length_penalty with n = max_len - 1")
 _VARIANTS = {
     "probabilities": "it scores hypotheses by adding probabilities. Add LOG-probabilities: "
     "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens",
@@ -288,6 +305,24 @@ _VARIANTS = {
     "candidates. Only EOS candidates among the beam_size best become finished",
     "worst_first": "it returns the worst finished hypothesis instead of the best: sort by score in descending "
     "order (or take the max)",
+    "max_len_finished_only": _AT_MAX_LEN,
+    "max_len_raw": _AT_MAX_LEN,  # answers that never tell it from the one above: one message for both
+    "stop_first": "it stops a sentence as soon as one hypothesis has finished, although an open one may still "
+    "beat it. Stop only when the best finished score is at least the best open sum divided by the penalty of the "
+    "longest possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty",
+    "stop_k_finished": "it stops a sentence once beam_size hypotheses have finished, whatever their scores. Stop "
+    "when the best finished score is at least the best open sum divided by the penalty of the longest possible "
+    "hypothesis, ((5 + max_len - 1) / 6) ** length_penalty",
+    "stop_raw_bound": "its stopping test compares the best finished score (divided by its length penalty) with the "
+    "best open sum without dividing that one: an open hypothesis can still grow to max_len - 1 tokens, so divide "
+    "its sum by ((5 + max_len - 1) / 6) ** length_penalty",
+    "stop_current_length": "its stopping test divides the best open sum by the penalty of its current length. An "
+    "open hypothesis can still grow to max_len - 1 tokens, and a longer one is divided by more: use "
+    "((5 + max_len - 1) / 6) ** length_penalty",
+    "penalty_without_eos": "its length penalty does not count EOS: n is the number of tokens after BOS, EOS "
+    "included, in ((5 + n) / 6) ** length_penalty",
+    "raw_pick": "it picks the answer by the raw sum of log-probabilities. The answer is the finished hypothesis "
+    "with the best score divided by its length penalty, ((5 + n) / 6) ** length_penalty",
 }
 
 
@@ -335,12 +370,12 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
 
     # 3. Every case against the contract, one mechanism at a time.
     runs = []
-    for case in _CASES:
+    for case in _CASES:  # every case runs first, so that a cause is named on the evidence of all of them
         model, src, out, k, alpha, max_len = _run(check, beam_search, case)
-        out = _output(check, out, case, src, max_len)
-        _mechanics(check, model, src, out, case, k, alpha, max_len)
-        _compare(check, model, src, out, case, k, alpha, max_len)
-        runs.append((model, src, out, case, k, alpha, max_len))
+        runs.append((model, src, _output(check, out, case, src, max_len), case, k, alpha, max_len))
+    for run in runs:
+        _mechanics(check, *run)
+        _compare(check, *run, evidence=runs)
     for run in runs:
         _stopping(check, *run)
     check.ok("finds the contract's best hypothesis for every sentence of a batch, with other special ids")
@@ -546,35 +581,77 @@ def _output_layout(check: Check, out: torch.Tensor, case: dict, setup: str) -> N
 
 
 def _follows(replay: _Search, history: list[set[tuple[int, ...]]]) -> bool:
-    """Whether the learner's search opened the same hypotheses as ``replay`` while both ran."""
-    return all(replay.opened[t] == history[t] for t in range(min(len(history), replay.steps)))
+    """Whether the learner's search opened the same hypotheses as ``replay`` while both ran, and ran as long.
+
+    (A batched search may go on decoding a sentence that has stopped, so the learner's history may be longer.)
+    """
+    return len(history) >= replay.steps and all(replay.opened[t] == history[t] for t in range(replay.steps))
 
 
 def _causes(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
-            max_len: int, alpha: float) -> list[str]:
-    """The known wrong variants that return ``got[b]`` for sentence b, most consistent with the whole batch first.
+            max_len: int, alpha: float, evidence: list | None = None) -> list[str]:
+    """The known wrong variants that return ``got[b]`` for sentence b, the most consistent with all runs first.
 
     A variant is consistent with a sentence when it returns the learner's answer for it and opens the same
-    hypotheses as the learner's search did, step by step.
+    hypotheses as the learner's search did, step by step, for as many steps; a batch as a whole must stop when
+    the variant's slowest sentence does. ``evidence`` (every run of the check: model, src, out, case, k, alpha,
+    max_len) breaks the ties one case cannot.
     """
     language = model.script
     histories = [model.history(s) for s in sentences]
     ranked: list[tuple[int, int, str]] = []
     greedy = [_greedy(language, s, max_len) for s in sentences]
-    if got[b] == greedy[b] and got[b] != _search(language, sentences[b], k, max_len, alpha).best:
-        score = sum(g == m for g, m in zip(greedy, got)) + 1
-        ranked.append((-score, -1, (
-            "it returns what greedy decoding finds; a beam of several hypotheses must find the better sequence "
-            "that starts with a less likely token. Keep the beam_size best candidates of all beam_size * V "
-            "extensions, not the best extension of each beam")))
+    one_per_step = all(len(step) <= 1 for h in histories for step in h)
+    if got[b] == greedy[b] and one_per_step and got[b] != _search(language, sentences[b], k, max_len, alpha).best:
+        ranked.append((-10**6, -1, (
+            "it returns what greedy decoding finds: it keeps one hypothesis per sentence. A beam of several "
+            "hypotheses must find the better sequence that starts with a less likely token: keep the beam_size best "
+            "candidates of all beam_size * V extensions, not the best extension of each beam")))
+    runs = evidence or [(model, None, None, None, k, alpha, max_len)]
     for order, (variant, why) in enumerate(_VARIANTS.items()):
-        replays = [_search(language, s, k, max_len, alpha, variant) for s in sentences]
-        if replays[b].best != got[b]:
+        if _search(language, sentences[b], k, max_len, alpha, variant).best != got[b]:
             continue
-        score = sum(r.best == m and _follows(r, h) for r, m, h in zip(replays, got, histories))
-        score += max(r.steps for r in replays) == max(len(h) for h in histories)  # the batch stopped with it
+        score = 0
+        for run_model, run_src, run_out, run_case, run_k, run_alpha, run_len in runs:
+            if run_src is None:
+                run_sentences, run_got = sentences, got
+            else:
+                run_sentences = run_model.sentences(run_src)
+                run_got = [_strip(row, run_case) for row in run_out.tolist()]
+            replays = [_search(run_model.script, s, run_k, run_len, run_alpha, variant) for s in run_sentences]
+            run_histories = [run_model.history(s) for s in run_sentences]
+            score += sum(r.best == m and _follows(r, h) for r, m, h in zip(replays, run_got, run_histories))
+            score += max(r.steps for r in replays) == max(len(h) for h in run_histories)  # the batch stopped with it
         ranked.append((-score, order, why))
     return [why for _, _, why in sorted(ranked)]
+
+
+def _departure(model: ScriptedModel, sentence: tuple[int, ...], search: _Search, k: int) -> str:
+    """Where the learner's search first keeps other open hypotheses than the contract's ('' if it never does)."""
+    history = model.history(sentence)
+    language = model.script
+
+    def total(prefix: tuple[int, ...]) -> float:
+        return sum(language.log_probs(sentence, prefix[:i])[prefix[i]] for i in range(1, len(prefix)))
+
+    for t in range(min(len(history), search.steps)):
+        want, have = search.opened[t], history[t]
+        if want == have:
+            continue
+        shown = lambda hyps: ", ".join(f"{_row(h)} ({total(h):.3f})" for h in sorted(hyps, key=total, reverse=True))
+        extra, lacking = sorted(have - want, key=total, reverse=True), sorted(want - have, key=total, reverse=True)
+        why = []
+        if extra:
+            why.append(f"{_row(extra[0])} (sum {total(extra[0]):.3f}) is not among the {k} best candidates that do "
+                       f"not end in EOS")
+        if lacking:
+            why.append(f"{_row(lacking[0])} (sum {total(lacking[0]):.3f}) is")
+        return (f"At step {t + 1} the contract's beam holds {shown(want)}; yours decoded {shown(have) or 'nothing'} "
+                f"(sums of log-probabilities). {'; '.join(why)}.")
+    if len(history) < search.steps:
+        return (f"Your search stopped this sentence after {len(history)} steps; the contract's goes on for "
+                f"{search.steps}, since an open hypothesis could still beat the best finished one.")
+    return ""
 
 
 def _replayed(model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int, alpha: float,
@@ -587,7 +664,7 @@ def _replayed(model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: 
 
 
 def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
-             alpha: float, max_len: int) -> None:
+             alpha: float, max_len: int, evidence: list | None = None) -> None:
     setup, sentences, searches, got = _replayed(model, src, out, case, k, alpha, max_len)
     for b, (search, mine) in enumerate(zip(searches, got)):
         if mine == search.best:
@@ -599,18 +676,25 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                 f"Row {b} of your output is the best hypothesis of sentence {others[0]} {setup}: the rows are in "
                 f"the wrong order. Return the hypotheses in the order of the source sentences."
             )
-        named = _causes(model, sentences, got, b, k, max_len, alpha)
+        named = _causes(model, sentences, got, b, k, max_len, alpha, evidence)
         expected_text = f"  expected: {_row(search.best)} (score {score[search.best]:.4f})"
         yours_text = f"  yours:    {_row(mine)}" + (f" (score {score[mine]:.4f})" if mine in score else "")
+        departure = _departure(model, sentences[b], search, k)
         if named:
             cause = "Likely cause: " + named[0] + "."
+        elif departure:
+            cause = (f"{departure}\nAt each step every open hypothesis is extended by every token, and its score is "
+                     f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
+                     f"candidates, those ending in EOS among the beam_size best finish, and the beam_size best "
+                     f"others stay open.")
         elif mine in score:
-            cause = ("Your answer is one of the finished hypotheses, but not the best by the length-normalised "
-                     "score: compare sum / ((5 + n) / 6) ** length_penalty, n = tokens after BOS.")
+            cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is one "
+                     "of the finished hypotheses, but not the best by the length-normalised score: compare "
+                     "sum / ((5 + n) / 6) ** length_penalty, n = tokens after BOS, EOS included.")
         else:
-            cause = ("Check each step: scores are sums of log-probabilities; the beam_size best candidates ending in "
-                     "EOS become finished; the beam_size best others stay open; stop when no open hypothesis can "
-                     "still beat the best finished one.")
+            cause = ("Your search opened the same hypotheses as the contract's at every step, but your answer is not "
+                     "one of its finished hypotheses: check how you finish a hypothesis (the candidate ending in EOS, "
+                     "with its sum divided by the length penalty) and what you return (the best, BOS first).")
         check.fail(f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n"
                    f"{expected_text}\n{yours_text}\n{cause}")
 
