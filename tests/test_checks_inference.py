@@ -389,12 +389,15 @@ def _attend(q, k, v, mask=None):
 
 def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cache=True, first_only=False,
              cross_every_step=False, src_mask_off=False, recompute_prefix=False, cache_on_model=False,
-             heads_first=False, keep_length_dim=False):
+             heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
+             skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
     src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
     pe = model.positional_encoding.pe
-    x = model.tgt_embed(y_last) * math.sqrt(model.d_model) + pe[0 if position_zero else t]  # (B, 1, d_model)
+    scale = 1.0 if unscaled else math.sqrt(model.d_model)
+    position = 0 if position_zero else t + 1 if next_position else t
+    x = model.tgt_embed(y_last) * scale + (0 if no_pe else pe[position])  # (B, 1, d_model)
     if recompute_prefix:  # caches the decoder's input tokens and reruns every layer on the whole prefix
         state["tokens"] = torch.cat([state["tokens"], y_last], 1) if "tokens" in state else y_last
         logits = model.decode(state["tokens"], memory, src)
@@ -414,10 +417,18 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
         mask = None
         if first_only and k.size(2) > 1:
             mask = torch.ones(k.size(2), k.size(2), dtype=torch.bool).tril()[:1]  # the FIRST row of the causal mask
-        x = layer.norm1(x + layer.dropout(a.W_o(_merge(_attend(q, k, v, mask)))))
+        if self_excluded and k.size(2) > 1:  # the newest token attends to the cached ones, not to itself
+            mask = (torch.arange(k.size(2)) < k.size(2) - 1)[None, :]  # (1, t + 1)
+        if scale_d_model:
+            q = q * math.sqrt(a.d_k) / math.sqrt(model.d_model)
+        attended = layer.dropout(a.W_o(_merge(_attend(q, k, v, mask))))
+        x = x + attended if skip_norm1 else layer.norm1(x + attended)
         if "mk" not in kv or cross_every_step:
-            kv["mk"], kv["mv"] = _heads(c.W_k(memory), c), _heads(c.W_v(memory), c)  # (B, H, L_src, d_k)
-        x = layer.norm2(x + layer.dropout(c.W_o(_merge(_attend(_heads(c.W_q(x), c), kv["mk"], kv["mv"], src_mask)))))
+            source = x if cross_from_self else memory
+            kv["mk"], kv["mv"] = _heads(c.W_k(source), c), _heads(c.W_v(source), c)  # (B, H, L_src, d_k)
+        cross = layer.dropout(c.W_o(_merge(_attend(_heads(c.W_q(x), c), kv["mk"], kv["mv"],
+                                                   None if cross_from_self else src_mask))))
+        x = layer.norm2(cross if no_residual2 else x + cross)
         x = layer.norm3(x + layer.dropout(layer.feed_forward(x)))
     state["length"] = t + 1
     logits = model.generator(x)  # (B, 1, V)
@@ -514,7 +525,30 @@ def _kv_variant(**options):
     return fn
 
 
-KV_CORRECT = [decode_step, decode_step_tuples, decode_step_preallocated, decode_step_stacked]
+def decode_step_functional(model, y_last, memory, src, cache):
+    """Every projection applied as F.linear(x, W.weight, W.bias), keys and values per layer in a list."""
+    def project(x, linear):
+        return F.linear(x, linear.weight, linear.bias)
+
+    t = len(cache.get("keys", [[]])[0]) if cache else 0
+    x = model.tgt_embed(y_last) * math.sqrt(model.d_model) + model.positional_encoding.pe[t]  # (B, 1, d_model)
+    keep = (src != model.pad_id)[:, None, None, :]
+    keys, values = cache.get("keys", [[] for _ in model.decoder_layers]), cache.get("values", [[] for _ in model.decoder_layers])
+    memory_kv = cache.get("memory") or [(_heads(project(memory, l.cross_attn.W_k), l.cross_attn),
+                                         _heads(project(memory, l.cross_attn.W_v), l.cross_attn)) for l in model.decoder_layers]
+    for i, layer in enumerate(model.decoder_layers):
+        a, c = layer.self_attn, layer.cross_attn
+        keys[i] = keys[i] + [_heads(project(x, a.W_k), a)]
+        values[i] = values[i] + [_heads(project(x, a.W_v), a)]
+        out = _attend(_heads(project(x, a.W_q), a), torch.cat(keys[i], 2), torch.cat(values[i], 2))
+        x = layer.norm1(x + project(_merge(out), a.W_o))
+        out = _attend(_heads(project(x, c.W_q), c), *memory_kv[i], keep)
+        x = layer.norm2(x + project(_merge(out), c.W_o))
+        x = layer.norm3(x + layer.feed_forward(x))
+    return model.generator(x)[:, -1], {"keys": keys, "values": values, "memory": memory_kv}
+
+
+KV_CORRECT = [decode_step, decode_step_tuples, decode_step_preallocated, decode_step_stacked, decode_step_functional]
 KV_WRONG = [
     (_kv_variant(position_zero=True), ["position 0"]),
     (_kv_variant(use_cache=False), ["cache grows, but its keys and values are not used"]),
@@ -528,6 +562,15 @@ KV_WRONG = [
     (lambda model, y_last, memory, src, cache: model.decode(y_last, memory, src)[:, -1], ["should return 2 values"]),
     (lambda model, y_last, memory, src, cache: (model.decode(y_last, memory, src)[:, -1], cache),
      ["differ from those of model.decode"]),
+    # issue 17: one diagnosis per slip
+    (_kv_variant(unscaled=True), ["not multiplied by sqrt(d_model)"]),
+    (_kv_variant(no_pe=True), ["positional encoding", "pe[t]"]),
+    (_kv_variant(next_position=True), ["position t + 1", "pe[t]"]),
+    (_kv_variant(skip_norm1=True), ["norm1"]),
+    (_kv_variant(no_residual2=True), ["cross-attention", "residual"]),
+    (_kv_variant(cross_from_self=True), ["cross-attention", "memory"]),
+    (_kv_variant(self_excluded=True), ["self-attention", "itself"]),
+    (_kv_variant(scale_d_model=True), ["self-attention", "sqrt(d_k)"]),
 ]
 
 

@@ -46,8 +46,9 @@ from torch import nn
 
 from . import _gpu, stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
+from ._hooks import WeightUses
 from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder
-from ._standins import D_MODEL, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
+from ._standins import D_MODEL, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
 
 
 # --------------------------------------------------------------------------
@@ -761,38 +762,25 @@ def _cache_case(seed: int):
     return model, src, memory, tgt
 
 
-class _Projections:
-    """Forward hooks on every projection of the decoder: the positions each one sees, call by call."""
+def _linear_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The decoder's linear maps by name, in the order one step uses them (cross-attention keys and values: step 0)."""
+    weights = {}
+    for i, layer in enumerate(model.decoder_layers):
+        for attn in ("self_attn", "cross_attn"):
+            for proj in ("W_q", "W_k", "W_v", "W_o"):
+                weights[f"decoder_layers[{i}].{attn}.{proj}"] = getattr(getattr(layer, attn), proj).weight
+        for lin in ("linear1", "linear2"):
+            weights[f"decoder_layers[{i}].feed_forward.{lin}"] = getattr(layer.feed_forward, lin).weight
+    weights["generator"] = model.generator.weight
+    return weights
 
-    def __init__(self, model: CourseTransformer):
-        self.seen: dict[str, list[int]] = {}
-        self.handles = []
-        for i, layer in enumerate(model.decoder_layers):
-            for attn in ("self_attn", "cross_attn"):
-                for proj in ("W_q", "W_k", "W_v", "W_o"):
-                    name = f"decoder_layers[{i}].{attn}.{proj}"
-                    module = getattr(getattr(layer, attn), proj)
-                    self.handles.append(module.register_forward_hook(self._hook(name)))
-            for lin in ("linear1", "linear2"):
-                name = f"decoder_layers[{i}].feed_forward.{lin}"
-                self.handles.append(getattr(layer.feed_forward, lin).register_forward_hook(self._hook(name)))
-        self.handles.append(model.generator.register_forward_hook(self._hook("generator")))
 
-    def _hook(self, name: str):
-        def hook(module, args, output):
-            x = args[0] if args else None
-            positions = x.shape[1] if isinstance(x, torch.Tensor) and x.dim() == 3 else (1 if x.dim() == 2 else 0)
-            self.seen.setdefault(name, []).append(int(positions))
-
-        return hook
-
-    def take(self) -> dict[str, list[int]]:
-        seen, self.seen = self.seen, {}
-        return seen
-
-    def remove(self) -> None:
-        for handle in self.handles:
-            handle.remove()
+def _positions_seen(calls: list) -> dict[str, list[int]]:
+    """For each linear map used in a step, how many positions each use covered."""
+    seen: dict[str, list[int]] = {}
+    for name, applied, _ in calls:
+        seen.setdefault(name, []).append(int(applied.shape[-2]) if applied.dim() >= 3 else 1)
+    return seen
 
 
 def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache, t: int):
@@ -811,13 +799,9 @@ def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache
 def _check_decode_step(check: Check, decode_step: Callable) -> None:
     check.callable_(decode_step, "decode_step")
     model, src, memory, tgt = _cache_case(7)
-    oracle, causes = _cache_oracles(model, src, memory, tgt)
-    watch = _Projections(model)
-    try:
-        _cache_steps(check, decode_step, model, src, memory, tgt, oracle, causes, watch)
-        _cache_reorder(check, decode_step, model, src, memory, tgt, watch)
-    finally:
-        watch.remove()
+    oracle, causes, trace = _cache_oracles(model, src, memory, tgt)
+    _cache_steps(check, decode_step, model, src, memory, tgt, oracle, causes, trace)
+    _cache_reorder(check, decode_step, model, src, memory, tgt)
 
 
 def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tgt: torch.Tensor) -> tuple[dict, dict]:
@@ -827,7 +811,10 @@ def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tg
     with torch.no_grad():
         double = copy.deepcopy(model).double()
         mem64 = memory.double()
-        oracle["right"] = double.decode(tgt, mem64, src).float()  # (B, T, V): position t predicts token t + 1
+        with WeightUses(_linear_weights(double)) as uses:
+            oracle["right"] = double.decode(tgt, mem64, src).float()  # (B, T, V): position t predicts token t + 1
+        trace = {name: (applied, out) for name, applied, out in uses.calls}  # each map once, on the whole prefix
+        trace["model"] = double
         oracle["position 0"] = double.decode(tgt, mem64, src, positions=torch.zeros(T, dtype=torch.long)).float()
         oracle["self only"] = double.decode(tgt, mem64, src, keys="self_only").float()
         oracle["first only"] = double.decode(tgt, mem64, src, keys="first_only").float()
@@ -838,33 +825,38 @@ def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tg
         "self only": "each new token attends to itself only: the cache grows, but its keys and values are not "
         "used. Concatenate the new key and value to the cached ones (`torch.cat([cached_k, k], dim=2)`) and "
         "attend over all of them",
-        "first only": "the new token attends to position 0 only: the causal mask is applied in the wrong "
-        "orientation (its first row, which belongs to the first query). A single query (the newest token) may see every cached key: no causal mask is "
-        "needed at all, or its LAST row, `make_causal_mask(t + 1)[-1:]`",
+        "first only": "the new token's self-attention sees position 0 only, not the later tokens and not itself. "
+        "Either the causal mask is applied in the wrong orientation (its first row, which belongs to the first "
+        "query: a single query, the newest token, may see every cached key, so no causal mask is needed at all, "
+        "or its LAST row, `make_causal_mask(t + 1)[-1:]`), or, if it happens from step 1 on only, the new key and "
+        "value are appended to the cache after attending instead of before (attend over positions 0 to t, itself "
+        "included)",
         "no src mask": "cross-attention ignores the source padding: pass the source padding mask, "
         "`make_padding_mask(src, model.pad_id)`, to the cross-attention, as model.decode does",
     }
-    return oracle, causes
+    return oracle, causes, trace
 
 
 def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
-                 tgt: torch.Tensor, oracle: dict, causes: dict, watch: "_Projections") -> None:
+                 tgt: torch.Tensor, oracle: dict, causes: dict, trace: dict) -> None:
     """Steps 0..T-1 on the batch: logits equal the full recomputation, one new position per projection."""
     T = tgt.shape[1]
     with torch.no_grad():
         cache: object = {}
         for t in range(T):
-            logits, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
-            seen = watch.take()
+            with WeightUses(_linear_weights(model)) as uses:
+                logits, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
+            seen = _positions_seen(uses.calls)
             if not close_enough(logits, oracle["right"][:, t]):
-                named = [why for key, why in causes.items() if close_enough(logits, oracle[key][:, t])]
+                named = [f"Likely cause: {why}." for key, why in causes.items() if close_enough(logits, oracle[key][:, t])]
+                named = named or [_where_it_departs(uses.calls, trace, t, tgt[:, t : t + 1])]
                 check.fail(
                     f"At step {t} (the cache holds {t} token{'s' if t != 1 else ''}), the logits of decode_step "
                     f"differ from those of model.decode on the whole prefix (batch of 3 sentences of source "
                     f"lengths 5, 2 and 4, padded).\n"
                     f"  expected (first values): {fmt_values(oracle['right'][:, t])}\n"
                     f"  actual   (first values): {fmt_values(logits)}\n"
-                    + (f"Likely cause: {named[0]}." if named else
+                    + (named[0] if named[0] else
                        "Follow model.decode for one position: embedding * sqrt(d_model) + pe[t], then per layer "
                        "self-attention over the cached keys and values plus the new ones, cross-attention "
                        "to memory with the source padding mask, the feed-forward network, each wrapped with "
@@ -876,14 +868,13 @@ def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: tor
 
 
 def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
-                   tgt: torch.Tensor, watch: "_Projections") -> None:
+                   tgt: torch.Tensor) -> None:
     """Beam search reorders the rows: the cache must follow (every tensor with the rows first)."""
     with torch.no_grad():
         rows = torch.tensor([2, 0, 0])  # (B,): beams reordered, one duplicated
         cache = {}
         for t in range(3):
             _, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
-        watch.take()
         cache = select_rows(cache, rows)
         tgt2, memory2, src2 = tgt[rows], memory[rows], src[rows]
         expected = model.decode(tgt2[:, :4], memory2, src2)[:, -1]
@@ -904,6 +895,97 @@ def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: t
                 "that reorder_cache can select rows."
             )
     check.ok("the cache follows the rows when beam search reorders them")
+
+
+def _heads_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Merged multi-head attention of one query per row: q (B, d), k and v (B, L, d) -> (B, d)."""
+    B, L, D = k.shape
+    d_k = D // HEADS
+    qh, kh, vh = q.view(B, HEADS, 1, d_k), k.view(B, L, HEADS, d_k).transpose(1, 2), v.view(B, L, HEADS, d_k).transpose(1, 2)
+    return ((qh @ kh.transpose(-2, -1) * scale).softmax(-1) @ vh).reshape(B, D)  # (B, d_model)
+
+
+def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) -> str:
+    """The first linear map of the step whose input differs from model.decode's: its cause, else where it is."""
+    mine = {name: applied.double() for name, applied, _ in calls}
+    model = trace["model"]  # the float64 copy the trace comes from
+    for name in _linear_weights(model):
+        if name not in mine or name not in trace:
+            continue
+        want = trace[name][0]
+        cross_kv = ".cross_attn.W_k" in name or ".cross_attn.W_v" in name
+        got = mine[name] if cross_kv else mine[name].reshape(y_last.shape[0], -1, D_MODEL)[:, -1]
+        want = want if cross_kv else want[:, t]
+        if not close_enough(got, want, 1e-4, 1e-4):
+            return _departure_cause(model, name, got, trace, t, y_last)
+    return ""
+
+
+def _departure_cause(model: nn.Module, name: str, got: torch.Tensor, trace: dict, t: int, y_last: torch.Tensor) -> str:
+    """Named causes for the input of ``name`` (the first that differs), else where the step goes wrong."""
+    i = int(name[len("decoder_layers["):name.index("]")]) if name.startswith("decoder_layers") else LAYERS
+    layer = model.decoder_layers[min(i, LAYERS - 1)]
+    at = lambda key, which=0: trace[f"decoder_layers[{i}].{key}"][which][:, t]  # noqa: E731 (input 0 / output 1)
+    before = lambda key: trace[f"decoder_layers[{i - 1}].{key}"]  # noqa: E731
+    named: list[tuple[torch.Tensor, str]] = []
+    if name.endswith(("self_attn.W_q", "self_attn.W_k", "self_attn.W_v")) and i == 0:
+        emb, pe, root = model.tgt_embed.weight[y_last[:, 0]], model.positional_encoding.pe, math.sqrt(D_MODEL)
+        named = [(emb + pe[t], "the new token's embedding is not multiplied by sqrt(d_model) before the positional "
+                               "encoding is added: `model.tgt_embed(y_last) * math.sqrt(model.d_model)`"),
+                 (emb * root, "no positional encoding is added to the new token's embedding: add "
+                              "`model.positional_encoding.pe[t]`, the row of its position t (the number of tokens "
+                              "already in the cache)"),
+                 (emb * root + pe[t + 1], "the new token gets the positional encoding of position t + 1; its position "
+                                          "is t, the number of tokens already in the cache: add `pe[t]`")]
+        where = ("what the first layer receives for the new token differs from model.decode's: "
+                 "tgt_embed(y_last) * sqrt(d_model) + pe[t] (the positional encoding's dropout is off in eval mode)")
+    elif name.endswith(("self_attn.W_q", "generator")):  # the end of the previous layer
+        x, ffn = before("feed_forward.linear1")[0][:, t], before("feed_forward.linear2")[1][:, t]
+        norm = model.decoder_layers[i - 1].norm3
+        named = [(x + ffn, "the third sublayer's LayerNorm is missing: x = layer.norm3(x + feed_forward(x))"),
+                 (norm(ffn), "the residual connection around the feed-forward network is missing: "
+                             "norm3(x + feed_forward(x))")]
+        where = f"the output of decoder layer {i - 1}'s feed-forward sublayer, norm3(x + feed_forward(x)), differs"
+    elif name.endswith("self_attn.W_o"):
+        q, k, v = at("self_attn.W_q", 1), trace[f"decoder_layers[{i}].self_attn.W_k"][1], trace[f"decoder_layers[{i}].self_attn.W_v"][1]
+        d_k = D_MODEL // HEADS
+        named = [(_heads_attend(q, k[:, :t], v[:, :t], d_k ** -0.5) if t else got + 1,
+                  "the new token attends to the cached tokens but not to itself: append its own key and value to the "
+                  "cache first, and attend over the keys and values of positions 0 to t"),
+                 (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], D_MODEL ** -0.5),
+                  "the self-attention scores are divided by sqrt(d_model) instead of sqrt(d_k), the size of one head"),
+                 (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], 1.0),
+                  "the self-attention scores are not divided by sqrt(d_k)")]
+        where = ("the self-attention over the cache differs although its query, keys and values are right: attend with "
+                 "the new query over the keys and values of every position so far, the cached ones and the new one, "
+                 "softmax(q k^T / sqrt(d_k)) v per head, then merge the heads")
+    elif name.endswith("cross_attn.W_q"):
+        x, sa = at("self_attn.W_q"), at("self_attn.W_o", 1)
+        named = [(x + sa, "the first sublayer's LayerNorm is missing: x = layer.norm1(x + self_attention_output)"),
+                 (layer.norm1(sa), "the residual connection around the self-attention is missing: "
+                                   "norm1(x + self_attention_output)")]
+        where = "the output of the self-attention sublayer, norm1(x + self_attention_output), differs"
+    elif name.endswith(("cross_attn.W_k", "cross_attn.W_v")):
+        where = ("the cross-attention's keys and values are not computed from memory: W_k(memory) and W_v(memory), "
+                 "once, at step 0, then kept in the cache")
+    elif name.endswith("cross_attn.W_o"):
+        where = ("the cross-attention over memory differs although its query is right: keys and values from memory "
+                 "(computed at step 0, kept in the cache), the source padding mask (True = may attend, "
+                 "`src != model.pad_id`), softmax(q k^T / sqrt(d_k)) v per head")
+    elif name.endswith("feed_forward.linear1"):
+        x, ca = at("cross_attn.W_q"), at("cross_attn.W_o", 1)
+        named = [(x + ca, "the second sublayer's LayerNorm is missing: x = layer.norm2(x + cross_attention_output)"),
+                 (layer.norm2(ca), "the residual connection around the cross-attention is missing: "
+                                   "norm2(x + cross_attention_output)")]
+        where = "the output of the cross-attention sublayer, norm2(x + cross_attention_output), differs"
+    else:  # linear2: the hidden layer
+        named = [(at("feed_forward.linear1", 1), "the ReLU between the feed-forward network's two linear layers is "
+                                                  "missing")]
+        where = "the feed-forward network's hidden layer, relu(linear1(x)), differs"
+    cause = next((why for value, why in named if close_enough(got, value, 1e-4, 1e-4)), "")
+    if cause:
+        return f"Likely cause: {cause}."
+    return f"Where it goes wrong: `{name}` is the first linear map whose input differs from model.decode's: {where}."
 
 
 def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -> None:
