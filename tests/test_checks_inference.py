@@ -647,12 +647,14 @@ def _copy_attention(dst, src, order=("W_q", "W_k", "W_v"), transpose=False):
 
 
 def _convert(model, *, order=("W_q", "W_k", "W_v"), transpose=False, keep_final_norms=False, norm_first=False,
-             activation="relu", swap_norms=False, separate_stacks=False, **forward_options):
+             activation="relu", swap_norms=False, separate_stacks=False, heads_from="num_heads", dropout=None,
+             **forward_options):
     layer = model.encoder_layers[0]
-    d_model, heads = model.d_model, layer.self_attn.num_heads
+    d_model, heads = model.d_model, getattr(layer.self_attn, heads_from)
     d_ff = layer.feed_forward.linear1.out_features
     n_enc, n_dec = len(model.encoder_layers), len(model.decoder_layers)
-    core = nn.Transformer(d_model, heads, n_enc, n_dec, d_ff, dropout=0.0, activation=activation,
+    rate = model.positional_encoding.dropout.p if dropout is None else dropout  # the model's rate, by contract
+    core = nn.Transformer(d_model, heads, n_enc, n_dec, d_ff, dropout=rate, activation=activation,
                           batch_first=True, norm_first=norm_first)
     if not keep_final_norms:
         core.encoder.norm, core.decoder.norm = None, None
@@ -722,8 +724,9 @@ def separate_stacks(model):
             d, h = model.d_model, layer.self_attn.num_heads
             d_ff = layer.feed_forward.linear1.out_features
             self.translator = copy.deepcopy(reference)
-            enc = nn.TransformerEncoderLayer(d, h, d_ff, dropout=0.0, batch_first=True)
-            dec = nn.TransformerDecoderLayer(d, h, d_ff, dropout=0.0, batch_first=True)
+            rate = model.positional_encoding.dropout.p
+            enc = nn.TransformerEncoderLayer(d, h, d_ff, dropout=rate, batch_first=True)
+            dec = nn.TransformerDecoderLayer(d, h, d_ff, dropout=rate, batch_first=True)
             self.encoder = nn.TransformerEncoder(enc, len(model.encoder_layers), enable_nested_tensor=False)
             self.decoder = nn.TransformerDecoder(dec, len(model.decoder_layers))
             self.encoder.load_state_dict({k[len("encoder."):]: v for k, v in reference.core.state_dict().items()
@@ -776,7 +779,7 @@ def subclassed(model):
 
     layer = model.encoder_layers[0]
     full = Full(model.d_model, layer.self_attn.num_heads, len(model.encoder_layers), len(model.decoder_layers),
-                layer.feed_forward.linear1.out_features, dropout=0.0, batch_first=True)
+                layer.feed_forward.linear1.out_features, dropout=model.positional_encoding.dropout.p, batch_first=True)
     full.encoder.norm, full.decoder.norm = None, None
     full.pad_id = model.pad_id
     full.src_embed, full.tgt_embed = copy.deepcopy(model.src_embed), copy.deepcopy(model.tgt_embed)
@@ -784,6 +787,13 @@ def subclassed(model):
     reference = _convert(model)
     full.load_state_dict(reference.core.state_dict(), strict=False)
     return full
+
+
+def shares_the_embeddings(model):
+    """Keeps the model's own embedding modules: one optimizer step on the copy would change the model."""
+    converted = _convert(model)
+    converted.src_embed, converted.tgt_embed = model.src_embed, model.tgt_embed
+    return converted
 
 
 TT_CORRECT = [to_torch_transformer, float_causal_mask, separate_stacks, subclassed]
@@ -800,6 +810,10 @@ TT_WRONG = [
     (modifies_the_model, ["changed the weights of your model"]),
     (lambda model: model, ["nn.transformerencoderlayer"]),
     (no_memory_padding_mask, ["memory_key_padding_mask"]),
+    # issue 17
+    (shares_the_embeddings, ["shares", "src_embed.weight", "copy"]),
+    (_conversion(heads_from="d_k"), ["num_heads", "6", "4"]),
+    (_conversion(dropout=0.1), ["dropout", "0.25"]),
 ]
 
 

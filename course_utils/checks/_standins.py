@@ -17,7 +17,10 @@ import math
 import torch
 from torch import nn
 
-D_MODEL, HEADS, LAYERS, D_FF, SRC_VOCAB, TGT_VOCAB, MAX_POS = 16, 4, 2, 24, 11, 13, 40
+# d_k (6) differs from the number of heads (4), and d_ff from d_model: a size read from the wrong attribute shows.
+D_MODEL, HEADS, LAYERS, D_FF, SRC_VOCAB, TGT_VOCAB, MAX_POS = 24, 4, 2, 40, 11, 13, 40
+#: the rate of every dropout (the model is used in eval mode, where they do nothing)
+DROPOUT = 0.25
 
 
 class _Attention(nn.Module):
@@ -27,7 +30,7 @@ class _Attention(nn.Module):
         super().__init__()
         self.d_model, self.num_heads, self.d_k = d_model, num_heads, d_model // num_heads
         self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in range(4))
-        self.dropout = nn.Dropout(0.0)
+        self.dropout = nn.Dropout(DROPOUT)
 
     def forward(self, query, key, value, mask=None):
         B, L_q, L_k, H, d_k = query.size(0), query.size(1), key.size(1), self.num_heads, self.d_k
@@ -41,7 +44,7 @@ class _Attention(nn.Module):
 class _FeedForward(nn.Module):
     def __init__(self, d_model: int, d_ff: int):
         super().__init__()
-        self.linear1, self.linear2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(0.0)
+        self.linear1, self.linear2, self.dropout = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model), nn.Dropout(DROPOUT)
 
     def forward(self, x):
         return self.linear2(self.dropout(torch.relu(self.linear1(x))))
@@ -53,7 +56,7 @@ class _DecoderLayer(nn.Module):
         self.self_attn, self.cross_attn = _Attention(d_model, num_heads), _Attention(d_model, num_heads)
         self.feed_forward = _FeedForward(d_model, d_ff)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
-        self.dropout = nn.Dropout(0.0)
+        self.dropout = nn.Dropout(DROPOUT)
 
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
@@ -65,7 +68,7 @@ class _EncoderLayer(nn.Module):
     def __init__(self, d_model: int, num_heads: int, d_ff: int):
         super().__init__()
         self.self_attn, self.feed_forward = _Attention(d_model, num_heads), _FeedForward(d_model, d_ff)
-        self.norm1, self.norm2, self.dropout = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.Dropout(0.0)
+        self.norm1, self.norm2, self.dropout = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.Dropout(DROPOUT)
 
     def forward(self, x, mask=None):
         x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
@@ -82,7 +85,7 @@ class _PositionalEncoding(nn.Module):
         table = torch.zeros(max_len, d_model, dtype=torch.float64)
         table[:, 0::2], table[:, 1::2] = torch.sin(where * rates), torch.cos(where * rates)
         self.register_buffer("pe", table.float())
-        self.dropout = nn.Dropout(0.0)
+        self.dropout = nn.Dropout(DROPOUT)
 
     def forward(self, x):
         return self.dropout(x + self.pe[: x.size(1)])
@@ -150,4 +153,4 @@ def select_rows(cache, rows: torch.Tensor):
         return type(cache)(select_rows(value, rows) for value in cache)
     return cache
 
-__all__ = ["CourseTransformer", "D_FF", "D_MODEL", "HEADS", "LAYERS", "MAX_POS", "SRC_VOCAB", "TGT_VOCAB", "select_rows"]
+__all__ = ["CourseTransformer", "D_FF", "D_MODEL", "DROPOUT", "HEADS", "LAYERS", "MAX_POS", "SRC_VOCAB", "TGT_VOCAB", "select_rows"]

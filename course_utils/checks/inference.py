@@ -48,7 +48,7 @@ from . import _gpu, stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
 from ._hooks import WeightUses
 from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder
-from ._standins import D_MODEL, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
+from ._standins import D_MODEL, DROPOUT, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
 
 
 # --------------------------------------------------------------------------
@@ -1028,6 +1028,9 @@ def _attention_problem(where: str, ours: nn.Module, theirs: nn.MultiheadAttentio
     """Names how the fused projection of a PyTorch attention differs from W_q, W_k, W_v, W_o."""
     w = [getattr(ours, n).weight for n in ("W_q", "W_k", "W_v")]
     b = [getattr(ours, n).bias for n in ("W_q", "W_k", "W_v")]
+    if getattr(theirs, "num_heads", None) != ours.num_heads:
+        return (f"{where} has num_heads = {theirs.num_heads}, where your attention has num_heads = {ours.num_heads}: "
+                f"read it from `self_attn.num_heads` (d_k = d_model // num_heads is another number).")
     fused = theirs.in_proj_weight
     if fused is None:
         return f"{where} has separate q/k/v projection weights: build it with kdim = vdim = d_model (the default)."
@@ -1047,7 +1050,13 @@ def _attention_problem(where: str, ours: nn.Module, theirs: nn.MultiheadAttentio
     return None
 
 
-def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: list[str], norms: int) -> str | None:
+def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: list[str], norms: int,
+                   rate: float) -> str | None:
+    dropout = getattr(getattr(theirs, "dropout", None), "p", rate)
+    if dropout != rate:
+        return (f"{where} is built with dropout={dropout}, where your model's rate is {rate} "
+                f"(`model.positional_encoding.dropout.p`, which the exercise's contract names): build nn.Transformer "
+                f"with it; lesson 07 trains the copy to time its steps.")
     for name in attentions:
         torch_name = "multihead_attn" if name == "cross_attn" else "self_attn"
         problem = _attention_problem(f"{where}.{torch_name}", getattr(ours, name), getattr(theirs, torch_name))
@@ -1097,11 +1106,27 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
     if any(not torch.equal(before[k], v) for k, v in model.state_dict().items()):
         check.fail("to_torch_transformer changed the weights of your model: copy them into the new module "
                    "(`.copy_()` on the NEW parameters, inside torch.no_grad()), never the other way round.")
+
     check.ok("returns an nn.Module and leaves your model unchanged")
 
     enc, dec = _copied_layers(check, model, theirs)
+    _shares_nothing(check, model, theirs)
     src, tgt, expected, got, inputs, seen = _traced_run(check, model, theirs, enc, dec)
     _first_mismatch(check, src, tgt, expected, got, inputs, seen)
+
+
+def _shares_nothing(check: Check, model: nn.Module, theirs: nn.Module) -> None:
+    """The returned module holds copies: no parameter or buffer shares memory with the learner's model."""
+    ours = {t.untyped_storage().data_ptr(): name for name, t in (*model.named_parameters(), *model.named_buffers())}
+    shared = [ours[t.untyped_storage().data_ptr()] for _, t in (*theirs.named_parameters(), *theirs.named_buffers())
+              if t.untyped_storage().data_ptr() in ours]
+    if shared:
+        shown = ", ".join(f"`{n}`" for n in dict.fromkeys(shared[:4]))
+        check.fail(f"The module shares {len(set(shared))} tensors with your model ({shown}...): it holds your model's "
+                   f"own tensors, not copies, so one optimizer step on it would change your model too. Copy them: "
+                   f"`copy.deepcopy(model.src_embed)` for the modules you keep around nn.Transformer, and `.copy_()` "
+                   f"into PyTorch's own parameters.")
+    check.ok("holds copies of your tensors: none is shared with your model")
 
 
 def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[list, list]:
@@ -1115,11 +1140,11 @@ def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[l
             f"holds them); it has {len(enc)} and {len(dec)}."
         )
     for i, (ours, yours) in enumerate(zip(model.encoder_layers, enc)):
-        problem = _layer_problem(f"encoder layer {i}", ours, yours, ["self_attn"], 2)
+        problem = _layer_problem(f"encoder layer {i}", ours, yours, ["self_attn"], 2, DROPOUT)
         if problem:
             check.fail(f"The weights of encoder layer {i} do not match yours: {problem}")
     for i, (ours, yours) in enumerate(zip(model.decoder_layers, dec)):
-        problem = _layer_problem(f"decoder layer {i}", ours, yours, ["self_attn", "cross_attn"], 3)
+        problem = _layer_problem(f"decoder layer {i}", ours, yours, ["self_attn", "cross_attn"], 3, DROPOUT)
         if problem:
             check.fail(f"The weights of decoder layer {i} do not match yours: {problem}")
     check.ok("each PyTorch layer holds the weights of your layer (fused in_proj_weight = [W_q; W_k; W_v])")
