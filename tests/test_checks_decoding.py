@@ -110,7 +110,8 @@ def via_log_softmax(model, src, max_len, bos_id, eos_id, pad_id):
 
 
 def _loop(model, src, max_len, bos_id, eos_id, pad_id, *, position=-1, pad=True, stop=True, limit=None,
-          keep_bos=True, encode_each_step=False, last_only=False, dtype=torch.long, stop_on_any=False):
+          keep_bos=True, encode_each_step=False, last_only=False, dtype=torch.long, stop_on_any=False,
+          pad_ends=False):
     memory = model.encode(src)
     ys = torch.full((src.size(0), 1), bos_id, dtype=dtype)
     finished = torch.zeros(src.size(0), dtype=torch.bool)
@@ -124,7 +125,7 @@ def _loop(model, src, max_len, bos_id, eos_id, pad_id, *, position=-1, pad=True,
         if pad:
             token = token.masked_fill(finished, pad_id)
         ys = torch.cat([ys, token[:, None].to(dtype)], dim=1)
-        finished = finished | (token == eos_id)
+        finished = finished | (token == eos_id) | ((token == pad_id) if pad_ends else False)
         if stop and (finished.any() if stop_on_any else finished.all()):
             break
     return ys if keep_bos else ys[:, 1:]
@@ -257,6 +258,8 @@ def test_accepts_correct_variants(fn):
         (hard_coded_ids, ["yours is 1", "bos_id argument"]),
         (one_sentence_only, ["works for one sentence", "batch of 3", ".item()"]),
         (returns_list, ["should be a torch.tensor", "a list"]),
+        # issue 17: a pad_id the model produces in mid-sentence does not end the sentence
+        (torch.no_grad()(lambda *args: _loop(*args, pad_ends=True)), ["pad_id", "mid-sentence", "only eos_id ends a sentence"]),
     ],
 )
 def test_diagnoses_mistakes(fn, phrases):

@@ -61,17 +61,22 @@ def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
 # The scripted model's rule.
 
 
-def _next_token(prefix: list[int], src_row: tuple[int, ...], ordinary: list[int], eos_id: int) -> int:
+def _next_token(prefix: list[int], src_row: tuple[int, ...], case: dict) -> int:
     """The scripted model's choice after ``prefix``: EOS once the prefix has src_row[0] tokens.
 
     ``src_row`` holds the source sentence without its padding, so that (like a real model with a
-    padding mask) the choice does not depend on how much padding the sentence carries.
+    padding mask) the choice does not depend on how much padding the sentence carries. In a case with
+    ``pad_at``, the model chooses pad_id after a prefix of that length: a real model can, and the sentence
+    goes on (only EOS ends it).
     """
     if len(prefix) == src_row[0]:
-        return eos_id
+        return case["eos_id"]
+    if len(prefix) == case.get("pad_at"):
+        return case["pad_id"]
     mix = 17 + 13 * sum(src_row)
     for token in prefix:
         mix = (mix * 31 + token + 1) % 1_000_003
+    ordinary = _ordinary(case)
     return ordinary[mix % len(ordinary)]
 
 
@@ -81,12 +86,12 @@ def _ordinary(case: dict) -> list[int]:
 
 def _model(case: dict, batch: int, pretend_device: bool = False) -> ScriptedModel:
     """A scripted model choosing by :func:`_next_token`; the other logits a fixed pattern, far below."""
-    V, ordinary = case["vocab_size"], _ordinary(case)
+    V = case["vocab_size"]
     ramp = torch.arange(V, dtype=torch.float32)
 
     def script(sentence: tuple, prefix: tuple) -> torch.Tensor:
         logits = ((ramp * 7 + 3 * (len(prefix) - 1) + sentence[1]) % V) / V
-        logits[_next_token(list(prefix), sentence, ordinary, case["eos_id"])] += 4.0
+        logits[_next_token(list(prefix), sentence, case)] += 4.0
         return logits
 
     return ScriptedModel(script, V, case["pad_id"], batch, case["max_len"], pretend_device)
@@ -98,6 +103,8 @@ _CASES = [
     {"vocab_size": 10, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 8, "stops": [5]},
     {"vocab_size": 12, "bos_id": 7, "eos_id": 3, "pad_id": 9, "max_len": 9, "stops": [3, 6, 0]},
     {"vocab_size": 11, "bos_id": 4, "eos_id": 8, "pad_id": 5, "max_len": 12, "stops": [7, 4]},
+    # the model chooses pad_id as the third token: the sentences go on until EOS
+    {"vocab_size": 10, "bos_id": 6, "eos_id": 2, "pad_id": 4, "max_len": 9, "stops": [6, 5], "pad_at": 3},
 ]
 
 
@@ -113,7 +120,6 @@ def _source(case: dict) -> torch.Tensor:
 
 def _expected(case: dict, src: torch.Tensor, model: ScriptedModel) -> torch.Tensor:
     """Greedy decoding replayed with the scripted model's rule."""
-    ordinary = _ordinary(case)
     rows = [[case["bos_id"]] for _ in case["stops"]]
     done = [False] * len(rows)
     sources = [model.sentence(row) for row in src.tolist()]
@@ -122,7 +128,7 @@ def _expected(case: dict, src: torch.Tensor, model: ScriptedModel) -> torch.Tens
             if done[b]:
                 row.append(case["pad_id"])
             else:
-                row.append(_next_token(row, sources[b], ordinary, case["eos_id"]))
+                row.append(_next_token(row, sources[b], case))
                 done[b] = row[-1] == case["eos_id"]
     return torch.tensor(rows)
 
@@ -202,6 +208,7 @@ def _diagnose(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
     seen = _check_prefixes(check, model, sentences, setup)
     ok("gives model.decode the whole prefix, one token longer at each step")
     ok(_check_first_column(check, out, expected, case, setup))
+    _check_pad_is_a_token(check, out, expected, case, setup)
     ok(_check_tokens(check, model, out, expected, sentences, case, setup))
     ok(_check_padding(check, out, expected, case, setup))
     ok(_check_stopping(check, out, expected, seen, setup))
@@ -297,6 +304,25 @@ def _check_first_column(check: Check, out: torch.Tensor, expected: torch.Tensor,
     return "column 0 is bos_id and T <= max_len"
 
 
+def _check_pad_is_a_token(check: Check, out: torch.Tensor, expected: torch.Tensor, case: dict, setup: str) -> None:
+    """A pad_id the model chooses in mid-sentence is a token like any other: only eos_id ends a sentence."""
+    eos, pad = case["eos_id"], case["pad_id"]
+    for b, (mine, want) in enumerate(zip(out.tolist(), expected.tolist())):
+        for j in range(1, len(want) - 1):
+            ends = eos in want and want.index(eos) < j
+            if want[j] != pad or ends or all(t == pad for t in want[j + 1:]):
+                continue  # not a pad_id in mid-sentence
+            if mine[: j + 1] == want[: j + 1] and all(t == pad for t in mine[j + 1:]):
+                check.fail(
+                    f"Sentence {b}: the model chose pad_id ({pad}) as token {j}, in mid-sentence, and your "
+                    f"greedy_decode took it as the end of the sentence {setup}. A trained model can choose pad_id; "
+                    f"only eos_id ends a sentence: keep the pad_id like any token and go on decoding (mark a "
+                    f"sentence finished when it emits eos_id, `finished |= next_token == eos_id`).\n"
+                    f"{_shown(expected, out, b)}"
+                )
+            break
+
+
 def _check_tokens(check, model, out, expected, sentences, case, setup) -> str:
     """Each token is the argmax at the last position of the prefix before it, until EOS."""
     eos, pad = case["eos_id"], case["pad_id"]
@@ -305,10 +331,10 @@ def _check_tokens(check, model, out, expected, sentences, case, setup) -> str:
             prefix = row[:j]
             if eos in prefix:
                 break
-            want = _next_token(prefix, sentences[b], _ordinary(case), eos)
+            want = _next_token(prefix, sentences[b], case)
             if row[j] == want:
                 continue
-            if row[j] == _next_token(prefix[:1], sentences[b], _ordinary(case), eos) and j > 1:
+            if row[j] == _next_token(prefix[:1], sentences[b], case) and j > 1:
                 cause = (
                     "it is the argmax at the FIRST position of the decoder output. The prediction for the next "
                     "token is at the last position: `logits[:, -1, :]`, then `.argmax(dim=-1)`."

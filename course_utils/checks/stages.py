@@ -499,9 +499,10 @@ def mixed_devices(check: Check, result: Any, what: str, inputs: str, advice: str
         line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("at ")), "")
         operation = str(result.exception.operation).removeprefix("in ")
         origin = result.exception.origin
+        how = operation if operation.startswith("model.") else f"{operation} mixed them"
         check.fail(
             f"Your {what} creates a tensor on the CPU although {inputs} are on a GPU {_gpu.WHERE}, so it mixes CPU "
-            f"tensors with GPU ones: {operation} mixed them{' (' + line + ')' if line else ''}"
+            f"tensors with GPU ones: {how}{' (' + line + ')' if line else ''}"
             + (f"; the CPU tensor was made {origin}" if origin else "") + ".\n"
             f"On Colab's GPU this is the error \"Expected all tensors to be on the same device\". {advice}"
         )
