@@ -48,8 +48,13 @@ def padding_lru_cache_free(tokens, pad_id):
     return tokens.ne(pad_id).unsqueeze(-2).unsqueeze(-2)  # (B, 1, 1, L) with negative axes
 
 
+def padding_squeeze_with_dim(tokens, pad_id):
+    return (tokens != pad_id)[:, None, :, None].squeeze(-1).unsqueeze(1)  # (B, 1, L, 1) -> (B, 1, L) -> (B, 1, 1, L)
+
+
 @pytest.mark.parametrize("impl", [padding_reference, padding_view, padding_indexing, padding_where,
-                                  padding_ones_masked_fill, padding_lru_cache_free], ids=lambda f: f.__name__)
+                                  padding_ones_masked_fill, padding_lru_cache_free, padding_squeeze_with_dim],
+                         ids=lambda f: f.__name__)
 def test_padding_correct(impl):
     expect(check_padding_mask(impl), "passed")
 
@@ -124,6 +129,8 @@ PADDING_WRONG = [
     ("ones without device", padding_ones_without_device, ["creates a tensor on the cpu", "device="]),
     ("cached by shape", padding_cached_by_shape, ["earlier call", "cache"]),
     ("fixed length 50", padding_fixed_length, ["length 70", "fixed"]),
+    ("bare squeeze, then unsqueeze", lambda t, p: (t != p).squeeze().unsqueeze(1).unsqueeze(2),
+     ["wrong shape", "b = 1 (a single sentence)", "`squeeze` without a dim", "every axis of size 1", "view(B, 1, 1, L)"]),
 ]
 
 
@@ -133,6 +140,12 @@ def test_padding_wrong(impl, phrases):
         expect(check_padding_mask(impl), "error", "RuntimeError", "tensor of shape (2, 7)")
     else:
         expect(check_padding_mask(impl), "failed", *phrases)
+
+
+def test_padding_bare_squeeze_crash_is_named():
+    squeezed = lambda t, p: (t != p).squeeze()[:, None, None, :]  # noqa: E731  (L,) when B = 1: an IndexError
+    expect(check_padding_mask(squeezed), "error", "IndexError", "b = 1 (a single sentence)",
+           "`squeeze` without a dim", "unsqueeze")
 
 
 def test_padding_stub_crash_and_trace():
@@ -306,8 +319,22 @@ def target_loops_on_device(tokens, pad_id):
     return mask
 
 
+def target_squeeze_with_dim(tokens, pad_id):
+    L = tokens.size(1)
+    keys = (tokens != pad_id)[:, None, :, None].squeeze(3).unsqueeze(2)  # (B, 1, L, 1) -> (B, 1, L) -> (B, 1, 1, L)
+    causal = torch.ones(1, L, L, dtype=torch.bool, device=tokens.device).tril().squeeze(0)  # (L, L)
+    return keys & causal
+
+
+def target_harmless_bare_squeeze(tokens, pad_id):
+    L = tokens.size(1)
+    causal = torch.ones(L, L, dtype=torch.bool, device=tokens.device).tril().squeeze()  # () when L = 1: still broadcasts
+    return (tokens != pad_id)[:, None, None, :] & causal
+
+
 @pytest.mark.parametrize("impl", [target_reference, target_logical_and, target_broadcast_arange, target_loops_on_device,
-                                  target_from_float, target_with_own_causal], ids=lambda f: f.__name__)
+                                  target_from_float, target_with_own_causal, target_squeeze_with_dim,
+                                  target_harmless_bare_squeeze], ids=lambda f: f.__name__)
 def test_target_correct(impl):
     expect(check_target_mask(impl), "passed")
 
@@ -355,6 +382,10 @@ TARGET_WRONG = [
     ("loops, mask on the CPU", target_loops_on_cpu, ["on the cpu"]),
     ("own padding mask fails its checker", target_with_own_parts,
      ["your make_padding_mask", "fails its own checker", "fix that first", "wrong values"]),
+    ("bare squeeze, then unsqueeze", lambda t, p: (t != p).squeeze().unsqueeze(1).unsqueeze(2) & TRIL(t.size(1)),
+     ["wrong shape", "b = 1 (a single sentence)", "`squeeze` without a dim", "every axis of size 1", "unsqueeze"]),
+    ("bare squeeze of the whole mask", lambda t, p: target_reference(t, p).squeeze(),
+     ["wrong shape", "head axis is missing", "`squeeze` without a dim", "every axis of size 1"]),
 ]
 
 
@@ -368,6 +399,17 @@ def test_target_stub_crash_and_trace():
     expect(check_target_mask(lambda tokens, pad_id: tokens @ tokens), "error", "RuntimeError", "pad_id = 0")
     batch_as_length = lambda t, p: (t != p)[:, None, None, :] & torch.ones(t.size(0), t.size(0)).bool().tril()  # noqa: E731
     expect(check_target_mask(batch_as_length), "error", "RuntimeError", "tokens.size(1)")
+
+
+def target_squeezes_the_padding_mask(tokens, pad_id):
+    keys = padding_reference(tokens, pad_id).squeeze()  # (B, L), but (L,) when B = 1
+    return keys[:, None, None, :] & TRIL(tokens.size(1))
+
+
+def test_target_bare_squeeze_crash_is_named_not_blamed_on_size():
+    result = check_target_mask(target_squeezes_the_padding_mask)
+    expect(result, "error", "IndexError", "b = 1 (a single sentence)", "`squeeze` without a dim", "unsqueeze")
+    assert "not the batch size" not in "\n".join(result.messages)  # it already uses tokens.size(1)
 
 
 

@@ -490,12 +490,26 @@ class CallableRate:
         return noam_lr(step + 1, self.d_model, self.warmup_steps)
 
 
+def writes_the_lr_and_returns_the_factor(optimizer, d_model, warmup_steps):
+    """Writes into the groups too (needlessly: LambdaLR overwrites it with the same value right away)."""
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+
+    def rate(step):
+        factor = noam_lr(step + 1, d_model, warmup_steps)
+        for group, base in zip(optimizer.param_groups, base_lrs):
+            group["lr"] = base * factor
+        return factor
+
+    return LambdaLR(optimizer, rate)
+
+
 @pytest.mark.parametrize(
     "fn",
     [
         scheduler_sequential,
         lambda optimizer, d_model, warmup_steps: OptionalEpoch(optimizer, d_model, warmup_steps),
         lambda optimizer, d_model, warmup_steps: LambdaLR(optimizer, CallableRate(d_model, warmup_steps)),
+        writes_the_lr_and_returns_the_factor,
     ],
 )
 def test_noam_scheduler_accepts_unusual_correct_variants(fn):
@@ -554,6 +568,33 @@ class GlobalCounter(HandWritten):
         self._apply()
 
 
+def writes_the_lr_and_returns_one(optimizer, d_model, warmup_steps):
+    base_lrs = [group["lr"] for group in optimizer.param_groups]
+
+    def rate(step):
+        for group, base in zip(optimizer.param_groups, base_lrs):
+            group["lr"] = base * noam_lr(step + 1, d_model, warmup_steps)
+        return 1.0  # LambdaLR then sets each lr to base * 1.0, over the write above
+
+    return LambdaLR(optimizer, rate)
+
+
+def writes_the_rate_and_returns_one(optimizer, d_model, warmup_steps):
+    def rate(step):
+        optimizer.param_groups[0]["lr"] = noam_lr(step + 1, d_model, warmup_steps)
+        return 1
+
+    return LambdaLR(optimizer, rate)
+
+
+def writes_the_lr_and_returns_nothing(optimizer, d_model, warmup_steps):
+    def rate(step):
+        for group in optimizer.param_groups:
+            group["lr"] = noam_lr(step + 1, d_model, warmup_steps)
+
+    return LambdaLR(optimizer, rate)
+
+
 def returns_scheduler_and_rate(optimizer, d_model, warmup_steps):
     rate = lambda step: noam_lr(step + 1, d_model, warmup_steps)  # noqa: E731
     return LambdaLR(optimizer, rate), rate
@@ -570,6 +611,11 @@ def returns_scheduler_and_rate(optimizer, d_model, warmup_steps):
         (tensor_rate_with_grad, ["requires grad", "plain number"]),
         (WritesAList, ["a list of 1 item", "should be a number"]),
         (returns_scheduler_and_rate, ["should return a scheduler", "a tuple of 2 items"]),
+        (writes_the_lr_and_returns_one, ["never change", "writes the rate into `optimizer.param_groups` itself",
+                                         "returns 1", "overwrites your write", "return the factor"]),
+        (writes_the_rate_and_returns_one, ["writes the rate into `optimizer.param_groups` itself", "returns 1",
+                                           "overwrites your write"]),
+        (writes_the_lr_and_returns_nothing, ["returned None", "multiplies", "return the factor"]),
     ],
 )
 def test_noam_scheduler_diagnoses_unusual_mistakes(fn, phrases):

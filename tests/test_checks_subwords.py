@@ -100,7 +100,58 @@ def learn_bpe_uses_randomness_and_torch(word_counts, num_merges):
     return learn_bpe(word_counts, num_merges)
 
 
-CORRECT = [learn_bpe, learn_bpe_lists, learn_bpe_sennrich, learn_bpe_uses_randomness_and_torch]
+def learn_bpe_space_joined_tiebreak(word_counts, num_merges):
+    """Ties broken on "first second" strings: the space sorts before every symbol's letters, so this is tuple order."""
+    words = {tuple(word): count for word, count in word_counts.items()}
+    merges = []
+    for _ in range(num_merges):
+        pairs = Counter()
+        for symbols, count in words.items():
+            pairs.update({pair: count * n for pair, n in Counter(zip(symbols, symbols[1:])).items()})
+        if not pairs:
+            break
+        top = max(pairs.values())
+        best = min((p for p in pairs if pairs[p] == top), key=" ".join)
+        merges.append(best)
+        words = _spell_afresh(word_counts, merges)
+    return merges
+
+
+def _spell_afresh(word_counts, merges):
+    """Every word spelled again from its characters with all the merges so far (slow, but correct)."""
+    spelled = {}
+    for word, count in word_counts.items():
+        symbols = list(word)
+        for pair in merges:
+            symbols = _apply(symbols, pair)
+        spelled[tuple(symbols)] = spelled.get(tuple(symbols), 0) + count
+    return spelled
+
+
+def learn_bpe_slice_assignment(word_counts, num_merges):
+    """Lists of symbols edited in place with slice assignment, scanning left to right."""
+    words = [[list(w), c] for w, c in word_counts.items()]
+    merges = []
+    while len(merges) < num_merges:
+        pairs = Counter()
+        for symbols, count in words:
+            for i in range(len(symbols) - 1):
+                pairs[symbols[i], symbols[i + 1]] += count
+        if not pairs:
+            break
+        best = sorted(pairs.items(), key=lambda item: (-item[1], item[0]))[0][0]
+        merges.append(best)
+        for symbols, _ in words:
+            i = 0
+            while i < len(symbols) - 1:
+                if (symbols[i], symbols[i + 1]) == best:
+                    symbols[i : i + 2] = [symbols[i] + symbols[i + 1]]
+                i += 1
+    return merges
+
+
+CORRECT = [learn_bpe, learn_bpe_lists, learn_bpe_sennrich, learn_bpe_uses_randomness_and_torch,
+           learn_bpe_space_joined_tiebreak, learn_bpe_slice_assignment]
 
 
 @pytest.mark.parametrize("implementation", CORRECT, ids=lambda f: f.__name__)
@@ -201,7 +252,31 @@ WRONG = {
     "one merge too many": (_variant(steps=lambda n: n + 1), ["one merge too many"]),
     "one merge too few": (_variant(steps=lambda n: max(n - 1, 0)), ["one merge too few"]),
     "the merged symbol without its parts' order": (_variant(apply=lambda s, p: _apply_reversed(s, p)), ["merge"]),
+    "merges a run of equal symbols from the right": (
+        _variant(apply=lambda s, p: _apply_from_right(s, p)), ["from the right", "['aa', 'a']", "left to right"]),
+    "merges by string replacement across symbol boundaries": (
+        _variant(apply=lambda s, p: " ".join(s).replace(" ".join(p), "".join(p)).split()),
+        ["across", "boundar", "whole symbols"]),
+    "ties by the concatenated pair": (
+        _variant(choose=lambda p: min((q for q in p if p[q] == max(p.values())), key=lambda q: q[0] + q[1])),
+        ["ties", "concatenat", "(first, second)"]),
+    "ties by the first symbol only": (
+        _variant(choose=lambda p: min((q for q in p if p[q] == max(p.values())), key=lambda q: q[0])),
+        ["ties", "first symbol", "(first, second)"]),
 }
+
+
+def _apply_from_right(symbols, pair):
+    """Every occurrence merged, but scanning from the end: a a a with ('a', 'a') becomes a aa."""
+    out, i = [], len(symbols) - 1
+    while i >= 0:
+        if i >= 1 and (symbols[i - 1], symbols[i]) == tuple(pair):
+            out.append(symbols[i - 1] + symbols[i])
+            i -= 2
+        else:
+            out.append(symbols[i])
+            i -= 1
+    return out[::-1]
 
 
 def _apply_reversed(symbols, pair):

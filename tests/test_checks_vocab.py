@@ -416,8 +416,19 @@ def encode_via_tensor(tokens, vocab):
     return F.pad(body, (1, 1), value=0).index_put_((torch.tensor([0]),), torch.tensor(BOS_ID)).tolist()[:-1] + [EOS_ID]
 
 
+def encode_defaultdict_copy(tokens, vocab):
+    lookup = defaultdict(lambda: vocab["<unk>"], vocab)  # a copy: looking up unknown tokens grows only the copy
+    return [lookup["<bos>"], *map(lookup.__getitem__, tokens), lookup["<eos>"]]
+
+
+def encode_is_not_none(tokens, vocab):
+    # <pad> has id 0, which is falsy: compare with None, never `vocab.get(t) or ...`
+    return [vocab["<bos>"]] + [i if (i := vocab.get(t)) is not None else vocab["<unk>"] for t in tokens] + [vocab["<eos>"]]
+
+
 @pytest.mark.parametrize("fn", [encode_plain, encode_loop, encode_constants_and_unpacking, encode_via_tensor,
-                                encode_try_except, encode_numpy_ints, encode_map_chain])
+                                encode_try_except, encode_numpy_ints, encode_map_chain, encode_defaultdict_copy,
+                                encode_is_not_none])
 def test_encode_correct_variants_pass(fn):
     result = check_encode(fn)
     assert result.passed, str(result)
@@ -525,6 +536,50 @@ def encode_deduplicates(tokens, vocab):
     return encode_plain(list(dict.fromkeys(tokens)), vocab)
 
 
+def encode_get_or(tokens, vocab):
+    return [vocab["<bos>"]] + [vocab.get(t) or vocab["<unk>"] for t in tokens] + [vocab["<eos>"]]  # <pad> is 0: falsy
+
+
+def encode_skips_pad_words(tokens, vocab):
+    return encode_plain([t for t in tokens if t != "<pad>"], vocab)
+
+
+def encode_skips_bos_words(tokens, vocab):
+    return encode_plain([t for t in tokens if t != "<bos>"], vocab)
+
+
+def encode_skips_unk_words(tokens, vocab):
+    return encode_plain([t for t in tokens if t != "<unk>"], vocab)
+
+
+def encode_specials_as_unk(tokens, vocab):
+    specials = {"<pad>", "<bos>", "<eos>", "<unk>"}
+    body = [vocab[t] if t in vocab and t not in specials else vocab["<unk>"] for t in tokens]
+    return [vocab["<bos>"]] + body + [vocab["<eos>"]]
+
+
+def encode_stops_at_eos_word(tokens, vocab):
+    ids = [vocab["<bos>"]]
+    for t in tokens:
+        if t == "<eos>":
+            break
+        ids.append(vocab.get(t, vocab["<unk>"]))
+    return ids + [vocab["<eos>"]]
+
+
+def encode_strips_given_frame(tokens, vocab):
+    if tokens[:1] == ["<bos>"]:  # "do not add <bos> twice": but a '<bos>' token is a token like any other
+        tokens = tokens[1:]
+    if tokens[-1:] == ["<eos>"]:
+        tokens = tokens[:-1]
+    return encode_plain(tokens, vocab)
+
+
+def encode_unk_after_10(tokens, vocab):
+    body = [vocab.get(t, vocab["<unk>"]) if i < 10 else vocab["<unk>"] for i, t in enumerate(tokens)]
+    return [vocab["<bos>"]] + body + [vocab["<eos>"]]
+
+
 def make_encode_remembering_first_vocab():
     memory = {}
 
@@ -560,12 +615,26 @@ ENCODE_WRONG = [
     (encode_reversed, ["reverse order"]),
     (encode_list_of_tensors, ["list of tensors", "plain python ints"]),
     (encode_deduplicates, ["repeated token 'die'", "every occurrence"]),
+    (encode_get_or, ["'<pad>' written as a word", "became 3", "vocab['<pad>'] = 0", "`vocab.get(token) or", "falsy"]),
+    (encode_skips_pad_words, ["'<pad>' written as a word", "was dropped", "every token"]),
+    (encode_skips_bos_words, ["'<bos>' written as a word", "was dropped", "every token"]),
+    (encode_skips_unk_words, ["'<unk>' written as a word", "was dropped", "every token"]),
+    (encode_specials_as_unk, ["'<eos>' written as a word", "became 3", "vocab['<eos>'] = 2"]),
+    (encode_stops_at_eos_word, ["'<eos>' written as a word", "stopped", "only encode adds the final <eos>"]),
+    (encode_strips_given_frame, ["the tokens start with '<bos>' and end with '<eos>'", "those words were dropped", "always adds"]),
+    (encode_unk_after_10, ["the right number of ids (16)", "wrong ids at position", "14 tokens"]),
 ]
 
 
 @pytest.mark.parametrize("fn, phrases", ENCODE_WRONG, ids=[f.__name__ for f, _ in ENCODE_WRONG])
 def test_encode_mistakes_are_diagnosed(fn, phrases):
     expect(check_encode(fn), "failed", *phrases)
+
+
+def test_encode_never_miscounts_the_ids():
+    """A count is blamed only when the count is wrong (it once said "returned 6 ids ...; it should return 6")."""
+    text = "\n".join(check_encode(encode_specials_as_unk).messages)
+    assert "it should return" not in text, text
 
 
 def test_encode_must_use_the_vocab_it_is_given():

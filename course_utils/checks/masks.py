@@ -9,14 +9,17 @@ cause. The target mask is also used as ``attn_mask`` in PyTorch's attention
 to show what leaks when it is wrong.
 
 What the rest of the course relies on (``contracts.CONTRACTS``) is checked as
-well: lengths of 64 and more, a batch of the same shape as an earlier one but
-other padding (a mask cached between calls), tokens on a GPU (pretended where
+well: a single sentence (B = 1) and sentences of one token (L = 1), where a
+bare ``squeeze()`` drops an axis, lengths of 64 and more, a batch of the same
+shape as an earlier one but other padding (a mask cached between calls), tokens on a GPU (pretended where
 there is none: the mask must come back on the tokens' device), and, for the
 target mask, the learner's own padding and causal masks first, when it uses them.
 """
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Callable
 
 import torch
@@ -35,6 +38,12 @@ _PREFIX_NOTE = (
     "is right only when the padding sits at the end; here {where}. Compare every token with the pad id "
     "instead: `tokens != pad_id`."
 )
+
+_SQUEEZE_FIX = (
+    "Never squeeze without naming the axis: build the axes with `unsqueeze(...)` or indexing with None "
+    "(`(tokens != pad_id)[:, None, None, :]`), or use `view(B, 1, 1, L)` with explicit sizes (B, L = tokens.shape)."
+)
+_BARE_SQUEEZE = re.compile(r"\bsqueeze\(\s*\)|torch\.squeeze\(\s*[^,()]*\)")
 
 _SIZES = (5, 4, 1, 8, 64, 130)  # causal masks: small, one, lesson 06's max_len and more
 
@@ -106,7 +115,9 @@ _BATCHES = [
     (torch.tensor([[1, 0, 5, 0, 2, 3, 3], [4, 0, 2, 3, 3, 3, 3]]), 3),  # pad id 3, real tokens equal to 0
     (torch.tensor([[6, 0, 2, 1, 1], [0, 4, 0, 0, 2], [9, 2, 1, 1, 1], [5, 5, 1, 1, 1]]), 1),
     (torch.tensor([[2, 2, 0, 5, 1], [2, 0, 4, 4, 7], [6, 1, 0, 3, 9]]), 2),  # left padding, pad id 2
+    (torch.tensor([[4, 9, 7, 0, 0]]), 0),  # one sentence (B = 1): a bare squeeze() drops the batch axis
     (torch.tensor([[2]]), 0),  # one sentence of one token
+    (torch.tensor([[5], [2], [3]]), 2),  # sentences of one token (L = 1), one of them padding
     (torch.tensor([[1, 7, 4, 0, 0, 0], [1, 5, 2, 9, 9, 2], [1, 0, 0, 0, 0, 0]]), 0),  # the first batch's shape
     (_long_batch(), 0),
 ]
@@ -187,6 +198,39 @@ def _long_hint(length: int) -> str:
             f"positions built once for a few). Build everything from the tokens' own shape.")
 
 
+def _bare_squeeze(fn: Callable) -> bool:
+    """Whether the learner's source calls ``squeeze`` without naming an axis."""
+    try:
+        return bool(_BARE_SQUEEZE.search(inspect.getsource(fn)))
+    except Exception:  # noqa: BLE001 - no source (a builtin, a REPL lambda, an odd callable): only the hedged note
+        return False
+
+
+def _size_one_note(fn: Callable, tokens: torch.Tensor) -> str:
+    """Every earlier batch (none with an axis of size 1) worked: name the usual cause, a bare squeeze."""
+    B, L = tokens.shape
+    which = ["B = 1 (a single sentence)"] * (B == 1) + ["L = 1 (sentences of one token)"] * (L == 1)
+    if not which:
+        return ""
+    axes = " and ".join(["the batch axis"] * (B == 1) + ["the length axis"] * (L == 1))
+    return (
+        f"Every earlier batch worked, and this one has {' and '.join(which)}: an axis of size 1 is treated "
+        f"differently. "
+        + ("Your code calls `squeeze` without a dim, which" if _bare_squeeze(fn) else
+           "The usual cause is a bare `.squeeze()` (without a dim), which")
+        + f" removes every axis of size 1, so here it removes {axes} too. {_SQUEEZE_FIX}"
+    )
+
+
+def _squeezed_note(fn: Callable, shape: tuple, expected: tuple) -> str:
+    """An axis of size 1 is missing from the result and the code squeezes without a dim: say so."""
+    lost_only_ones = len(shape) < len(expected) and [d for d in shape if d != 1] == [d for d in expected if d != 1]
+    if lost_only_ones and _bare_squeeze(fn):
+        return (f" Your code calls `squeeze` without a dim, which removes every axis of size 1, this one too. "
+                f"{_SQUEEZE_FIX}")
+    return ""
+
+
 def _device_stage(check: Check, fn: Callable, what: str, tokens: torch.Tensor, pad_id: int) -> None:
     """Tokens on a GPU (pretended where there is none): the mask comes back on that GPU."""
     stages.on_gpu(check, fn, tokens.clone(), pad_id, what=what, inputs="the tokens", outputs=("the mask",),
@@ -199,8 +243,10 @@ def _device_stage(check: Check, fn: Callable, what: str, tokens: torch.Tensor, p
 
 def _padding_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, earlier: list) -> None:
     B, L = tokens.shape
-    value = check.call(fn, tokens, pad_id, hint=_long_hint(L))
-    hint = _padding_shape_hint(getattr(value, "shape", ()), B, L)
+    size_one = _size_one_note(fn, tokens)
+    value = check.call(fn, tokens, pad_id, hint=(_long_hint(L) + "\n" + size_one).strip())
+    shape = tuple(getattr(value, "shape", ()))
+    hint = size_one or _padding_shape_hint(shape, B, L) + _squeezed_note(fn, shape, (B, 1, 1, L))
     mask = _as_mask(check, value, "the padding mask", (B, 1, 1, L), hint)
     expected = (tokens != pad_id).reshape(B, 1, 1, L)
     if torch.equal(mask, expected):
@@ -317,11 +363,14 @@ def _components_first(check: Check, fn: Callable) -> None:
 
 def _target_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, earlier: list) -> None:
     B, L = tokens.shape
-    hint = (f"The padding mask (B, 1, 1, L) and the causal mask (L, L) broadcast to (B, 1, L, L) = "
-            f"{fmt_shape((B, 1, L, L))}: the causal mask's size is the length L = tokens.size(1), not the batch size "
-            f"tokens.size(0).")
+    size_one = _size_one_note(fn, tokens)
+    hint = size_one or (  # a causal mask of size B instead of L crashes only where B != L
+        f"The padding mask (B, 1, 1, L) and the causal mask (L, L) broadcast to (B, 1, L, L) = "
+        f"{fmt_shape((B, 1, L, L))}: the causal mask's size is the length L = tokens.size(1), not the batch size "
+        f"tokens.size(0)." if B != L else "")
     value = check.call(fn, tokens, pad_id, hint=(_long_hint(L) + "\n" + hint).strip())
-    hint = _target_shape_hint(getattr(value, "shape", ()), B, L)
+    shape = tuple(getattr(value, "shape", ()))
+    hint = size_one or _target_shape_hint(shape, B, L) + _squeezed_note(fn, shape, (B, 1, L, L))
     mask = _as_mask(check, value, "the target mask", (B, 1, L, L), hint)
     keys = (tokens != pad_id).reshape(B, 1, 1, L)
     expected = keys & _below(L)

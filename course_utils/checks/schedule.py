@@ -71,7 +71,8 @@ def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
         for i, case in enumerate(_SCHEDULER_CASES):
             optimizer, scheduler, setup = _build_scheduler(check, make_noam_scheduler, case)
             observed = _observe(check, optimizer, scheduler, case[4], setup)
-            _diagnose_scheduler(check, observed, case[1], case[2], case[3], setup, later=i > 0)
+            _diagnose_scheduler(check, observed, case[1], case[2], case[3], setup, later=i > 0,
+                                built=(optimizer, scheduler))
             check.stop_if_problems()
         check.ok("works with SGD and with Adam")
         _check_methods(check, scheduler, setup)
@@ -372,9 +373,24 @@ def _construction_failed(check: Check, make_noam_scheduler, raised: Raised, opti
             f"make_noam_scheduler crashed while building the scheduler with {type(exc).__name__}: {exc}.\n{_STEP_ZERO}\n"
             "(LambdaLR multiplies each group's own lr by your function's value, so make the function handle step 0.)"
         )
+    if isinstance(exc, TypeError) and "NoneType" in str(exc) and _raised_in_torch_scheduler(exc):
+        check.fail(
+            f"make_noam_scheduler crashed while building the scheduler with TypeError: {exc}.\n"
+            f"Your schedule function returned None: LambdaLR multiplies each group's initial lr by the value the "
+            f"function returns (it calls it once with step 0 while it is built). Writing into "
+            f"`optimizer.param_groups` inside the function is overwritten anyway.\n{_RETURN_THE_FACTOR}"
+        )
     if isinstance(exc, NotImplementedError):  # not attempted: let call() say so, as for every exercise
         check.call(make_noam_scheduler, optimizer, d_model=d_model, warmup_steps=warmup_steps, guard_inputs=False)
     check.error(raised.message)
+
+
+def _raised_in_torch_scheduler(exc: BaseException) -> bool:
+    """Whether the innermost frame of the exception is torch's own scheduler code (not the learner's)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and "lr_scheduler" in tb.tb_frame.f_code.co_filename
 
 
 def _required_parameters(method: Callable) -> list[str]:
@@ -419,8 +435,11 @@ def _observe(check: Check, optimizer, scheduler, n_steps: int, setup: str) -> li
     return observed
 
 
-def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, later=False) -> None:
-    """Compare the observed lrs with initial lr * noam_lr(n + 1); name the likely slip when they differ."""
+def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, later=False, built=()) -> None:
+    """Compare the observed lrs with initial lr * noam_lr(n + 1); name the likely slip when they differ.
+
+    ``built`` is the (optimizer, scheduler) observed: its schedule function is probed once the lrs are wrong.
+    """
     n_rows = len(observed)
 
     def table(predict) -> list[list[float]]:  # predicted lrs, (n_rows, 2)
@@ -452,6 +471,9 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, late
     if not all(math.isfinite(v) for row in observed for v in row):
         where = "before the first step" if not all(math.isfinite(v) for v in observed[0]) else "during training"
         check.fail(head + f"Some learning rates are inf or NaN {where}.\n" + (_STEP_ZERO if where.startswith("before") else ""))
+    overwritten = _write_overwritten(check, *built) if built else ""
+    if overwritten:
+        check.fail(head + overwritten)
     factor = lambda k: _paper(k, d_model, warmup_steps)  # noqa: E731  the paper's rate at step k
     for fits, message in _scheduler_slips(observed, lrs, factor, table):
         if fits:
@@ -460,6 +482,47 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, late
         head + "Each group's lr should be its initial lr times noam_lr(n + 1) after n calls of scheduler.step(), "
         "and nothing else: `torch.optim.lr_scheduler.LambdaLR` multiplies every group's initial lr by the value "
         "of a function of the step count, which is exactly this."
+    )
+
+
+_RETURN_THE_FACTOR = (
+    "Leave the optimizer alone in that function: return the factor, `noam_lr(step + 1, d_model, warmup_steps)`, "
+    "and LambdaLR writes initial lr * factor into every group itself, on construction and on every "
+    "scheduler.step() (and keeps get_last_lr() and state_dict() in step with it)."
+)
+
+
+def _write_overwritten(check: Check, optimizer: Any, scheduler: Any) -> str:
+    """"" unless the scheduler's schedule function writes lrs into the optimizer itself and returns a constant,
+    which LambdaLR multiplies into each initial lr and writes over the function's own write."""
+    functions = getattr(scheduler, "lr_lambdas", None)
+    if not isinstance(functions, (list, tuple)) or not functions or not callable(functions[0]):
+        return ""
+    groups = optimizer.param_groups
+    before = [g["lr"] for g in groups]
+    returned, wrote = set(), False
+    try:
+        for step in (0, 1, 2, 7):
+            for function in functions:
+                value = check.attempt(function, step, what="the scheduler's schedule function")
+                if isinstance(value, Raised):
+                    return ""
+                returned.add(_lr(value))
+                wrote = wrote or any(g["lr"] is not lr and _lr(g["lr"]) != _lr(lr) for g, lr in zip(groups, before))
+                for g, lr in zip(groups, before):
+                    g["lr"] = lr
+    finally:
+        for g, lr in zip(groups, before):
+            g["lr"] = lr
+    if not wrote or len(returned) != 1:
+        return ""
+    value = returned.pop()
+    return (
+        f"The learning rates never change: your schedule function writes the rate into `optimizer.param_groups` "
+        f"itself and returns {value:g}. LambdaLR calls it, then sets every group's lr to that group's initial lr "
+        f"times the returned value, so it overwrites your write at once (here with initial lr * {value:g}"
+        + (", the initial lr" if value == 1 else "")
+        + f").\n{_RETURN_THE_FACTOR}"
     )
 
 

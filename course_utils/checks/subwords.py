@@ -23,7 +23,9 @@ a most frequent pair at its point, ties broken as the contract says. When a
 merge is wrong it names the first one, shows the counts, and, when it can,
 the likely cause: it compares the whole answer with what the usual mistakes
 produce (counting each word once, not recounting after a merge, another
-tie-break, merging only the first occurrence in a word).
+tie-break: largest, first seen, concatenated strings, first symbol only;
+merging only the first occurrence in a word, merging runs from the right,
+replacing text across the boundaries of symbols).
 """
 
 from __future__ import annotations
@@ -55,8 +57,18 @@ def _pair_counts(words: dict[tuple[str, ...], int], weighted: bool = True) -> Co
     return counts
 
 
-def _merge(spelling: tuple[str, ...], pair: Pair, everywhere: bool = True) -> tuple[str, ...]:
-    """``spelling`` with ``pair`` joined, left to right (only its first occurrence unless ``everywhere``)."""
+def _merge(spelling: tuple[str, ...], pair: Pair, everywhere: bool = True, from_right: bool = False,
+           whole_symbols: bool = True) -> tuple[str, ...]:
+    """``spelling`` with ``pair`` joined, left to right (only its first occurrence unless ``everywhere``).
+
+    Two mistakes: ``from_right`` scans from the end (``a a a`` becomes ``a aa``); ``whole_symbols=False``
+    replaces the text ``"first second"`` in the space-joined word, which also matches inside longer symbols.
+    """
+    if not whole_symbols:
+        return tuple(" ".join(spelling).replace(" ".join(pair), "".join(pair)).split())
+    if from_right:  # the same scan on the mirrored word, with the mirrored pair
+        mirrored = _merge(tuple(s[::-1] for s in reversed(spelling)), (pair[1][::-1], pair[0][::-1]), everywhere)
+        return tuple(s[::-1] for s in reversed(mirrored))
     joined: list[str] = []
     position, done = 0, False
     while position < len(spelling):
@@ -69,21 +81,29 @@ def _merge(spelling: tuple[str, ...], pair: Pair, everywhere: bool = True) -> tu
     return tuple(joined)
 
 
-def _merge_all(words: dict[tuple[str, ...], int], pair: Pair, everywhere: bool = True) -> dict[tuple[str, ...], int]:
+def _merge_all(words: dict[tuple[str, ...], int], pair: Pair, **mistake: bool) -> dict[tuple[str, ...], int]:
     merged: Counter = Counter()
     for spelling, freq in words.items():
-        merged[_merge(spelling, pair, everywhere)] += freq
+        merged[_merge(spelling, pair, **mistake)] += freq
     return dict(merged)
+
+
+_TIE_BREAKS: dict[str, Callable[[list[Pair]], Pair]] = {
+    "smallest": min,
+    "largest": max,
+    "first": lambda tied: tied[0],
+    "concatenated": lambda tied: min(tied, key=lambda p: p[0] + p[1]),
+    "first symbol": lambda tied: min(tied, key=lambda p: p[0]),  # then the first seen among those
+}
 
 
 def _best(counts: Counter, tie: str = "smallest") -> Pair:
     top = max(counts.values())
-    tied = [p for p, c in counts.items() if c == top]
-    return {"smallest": min, "largest": max, "first": lambda ps: ps[0]}[tie](tied)
+    return _TIE_BREAKS[tie]([p for p, c in counts.items() if c == top])
 
 
 def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, recount: bool = True,
-           tie: str = "smallest", everywhere: bool = True) -> list[Pair]:
+           tie: str = "smallest", **mistake: bool) -> list[Pair]:
     """The contract (all defaults) or one of the usual mistakes."""
     words = {tuple(w): c for w, c in word_counts.items()}
     frozen = _pair_counts(words, weighted)
@@ -98,7 +118,7 @@ def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, 
             break
         pair = _best(counts, tie)
         merges.append(pair)
-        words = _merge_all(words, pair, everywhere)
+        words = _merge_all(words, pair, **mistake)
     return merges
 
 
@@ -119,6 +139,26 @@ _MISTAKES = (
     (dict(everywhere=False),
      "Your merge replaces only the first occurrence of the pair in each word; replace every occurrence, "
      "left to right (\"aaa\" with ('a', 'a') becomes ['aa', 'a'])."),
+    (dict(from_right=True),
+     "Your merge scans each word from the right: in a run of equal symbols the pair is joined left to right, "
+     "so `a a a` with ('a', 'a') becomes ['aa', 'a'], not ['a', 'aa'], and the next step then counts the pair "
+     "('aa', 'a'), not ('a', 'aa'). Walk each word from its first symbol, and after a merge go on after the "
+     "merged pair."),
+    (dict(whole_symbols=False),
+     "Your merge joins text across the boundaries of symbols: replacing the text 'first second' in a "
+     "space-joined word (with str.replace, or a regex without guards) also matches where `first` is only the end "
+     "of a longer symbol, or `second` only the start of one (merging ('b', 'c') turns `ab c` into `abc`, joining "
+     "('ab', 'c'), a pair that was never chosen). Merge whole symbols: walk the list of symbols and join symbols[i] "
+     "and symbols[i + 1] only when they equal (first, second); with a regex, guard both ends, "
+     "r'(?<!\\S)' + re.escape('b c') + r'(?!\\S)'."),
+    (dict(tie="concatenated"),
+     "Ties are broken by comparing the concatenated pairs (first + second) instead of the pairs: as tuples, "
+     "('a', 'c') comes before ('aa', 'b') because 'a' < 'aa', although 'ac' > 'aab'. Compare the tied pairs "
+     "themselves, (first, second): `min(pairs, key=lambda p: (-counts[p], p))`."),
+    (dict(tie="first symbol"),
+     "Ties are broken by the first symbol only: among tied pairs with the same first symbol, such as ('ab', 'e') "
+     "and ('ab', 'c'), yours takes the one seen first. Compare whole pairs, (first, second): "
+     "`min(pairs, key=lambda p: (-counts[p], p))`."),
 )
 
 
@@ -128,6 +168,8 @@ _MISTAKES = (
 # Chosen so that the usual mistakes choose differently from the contract:
 # frequencies matter (a few frequent words against many rare ones), merged
 # symbols make new pairs, several steps end in ties, "aaaa" repeats a pair.
+# On the first corpus where a mistake goes wrong, no other mistake of
+# _MISTAKES gives the same merges, so its cause can be named.
 _CORPORA: list[tuple[str, dict[str, int], int]] = [
     ("a toy corpus", {"low": 5, "lower": 2, "newest": 6, "widest": 3}, 10),
     ("a corpus where one frequent word outweighs many rare ones",
@@ -135,6 +177,14 @@ _CORPORA: list[tuple[str, dict[str, int], int]] = [
     ("a corpus full of ties", {"bd": 3, "ca": 3, "ab": 3, "dc": 3, "abcd": 1}, 6),
     ("a corpus with repeated letters", {"aaaa": 3, "aab": 2, "baa": 2, "bbbb": 1}, 6),
     ("a corpus with umlauts", {"▁müde": 4, "▁müder": 2, "▁mädchen": 3, "▁märchen": 2}, 8),
+    # Runs of three equal symbols (the lesson's `a a a`): merged left to right they leave ('aa', 'a'), not ('a', 'aa').
+    ("a corpus with runs of three equal letters", {"aaa": 4, "baaa": 2, "aaab": 1, "ab": 3}, 5),
+    # After ('a', 'b') and ('b', 'c'), `ab c` holds the text "b c" across the end of the symbol 'ab'.
+    ("a corpus where merged symbols meet", {"ab": 10, "abc": 4, "bc": 6, "xbc": 1}, 4),
+    # Ties between pairs of longer symbols: ('c', 'd'), ('ab', 'e'), ('ab', 'c') tie, first seen in that order;
+    # then ('a', 'c') < ('aa', 'b') as tuples, but "aab" < "ac" as strings.
+    ("a corpus with ties between pairs that share their first symbol", {"cd": 3, "abe": 3, "abc": 3, "ab": 4}, 5),
+    ("a corpus with ties between longer symbols", {"ac": 6, "aab": 6}, 4),
 ]
 
 

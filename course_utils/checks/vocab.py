@@ -19,8 +19,10 @@ that are not in the dictionary's insertion order, so looking a token up by
 its position in the dict is told apart from looking up its id; encode and
 decode also run against a second vocabulary, so a vocabulary kept outside the
 function (or remembered from the first call) is caught. The data holds
-sentences longer than 10 tokens and the specials ``<unk>`` and ``<eos>`` written
-as words (they keep their ids), and pad_batch meets lesson 06's lengths.
+sentences longer than 10 tokens and specials written as words (build_vocab:
+``<unk>`` and ``<eos>``, which keep their ids; encode: each of the four, and a
+sentence that itself starts with ``<bos>`` and ends with ``<eos>``), and
+pad_batch meets lesson 06's lengths.
 """
 
 from __future__ import annotations
@@ -513,7 +515,7 @@ def _check_encode(check: Check, encode: Callable) -> None:
     if got != want:
         shown = f"  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}"
         if got == want + [v[_EOS]]:
-            cause = "<eos> is added twice at the end: add it once (check whether the tokens already end with it)."
+            cause = "<eos> is added twice at the end: add it once, after the id of the last token."
         elif len(got) > len(want) and got[: len(want)] == want and set(got[len(want):]) == {v[_PAD]}:
             cause = "encode added padding after <eos>: return just the sentence; padding a batch is pad_batch's job."
         elif got == [v[_BOS]] + [v[t] for t in tokens if t.isalnum()] + [v[_EOS]]:
@@ -599,30 +601,93 @@ def _encode_unknown_tokens(check: Check, encode: Callable) -> None:
 
 
 _LONG_TOKENS = ["der", "hund", "schläft", "nicht", "und", "die", "katze", "sieht", "die", "maus", "nicht", "im", "garten", "."]
+# Each special written as a word inside a sentence, then all four at once in a sentence that itself starts
+# with '<bos>' and ends with '<eos>': each is a token like any other, looked up with vocab[token].
+_SPECIAL_WORD_SENTENCES = [
+    ["der", _EOS, "hund", "."],
+    ["die", _PAD, "katze", "schläft", "."],
+    ["der", "hund", _BOS, "sieht", "."],
+    ["die", "maus", _UNK, "nicht", "."],
+    [_BOS, "die", _PAD, "katze", _UNK, "sieht", _EOS, "die", "maus", _EOS],
+]
 
 
 def _encode_edge_cases(check: Check, encode: Callable) -> None:
-    """An empty sentence, a sentence of 14 tokens, and a special token written as a word."""
+    """An empty sentence, a sentence of 14 tokens, and each special token written as a word."""
     v = _VOCAB
     got = _ids_result(check, _guarded(check, encode, ([], dict(v)), "encode"), "encode([], vocab)")
     if got != [v[_BOS], v[_EOS]]:
         check.fail(f"encode([], vocab) should be [{v[_BOS]}, {v[_EOS]}] (just <bos> and <eos>), but it is {got}.")
     check.ok("an empty sentence becomes [<bos>, <eos>]")
-    literal = ["der", _EOS, "hund", "."]
-    for tokens, cause in (
-        (_LONG_TOKENS, f"A sentence of {len(_LONG_TOKENS)} tokens: encode every token, however long the sentence "
-                       f"(no fixed length, no cut)."),
-        (literal, "The sentence contains '<eos>' as a word: it is in the vocabulary, so it is looked up like any "
-                  "other token, vocab[token] (only the first and last ids are added by encode)."),
-    ):
+    long_cause = (
+        f"A sentence of {len(_LONG_TOKENS)} tokens: encode every token, however long the sentence "
+        f"(no fixed length, no cut)."
+    )
+    for tokens in [_LONG_TOKENS, *_SPECIAL_WORD_SENTENCES]:
         want = [v[_BOS]] + [v.get(t, v[_UNK]) for t in tokens] + [v[_EOS]]
         got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
-        if got != want:
-            check.fail(
-                f"encode returned {len(got)} ids for {len(tokens)} tokens; it should return {len(want)}.\n"
-                f"  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}\n{cause}"
+        if got == want:
+            continue
+        if len(got) != len(want):
+            head = (
+                f"encode returned {len(got)} ids for {len(tokens)} tokens; it should return {len(want)} "
+                f"(<bos>, one id per token, <eos>)."
             )
+        else:
+            wrong = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+            head = (
+                f"encode returned the right number of ids ({len(got)}) for {len(tokens)} tokens, but the wrong ids at "
+                f"position{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))}."
+            )
+        cause = long_cause if tokens is _LONG_TOKENS else _special_word_cause(tokens, got, v)
+        check.fail(f"{head}\n  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}\n{cause}")
+    # one line, as the lesson's stored output shows it; it covers all four specials written as words
     check.ok("encodes sentences of any length, and special tokens written as words like any other token")
+
+
+def _special_word_cause(tokens: list[str], got: list[int], v: dict) -> str:
+    """Name what encode did to a special written as a word: dropped, stopped at, replaced, or taken as the frame."""
+    ids = [v.get(t, v[_UNK]) for t in tokens]
+    bos, eos = v[_BOS], v[_EOS]
+    lookup = "A special inside `tokens` is a token like any other: it gets its own id, vocab[token]."
+    start = 1 if tokens[0] == _BOS else 0
+    end = len(tokens) - 1 if tokens[-1] == _EOS else len(tokens)
+    for a, b in dict.fromkeys([(start, end), (start, len(tokens)), (0, end)]):  # both ends first, in order
+        if (a, b) == (0, len(tokens)):
+            continue
+        if got == [bos] + ids[a:b] + [eos]:
+            edges = " and ".join(
+                [f"start with '{_BOS}'"] * (a == 1) + [f"end with '{_EOS}'"] * (b < len(tokens))
+            )
+            dropped = "those words were" if " and " in edges else "that word was"
+            return (
+                f"The tokens {edges} as words, and {dropped} dropped. encode always adds its own <bos> and <eos> "
+                f"around the tokens, whatever they hold: the result then has <bos> (or <eos>) twice, which is right. "
+                f"Do not check whether the sentence is already framed.\n{lookup}"
+            )
+    for s in (s for s in _SPECIAL_IDS if s in tokens):
+        word, k = f"'{s}' written as a word", tokens.index(s)
+        if got == [bos] + [i for t, i in zip(tokens, ids) if t != s] + [eos]:
+            return f"The {word} was dropped: encode every token of the sentence, specials included. {lookup}"
+        if got in ([bos] + ids[:k] + [eos], [bos] + ids[:k], [bos] + ids[: k + 1]):
+            return (
+                f"encode stopped at the {word}: the tokens after it are missing. Only encode adds the final <eos>; "
+                f"a {s!r} inside the tokens is looked up like any other token, and the loop goes on."
+            )
+        at = {i + 1 for i, t in enumerate(tokens) if t == s}
+        wrong = {i for i, (mine, right) in enumerate(zip(got, [bos, *ids, eos])) if mine != right}
+        if len(got) == len(ids) + 2 and wrong and wrong <= at and len({got[i] for i in wrong}) == 1:
+            x = got[min(wrong)]
+            extra = f" {lookup}"
+            if s == _PAD and x == v[_UNK]:
+                extra = (
+                    " `vocab.get(token) or vocab['<unk>']` treats the id 0 as missing, because 0 is falsy: "
+                    "use `vocab.get(token, vocab['<unk>'])` (or compare with `is None`)."
+                )
+            elif x == v[_UNK]:
+                extra = f" It was treated as an unknown token, but it is in the vocabulary. {lookup}"
+            return f"The {word} became {x}, not its id vocab[{s!r}] = {v[s]}.{extra}"
+    return f"{lookup} Expected [vocab['<bos>']] + [vocab.get(t, vocab['<unk>']) for t in tokens] + [vocab['<eos>']]."
 
 
 def _tokens_result(check: Check, value: Any, call: str) -> list[str]:
