@@ -60,6 +60,32 @@ PROGRESS_ENV = "COURSE_PROGRESS_RUN"
 #: importing torch. Defined here only; the checker engine imports it.
 RESULT_MIME_TYPE = "application/vnd.course-utils.check+json"
 
+#: The MIME type under which ``notebook.requires`` publishes, as JSON, a block it
+#: stopped because the code raised (beside ``text/plain``: the note the learner
+#: reads), so that the progress report can list the crash and blame the
+#: exercises whose code raised. Keys: "error" ("ValueError: its first line"),
+#: "exercises" (whose code the exception went through, outermost first),
+#: "notebooks" (exercise -> the lesson notebook its code was loaded from, for
+#: code run by ``load_exercises``), "function" and "line" (the innermost of the
+#: learner's frames: its qualified name, and ``line N: `code` ``), "unfinished"
+#: (a NotImplementedError: an exercise not done yet), "because" (for a name an
+#: earlier block left undefined when it stopped: why that block stopped, e.g.
+#: "`make_noam_scheduler` is not done yet") and "note".
+CRASH_MIME_TYPE = "application/vnd.course-utils.crash+json"
+
+#: The filename under which ``notebook.load_exercises`` compiles a loaded cell
+#: (``<05_transformer.ipynb, code cell 12>``), as tracebacks show it.
+LOADED_CELL_FILENAME = re.compile(r"^<(?P<notebook>[^<>]+?\.ipynb), code cell (?P<cell>\d+)>$")
+#: How Colab and browsers name copies of a notebook: ``Copy of 01_x.ipynb``, ``01_x (1).ipynb``.
+_COPY_PREFIX, _COPY_SUFFIX = re.compile(r"^(?:Copy of )+", re.IGNORECASE), re.compile(r" \(\d+\)$")
+
+
+def lesson_stem(name: str) -> str:
+    """The lesson a notebook file stands for: ``Copy of 04_mha (1).ipynb`` -> ``04_mha``."""
+    stem = name[: -len(".ipynb")] if name.lower().endswith(".ipynb") else name
+    return _COPY_SUFFIX.sub("", _COPY_PREFIX.sub("", stem))
+
+
 #: The outcomes of a checker, as stored in that JSON ("status"), and the one
 #: the progress report adds for an exercise a notebook never reached.
 PASSED, FAILED, NOT_ATTEMPTED, ERROR = "passed", "failed", "not attempted", "error"

@@ -8,12 +8,21 @@ few packages Colab lacks. Locally :func:`setup` does nothing and prints
 nothing.
 
 Later lessons reuse a learner's own code from earlier notebooks
-(``course_utils.notebook.load_exercises``). :func:`find_learner_notebook`
-looks for them first in the current folder, then, on Colab, in the mounted
-Google Drive's "Colab Notebooks" folder, where Colab saves copies (also named
-"Copy of 01_attention.ipynb"). When neither has it, :func:`reference_notebook`
-gives the course's own solution notebook instead, and
-:func:`announce_reference` says so loudly, once per exercise.
+(``course_utils.notebook.load_exercises``). :func:`locate_learner_notebook`
+looks for them first in the current folder (the name itself, then copies:
+"Copy of 01_attention.ipynb", "01_attention (1).ipynb", as uploads and Colab
+name them), then, on Colab, in the "Colab Notebooks" folder of a mounted
+Google Drive (wherever under /content it is mounted), where Colab saves
+copies; :func:`announce_found` says in one line which file was used when it
+is not the notebook next to this one. When none has it,
+:func:`reference_notebook` gives the course's own solution notebook instead,
+and :func:`announce_reference` says so loudly. Every call looks again and
+says again what it used: mounting Drive and running the cell again works.
+
+The setup cell's clone can be cut short (a disconnected runtime, an
+interrupted cell): :func:`setup` restores the files it left out, or says how
+to start afresh (:func:`repair_clone`). :func:`find_saved_file` finds a file
+an earlier lesson saved (lesson 06's checkpoint), here or in Drive.
 
 Only the standard library is imported here: the setup cell imports this
 module before the missing packages are installed.
@@ -25,6 +34,7 @@ import importlib
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,16 +42,20 @@ from typing import Iterable, Sequence
 
 #: Where Colab mounts Google Drive (``drive.mount("/content/drive")``); tests point it at a fake folder.
 DRIVE_ROOT = Path("/content/drive")
+#: Colab's working folder, where uploads land; a Drive mounted in any folder of it is found (``/content/gdrive``).
+CONTENT = Path("/content")
+#: The top folder of a mounted Drive (its name has changed over the years).
+MY_DRIVE = ("MyDrive", "My Drive")
 #: The folder of a mounted Drive where Colab saves notebooks ("File > Save a copy in Drive").
-DRIVE_NOTEBOOKS = ("MyDrive/Colab Notebooks", "My Drive/Colab Notebooks")
+DRIVE_NOTEBOOKS = tuple(f"{top}/Colab Notebooks" for top in MY_DRIVE)
 #: Requirements never installed on Colab: torch (Colab's build matches its GPU) and the notebook server.
 SKIP = {"torch", "jupyterlab", "notebook", "ipykernel", "course-utils"}
 #: Distribution name -> module name, where they differ beyond "-" -> "_".
 MODULE_NAMES = {"scikit-learn": "sklearn", "pyyaml": "yaml", "pillow": "PIL", "beautifulsoup4": "bs4"}
 
 MOUNT_HINT = 'from google.colab import drive; drive.mount("/content/drive")'
-
-_announced: set[tuple[str, str]] = set()  # (notebook name, exercise) already replaced loudly
+#: Where :func:`locate_learner_notebook` found a notebook.
+HERE, COPY_HERE, IN_DRIVE = "here", "a copy next to this notebook", "Google Drive"
 
 
 def on_colab() -> bool:
@@ -90,11 +104,12 @@ def setup() -> None:
     if not on_colab():
         return
     root = course_root()
+    repair_clone(root)
     missing = missing_requirements(requirements(root))
     if missing:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing], check=True)
         importlib.invalidate_caches()
-    mounted = any(drive_folders())
+    mounted = bool(drive_roots())
     print(
         f"The course is ready in {root} (its solutions/ included).\n"
         + ("Google Drive is mounted: your saved notebooks there are used by later lessons."
@@ -103,15 +118,80 @@ def setup() -> None:
     )
 
 
+class IncompleteCourse(RuntimeError):
+    """The course's clone is missing files and cannot be repaired where it is."""
+
+
+#: What the lessons need of the course's folder, besides this module.
+ESSENTIAL = ("course_utils/notebook.py", "course_utils/checks/__init__.py", "solutions/01_attention.ipynb")
+
+
+def _looks_complete(root: Path) -> bool:
+    return all((root / name).is_file() for name in ESSENTIAL)
+
+
+def _tracked_files(root: Path) -> list[str] | None:
+    """The files of the clone's commit (None when git cannot tell: the download stopped before it had them)."""
+    done = subprocess.run(
+        ["git", "-C", str(root), "ls-tree", "-r", "-z", "--name-only", "HEAD"], capture_output=True, text=True
+    )
+    return [name for name in done.stdout.split("\0") if name] if done.returncode == 0 else None
+
+
+def repair_clone(root: Path) -> None:
+    """Restore the files an interrupted clone of the course left out; raise :class:`IncompleteCourse` if it cannot.
+
+    Only a git clone is checked (a folder with ``.git``). Files that are there are never touched, changed or not.
+    """
+    if not (root / ".git").exists() or shutil.which("git") is None:
+        return
+    tracked = _tracked_files(root)
+    missing = [name for name in tracked or [] if not os.path.lexists(root / name)]
+    if tracked is not None and not missing:
+        return
+    if tracked is None and _looks_complete(root):  # git cannot say, but what the course needs is there
+        return
+    if tracked:
+        lock = root / ".git" / "index.lock"  # left by a git that was killed while it wrote the files
+        if lock.exists():
+            lock.unlink()
+        restored = subprocess.run(
+            ["git", "-C", str(root), "checkout", "HEAD", "--pathspec-from-file=-", "--pathspec-file-nul"],
+            input="\0".join(missing), capture_output=True, text=True,
+        )
+        if restored.returncode == 0 and all(os.path.lexists(root / name) for name in missing):
+            importlib.invalidate_caches()
+            print(
+                f"The course folder {root} was incomplete (an interrupted download?): restored {len(missing)} missing "
+                f"file{'s' if len(missing) != 1 else ''}."
+            )
+            return
+    raise IncompleteCourse(
+        f"The course folder {root} is incomplete: its download was interrupted, and it cannot be repaired where it "
+        f"is. Delete it (run `!rm -rf \"{root}\"` in a cell, or use the Files panel), then run this cell again: it "
+        f"downloads the course afresh."
+    )
+
+
 # ---------------------------------------------------------------------------
 # Finding a learner's notebook
 
 
-def drive_folders() -> list[Path]:
-    """The mounted Drive's Colab notebook folders that exist (none outside Colab or when Drive is not mounted)."""
+def drive_roots() -> list[Path]:
+    """Where Google Drive is mounted: :data:`DRIVE_ROOT`, or any folder of :data:`CONTENT` holding "MyDrive" (none outside Colab)."""
     if not on_colab():
         return []
-    return [DRIVE_ROOT / sub for sub in DRIVE_NOTEBOOKS if (DRIVE_ROOT / sub).is_dir()]
+    candidates = [DRIVE_ROOT]
+    try:
+        candidates += sorted(p for p in CONTENT.iterdir() if p.is_dir())
+    except OSError:  # no /content: not quite Colab
+        pass
+    return [root for root in dict.fromkeys(candidates) if any((root / top).is_dir() for top in MY_DRIVE)]
+
+
+def drive_folders() -> list[Path]:
+    """The mounted Drive's Colab notebook folders that exist (none outside Colab or when Drive is not mounted)."""
+    return [root / sub for root in drive_roots() for sub in DRIVE_NOTEBOOKS if (root / sub).is_dir()]
 
 
 def _copy_pattern(name: str) -> re.Pattern[str]:
@@ -120,21 +200,53 @@ def _copy_pattern(name: str) -> re.Pattern[str]:
     return re.compile(rf"^(?:Copy of )*{stem}(?: \(\d+\))?\.ipynb$", re.IGNORECASE)
 
 
+def _latest(found: Sequence[Path], name: str) -> Path | None:
+    """The most recently saved of ``found`` (the exact name first among equals)."""
+    return max(found, key=lambda p: (p.stat().st_mtime, p.name == name)) if found else None
+
+
+def _copies_in(folder: Path, name: str) -> list[Path]:
+    pattern = _copy_pattern(name)
+    try:
+        return [p for p in folder.iterdir() if p.is_file() and pattern.match(p.name)]
+    except OSError:
+        return []
+
+
 def find_in_drive(name: str) -> Path | None:
     """The most recently saved notebook in Drive's Colab folder named ``name`` or a copy of it."""
-    pattern = _copy_pattern(name)
-    found = [p for folder in drive_folders() for p in folder.iterdir() if p.is_file() and pattern.match(p.name)]
-    if not found:
-        return None
-    return max(found, key=lambda p: (p.stat().st_mtime, p.name == name))
+    return _latest([p for folder in drive_folders() for p in _copies_in(folder, name)], name)
+
+
+def locate_learner_notebook(notebook: str | os.PathLike) -> tuple[Path, str] | None:
+    """The learner's own ``notebook`` and where it was found (:data:`HERE`, :data:`COPY_HERE`, :data:`IN_DRIVE`).
+
+    The path as given (next to the running notebook), else the latest copy of it in that folder ("Copy of ...",
+    "... (1)"), else, on Colab, the latest in a mounted Drive's Colab Notebooks folder. Looks afresh every call.
+    """
+    path = Path(notebook)
+    if path.is_file():
+        return path, HERE
+    copy = _latest(_copies_in(path.parent, path.name), path.name)
+    if copy is not None:
+        return copy, COPY_HERE
+    in_drive = find_in_drive(path.name)
+    return (in_drive, IN_DRIVE) if in_drive is not None else None
 
 
 def find_learner_notebook(notebook: str | os.PathLike) -> Path | None:
-    """The learner's own ``notebook``: the path as given (the current folder), else in Google Drive on Colab."""
-    path = Path(notebook)
-    if path.is_file():
-        return path
-    return find_in_drive(path.name)
+    """The learner's own ``notebook`` (see :func:`locate_learner_notebook`), or None."""
+    found = locate_learner_notebook(notebook)
+    return found[0] if found is not None else None
+
+
+def find_saved_file(relative: str | os.PathLike) -> Path | None:
+    """A file an earlier lesson saved (``checkpoints/06_transformer.pt``): next to this notebook, else in Drive's Colab Notebooks folder."""
+    relative = Path(relative)
+    for candidate in [relative] + [folder / relative for folder in drive_folders()]:
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def reference_notebook(notebook: str | os.PathLike) -> Path | None:
@@ -150,33 +262,46 @@ def reference_notebook(notebook: str | os.PathLike) -> Path | None:
 
 
 def looked_in(notebook: str | os.PathLike) -> str:
-    """Where :func:`find_learner_notebook` looked, in words."""
+    """Where :func:`locate_learner_notebook` looked, in words."""
     path = Path(notebook)
     places = [f"{path.parent.resolve() if str(path.parent) != '.' else Path.cwd()} (this folder)"]
     if on_colab():
-        folders = drive_folders()
-        places.append(", ".join(str(f) for f in folders) if folders else "Google Drive (not mounted)")
+        folders, roots = drive_folders(), drive_roots()
+        if folders:
+            places.append(", ".join(str(f) for f in folders))
+        elif roots:
+            places.append(f"{roots[0] / DRIVE_NOTEBOOKS[0]} (Google Drive is mounted, but has no such folder)")
+        else:
+            places.append("Google Drive (not mounted)")
     return "; ".join(places)
 
 
+def announce_found(notebook: str | os.PathLike, path: Path, where: str) -> None:
+    """One line saying which file stands for ``notebook`` when it is not the one next to this notebook."""
+    place = "in Google Drive" if where == IN_DRIVE else "next to this notebook"
+    print(f"Using your copy of {Path(notebook).name} {place}: {os.path.abspath(path)}")
+
+
 def announce_reference(notebook: str | os.PathLike, names: Sequence[str], reference: Path) -> None:
-    """Say loudly, once per exercise, that the course's reference code replaces the learner's."""
+    """Say loudly that the course's reference code replaces the learner's (every time: each call looks again)."""
     name = Path(notebook).name
-    new = [n for n in names if (name, n) not in _announced]
-    if not new:
-        return
-    _announced.update((name, n) for n in new)
-    where = (
-        f"mount Google Drive ({MOUNT_HINT}) if you saved {name} there (copies named \"Copy of {name}\" count too), "
-        f"or upload it next to this notebook with the Files panel"
-        if on_colab()
-        else f"put your {name} in the same folder as this notebook"
-    )
+    copies = f'(copies named "Copy of {name}" count too)'
+    if not on_colab():
+        where = f"put your {name} in the same folder as this notebook"
+    elif drive_roots():  # mounted already: say where in it
+        folders = drive_folders()
+        folder = folders[0] if folders else drive_roots()[0] / DRIVE_NOTEBOOKS[0]
+        where = f"save your {name} in {folder} {copies}, or upload it next to this notebook with the Files panel"
+    else:
+        where = (
+            f"mount Google Drive ({MOUNT_HINT}) if you saved {name} there {copies}, "
+            f"or upload it next to this notebook with the Files panel"
+        )
     line = "=" * 78
     print(
         f"{line}\n"
         f"NOTE: your {name} was not found, so this notebook uses the COURSE'S REFERENCE CODE\n"
-        f"(from {reference}) for: {', '.join(new)}.\n"
+        f"(from {reference}) for: {', '.join(names)}.\n"
         f"Looked in: {looked_in(notebook)}.\n"
         f"To use your own code instead, {where}, then run this cell again.\n"
         f"{line}"
@@ -184,6 +309,7 @@ def announce_reference(notebook: str | os.PathLike, names: Sequence[str], refere
 
 
 __all__ = [
-    "DRIVE_ROOT", "announce_reference", "course_root", "drive_folders", "find_in_drive", "find_learner_notebook",
-    "missing_requirements", "on_colab", "reference_notebook", "requirements", "setup",
+    "CONTENT", "DRIVE_ROOT", "IncompleteCourse", "announce_found", "announce_reference", "course_root", "drive_folders",
+    "drive_roots", "find_in_drive", "find_learner_notebook", "find_saved_file", "locate_learner_notebook",
+    "missing_requirements", "on_colab", "reference_notebook", "repair_clone", "requirements", "setup",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import linecache
 import os
 import sys
@@ -21,7 +22,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ._schema import ERROR, FAILED, PASSED, loaded_statements, names_defined, parse_cell
+from ._schema import (CRASH_MIME_TYPE, ERROR, FAILED, LOADED_CELL_FILENAME, PASSED, lesson_stem, loaded_statements,
+                      names_defined, parse_cell)
 
 
 def pick_device(verbose: bool = True) -> torch.device:
@@ -56,12 +58,19 @@ def requires(*exercises: str) -> Iterator[None]:
     * ``NotImplementedError`` (an untouched exercise) says which exercise to finish;
     * a ``NameError`` asks to run the cells above only when that would help (the
       cell itself, not the learner's code, uses a name that is not defined yet);
+      when the name is missing because an earlier ``requires`` block stopped at an
+      unfinished or failing exercise, it names that exercise instead;
     * an ``AttributeError`` on a learner's object names what the course expected
       of it (from :mod:`course_utils.contracts`), and, when its checker passed,
       says the checker should have caught it;
     * any other exception is shown as one line with the learner's source line.
+
+    The note is displayed with, beside its text, a JSON record of the crash
+    (``_schema.CRASH_MIME_TYPE``) that the progress report reads.
     """
-    namespace = _caller_namespace()
+    caller = _caller_frame()
+    namespace = {**caller.f_globals, **caller.f_locals} if caller is not None else {}
+    block = _block_of(caller)
     results = {name: _last_result(name, namespace) for name in exercises}
     for name, result in results.items():
         if result is not None and result.status in (FAILED, ERROR):
@@ -70,27 +79,199 @@ def requires(*exercises: str) -> Iterator[None]:
         yield
     except NotImplementedError as exc:
         culprits = _culprits(exc, exercises) or list(exercises)
-        print(f"This cell uses {_names(culprits)}. Finish that exercise first, then run this cell again.")
+        note = f"This cell uses {_names(culprits)}. Finish that exercise first, then run this cell again."
+        _stopped(block, f"{_names(culprits)} {'is' if len(culprits) == 1 else 'are'} not done yet", "finish")
+        _show_note(note, exc, exercises, unfinished=True)
     except NameError as exc:
-        print(_name_error_note(exc, exercises, results))
+        note, cause = _name_error_note(exc, exercises, results), _stop_cause(exc, exercises, results)
+        earlier = _earlier_stop(exc, exercises)
+        _stopped(block, *cause)
+        _show_note(note, exc, exercises, because=earlier.cause if earlier is not None else "")
     except AttributeError as exc:
-        print(_attribute_error_note(exc, exercises, results))
+        note, cause = _attribute_error_note(exc, exercises, results), _stop_cause(exc, exercises, results)
+        _stopped(block, *cause)
+        _show_note(note, exc, exercises)
     except Exception as exc:  # a learner's bug: one clear line, not a traceback
-        print(_error_note(exc, exercises, results))
+        note, cause = _error_note(exc, exercises, results), _stop_cause(exc, exercises, results)
+        _stopped(block, *cause)
+        _show_note(note, exc, exercises)
+    else:
+        _ran(block)
 
 
 def _names(exercises: Sequence[str]) -> str:
     return ", ".join(f"`{e}`" for e in exercises) or "the exercise above"
 
 
-def _caller_namespace() -> dict[str, Any]:
-    """The names visible in the cell that opened ``with requires(...)`` (its locals over its globals)."""
+def _caller_frame() -> types.FrameType | None:
+    """The frame of the cell that opened ``with requires(...)``."""
     frame = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename in (__file__, contextlib.__file__):
         frame = frame.f_back
-    if frame is None:  # pragma: no cover - there is always a caller
-        return {}
-    return {**frame.f_globals, **frame.f_locals}
+    return frame
+
+
+# What a block that stopped early leaves undefined, and why (this kernel's memory of it).
+
+
+@dataclasses.dataclass
+class _Stop:
+    """A ``requires`` block that ended early because an exercise is unfinished or failing."""
+
+    cause: str  # "`make_noam_scheduler` is not done yet"
+    verb: str  # what to do to that exercise: "finish" or "fix"
+    names: frozenset[str] | None  # what the block would have defined (None: its source could not be read)
+
+
+#: The blocks that stopped early in this kernel, by the block's source (or its place when the source is not at
+#: hand); a block that runs to its end later is forgotten.
+_stopped_blocks: dict[object, _Stop] = {}
+
+
+def _block_of(frame: types.FrameType | None) -> tuple[object, frozenset[str] | None] | None:
+    """The ``with requires(...)`` block ``frame`` is entering: a key for it, and the names its body assigns."""
+    if frame is None:
+        return None
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    lines = linecache.getlines(filename, frame.f_globals)
+    tree = parse_cell("".join(lines)) if lines else None
+    headers = [
+        node for node in (ast.walk(tree) if tree is not None else ())
+        if isinstance(node, (ast.With, ast.AsyncWith)) and node.lineno <= lineno < node.body[0].lineno
+    ]
+    if not headers:
+        return (filename, lineno), None
+    node = max(headers, key=lambda n: n.lineno)
+    source = "".join(lines[node.lineno - 1: node.end_lineno])
+    return source, frozenset(_assigned(node.body))
+
+
+def _assigned(body: Sequence[ast.stmt]) -> set[str]:
+    """The names statements bind in their own scope (not inside the functions, classes or comprehensions they define)."""
+    names: set[str] = set()
+    todo: list[ast.AST] = list(body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        todo.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def _stopped(block: tuple[object, frozenset[str] | None] | None, cause: str | None, verb: str = "fix") -> None:
+    """Remember that ``block`` ended early because of an exercise (``cause``: None when no exercise is to blame)."""
+    if block is None:
+        return
+    key, names = block
+    if cause is None:
+        _stopped_blocks.pop(key, None)
+    else:
+        _stopped_blocks[key] = _Stop(cause, verb, names)
+
+
+def _ran(block: tuple[object, frozenset[str] | None] | None) -> None:
+    if block is not None:
+        _stopped_blocks.pop(block[0], None)
+
+
+def _earlier_stop(exc: NameError, exercises: Sequence[str]) -> _Stop | None:
+    """The earlier block that stopped at an exercise and so left undefined the name this cell itself uses."""
+    missing = getattr(exc, "name", None)
+    if not missing or missing in _known_exercises(exercises) or _raised_in_exercise(exc, exercises) is not None:
+        return None
+    return _explained_by_a_stop(missing)
+
+
+def _stop_cause(exc: BaseException, exercises: Sequence[str], results: dict[str, Any]) -> tuple[str | None, str]:
+    """Why the block stopped, when an exercise is to blame: (cause in words, "finish" or "fix"); else (None, "")."""
+    if isinstance(exc, NameError):
+        explained = _earlier_stop(exc, exercises)
+        if explained is not None:  # this block stops for the same reason as the earlier one
+            return explained.cause, explained.verb
+    culprits = _culprits(exc, exercises)
+    if culprits:
+        return f"your {_names(culprits)} raised {type(exc).__name__}: {_first_line(exc)}".rstrip(": "), "fix"
+    attribute = getattr(exc, "name", None) if isinstance(exc, AttributeError) else None
+    contract = _contract_for(getattr(exc, "obj", None), attribute, exercises) if attribute else None
+    if contract is not None and attribute in _expected_names(contract):  # a name the course relies on is missing
+        return f"your `{contract.exercise}` has no `{attribute}`", "fix"
+    failing = [name for name in exercises if results.get(name) is not None and results[name].status in (FAILED, ERROR)]
+    if failing:
+        return f"{_names(failing)} did not pass {'its checker' if len(failing) == 1 else 'their checkers'}", "fix"
+    return None, ""
+
+
+def _explained_by_a_stop(missing: str) -> _Stop | None:
+    """The earlier block that would have defined ``missing`` and stopped at an exercise, if there is one."""
+    for stop in reversed(list(_stopped_blocks.values())):
+        if stop.names is not None and missing in stop.names:
+            return stop
+    return None
+
+
+def _stop_note(missing: str) -> str | None:
+    """Why ``missing`` is not defined, when an earlier block stopped at an unfinished or failing exercise."""
+    stop = _explained_by_a_stop(missing)
+    if stop is not None:
+        return (
+            f"This cell uses `{missing}`, which was not defined because an earlier cell stopped: {stop.cause}. "
+            f"{stop.verb.capitalize()} it, run its checker, then Run All again."
+        )
+    unknown = [s for s in _stopped_blocks.values() if s.names is None]  # blocks whose source could not be read
+    if unknown:
+        stop = unknown[-1]
+        return (
+            f"This cell uses `{missing}`, which is not defined. An earlier cell stopped early: {stop.cause}, "
+            f"so `{missing}` may never have been defined. {stop.verb.capitalize()} it, run its checker, then Run All "
+            f"again. (If you skipped cells above, run them first: Run > Run All Above Selected Cell.)"
+        )
+    return None
+
+
+def _show_note(note: str, exc: BaseException, exercises: Sequence[str], unfinished: bool = False, because: str = "") -> None:
+    """Show the note (in a notebook, with a JSON record of the crash for the progress report); else print it."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+    except ImportError:  # pragma: no cover - IPython ships with Jupyter
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(note)
+        return
+    display({"text/plain": note, CRASH_MIME_TYPE: crash_record(exc, exercises, note, unfinished, because)}, raw=True)
+
+
+def crash_record(
+    exc: BaseException, exercises: Sequence[str], note: str = "", unfinished: bool = False, because: str = ""
+) -> dict[str, Any]:
+    """What ``requires`` publishes about a block it stopped (see ``_schema.CRASH_MIME_TYPE``)."""
+    known = _known_exercises(exercises)
+    culprits = _culprits(exc, exercises)
+    notebooks = {}
+    for frame in _frames(exc)[1:]:
+        name = _exercise_of(frame, known)
+        match = LOADED_CELL_FILENAME.match(frame.f_code.co_filename)
+        if name and match and name not in notebooks:
+            notebooks[name] = lesson_stem(match["notebook"])
+    frame = _raised_in_exercise(exc, exercises)
+    where = _where(frame, exc).strip()[1:-1] if frame is not None else ""
+    return {
+        "error": f"{type(exc).__name__}: {_first_line(exc)}".rstrip(": "),
+        "exercises": culprits or (list(exercises) if unfinished else []),
+        "notebooks": notebooks,
+        "function": getattr(frame.f_code, "co_qualname", frame.f_code.co_name) if frame is not None else "",
+        "line": where,
+        "unfinished": unfinished,
+        "because": because,
+        "note": note,
+    }
 
 
 def _last_result(exercise: str, namespace: dict[str, Any]) -> Any:
@@ -202,6 +383,10 @@ def _name_error_note(exc: NameError, exercises: Sequence[str], results: dict[str
             f"Selected Cell runs everything above), then this cell again."
         )
     frame = _raised_in_exercise(exc, exercises)
+    if frame is None and missing not in _known_exercises(exercises):
+        after_a_stop = _stop_note(missing)
+        if after_a_stop is not None:
+            return after_a_stop
     if frame is None or missing in _known_exercises(exercises):
         return (
             f"This cell uses {_names(exercises)}, but {exc}. Run the cells above this one first "
@@ -295,15 +480,24 @@ def _register_source(path: Path, number: int, source: str) -> str:
 
 
 def _locate_notebook(notebook: str | os.PathLike, names: Sequence[str]) -> Path:
-    """The learner's notebook (here, or in Google Drive on Colab), else the course's reference, announced."""
+    """The learner's notebook (here, a copy here, or in Google Drive on Colab), else the course's reference, announced.
+
+    Looks afresh at every call, says in one line which file it used when that is not the notebook next to this
+    one, and records what it used for :func:`loaded_summary`.
+    """
     from . import colab
 
-    own = colab.find_learner_notebook(notebook)
-    if own is not None:
+    found = colab.locate_learner_notebook(notebook)
+    if found is not None:
+        own, where = found
+        if where != colab.HERE:
+            colab.announce_found(notebook, own, where)
+        _record_load(notebook, own, reference=False)
         return own
     reference = colab.reference_notebook(notebook)
     if reference is not None:
         colab.announce_reference(notebook, names, reference)
+        _record_load(notebook, reference, reference=True)
         return reference
     name = Path(notebook).name
     raise FileNotFoundError(
@@ -312,6 +506,94 @@ def _locate_notebook(notebook: str | os.PathLike, names: Sequence[str]) -> Path:
         f"(on Colab, mount Google Drive or upload your completed {name} with the Files panel), "
         f"or paste your code for {', '.join(names)} into a cell here."
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+    """What ``load_exercises`` used for one lesson notebook."""
+
+    notebook: str  # the lesson asked for: "02_masks.ipynb"
+    path: Path  # the file used
+    reference: bool  # the course's reference solution stood in for the learner's notebook
+    cell: int | None  # the notebook cell that loaded it (IPython's execution count), None outside IPython
+
+
+#: What ``load_exercises`` used, in the order loaded, since the last :func:`loaded_summary`.
+loaded: list[Loaded] = []
+
+
+def _current_cell() -> int | None:
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython ships with Jupyter
+        return None
+    shell = get_ipython()
+    return getattr(shell, "execution_count", None) if shell is not None else None
+
+
+def _record_load(notebook: str | os.PathLike, path: Path, reference: bool) -> None:
+    loaded.append(Loaded(Path(notebook).name, path, reference, _current_cell()))
+
+
+def _lesson_label(name: str) -> str:
+    stem = lesson_stem(name)
+    return stem.split("_")[0] if stem[:2].isdigit() else stem
+
+
+def _in_words(labels: Sequence[str]) -> str:
+    """``01``; ``01 and 03``; ``01, 02 and 04``."""
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
+
+
+def _lessons(labels: Sequence[str]) -> str:
+    """``lesson 05``; ``lessons 01 to 04`` (a run with no gap); ``lessons 01, 02 and 04``."""
+    if len(labels) == 1:
+        return f"lesson {labels[0]}"
+    numbers = [int(label) if label.isdigit() else None for label in labels]
+    if None not in numbers and numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+        return f"lessons {labels[0]} to {labels[-1]}"
+    return f"lessons {_in_words(labels)}"
+
+
+def loaded_summary() -> None:
+    """Print one line on what this cell's ``load_exercises`` calls used: your code, or where the reference stood in.
+
+    In a notebook it covers the loads of the cell that calls it; elsewhere, those since the last summary.
+    """
+    cell = _current_cell()
+    used: dict[str, Loaded] = {}  # the last load of each lesson wins
+    for record in loaded:
+        if cell is None or record.cell == cell:
+            used[_lesson_label(record.notebook)] = record
+    loaded.clear()
+    if not used:
+        print("Nothing was loaded from earlier lessons.")
+        return
+    labels = sorted(used)
+    reference = [label for label in labels if used[label].reference]
+    if not reference:
+        print(f"Loaded your code from {_lessons(labels)}.")
+    elif len(reference) == len(labels):
+        it = "it (see the note above)" if len(labels) == 1 else "all of them (see the notes above)"
+        print(f"Loaded {_lessons(labels)}: the course's reference solution stands in for {it}.")
+    else:
+        print(
+            f"Loaded {_lessons(labels)}: your code, except {_in_words(reference)}, where the course's reference "
+            f"solution stands in (see the note{'s' if len(reference) > 1 else ''} above)."
+        )
+
+
+def saved_file(relative: str | os.PathLike) -> Path:
+    """Where a file an earlier lesson saved is: next to this notebook, else (on Colab) in Drive's Colab Notebooks folder.
+
+    Returns ``relative`` itself when it is in neither, so ``saved_file(...).exists()`` says whether there is one:
+
+        checkpoint_path = saved_file(Path("checkpoints") / "06_transformer.pt")
+    """
+    from . import colab
+
+    found = colab.find_saved_file(relative)
+    return found if found is not None else Path(relative)
 
 
 def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:

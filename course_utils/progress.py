@@ -19,6 +19,15 @@ so an exercise whose cell never ran (the kernel died before it) is reported as
 "not reached". Each exercise is named as you define it (the checker's
 argument, e.g. ``make_causal_mask``), and each failure shows the checker's
 first message in full. Runs offline; the exit status is 0 whatever the results.
+
+A green checker is not the last word: every cell that raised is listed under
+the table, per notebook, with whose code raised. That is read from the
+traceback of an error output (frames of the notebook's own cells, and of the
+cells ``load_exercises`` ran, name functions and ``Class.method``s), and from
+the record a ``with requires(...)`` block publishes under ``CRASH_MIME_TYPE``
+when it stops (it shows a note, not an error). An exercise whose checker
+passed but whose code raised in a later cell (of any notebook) is an "error",
+its note saying which cell.
 """
 
 from __future__ import annotations
@@ -39,8 +48,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ._schema import (
+    CRASH_MIME_TYPE,
     ERROR,
     FAILED,
+    LOADED_CELL_FILENAME,
     NOT_ATTEMPTED,
     NOT_REACHED,
     NOTEBOOK_NAME,
@@ -52,6 +63,7 @@ from ._schema import (
     TAG_COLAB_SETUP,
     cell_source,
     cell_tags,
+    lesson_stem,
     names_defined,
     parse_cell,
 )
@@ -73,22 +85,61 @@ class Row:
 
 
 @dataclasses.dataclass
+class Crash:
+    """A code cell that raised: an error in its output, or a ``with requires(...)`` block it stopped."""
+
+    notebook: str
+    cell: int  # the code cell's number in its notebook, from 1 (as ``load_exercises`` names cells)
+    error: str  # "AttributeError: 'int' object has no attribute 'size'"
+    exercises: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (exercise, its lesson), outermost first
+    where: str = ""  # the innermost line of the learner's code: "raised in `MultiHeadAttention.forward`, line 3: `...`"
+    unfinished: bool = False  # a NotImplementedError: an exercise not done yet
+    because: str = ""  # a name left undefined by an earlier block that stopped: why it stopped
+
+    def whose(self) -> str:
+        """Whose code raised, in words."""
+        if not self.exercises and self.because:
+            return f"an earlier cell stopped: {self.because}"
+        if not self.exercises:
+            return "an exercise not done yet" if self.unfinished else "this notebook's own code"
+        names = ", ".join(f"`{name}`" + (f" from {lesson}" if lesson != self.notebook else "") for name, lesson in self.exercises)
+        return f"{names} {'is' if len(self.exercises) == 1 else 'are'} not done yet" if self.unfinished else f"your {names}"
+
+    def __str__(self) -> str:
+        return f"code cell {self.cell}: {self.error} ({self.whose()}{'; ' + self.where if self.where else ''})"
+
+
+@dataclasses.dataclass
 class Progress:
-    """The rows of the report, in notebook order."""
+    """The rows of the report, in notebook order, and the cells that raised an error."""
 
     rows: list[Row]
+    crashes: list[Crash] = dataclasses.field(default_factory=list)
 
     def count(self, status: str) -> int:
         return sum(row.status == status for row in self.rows)
+
+    def crashes_by_notebook(self) -> dict[str, list[Crash]]:
+        grouped: dict[str, list[Crash]] = {}
+        for crash in self.crashes:
+            grouped.setdefault(crash.notebook, []).append(crash)
+        return grouped
 
     def summary(self) -> str:
         total = len(self.rows)
         line = f"{self.count(PASSED)} of {total} exercise{'s' if total != 1 else ''} passed"
         rest = [f"{self.count(s)} {s}" for s in STATUSES[1:] if self.count(s)]
-        return line + (f" ({', '.join(rest)})" if rest else "")
+        line += f" ({', '.join(rest)})" if rest else ""
+        if self.crashes:
+            where = [
+                f"{notebook} (code cell{'s' if len(found) > 1 else ''} {', '.join(str(c.cell) for c in found)})"
+                for notebook, found in self.crashes_by_notebook().items()
+            ]
+            line += f"; cells that raised an error: {', '.join(where)}"
+        return line
 
     def __str__(self) -> str:
-        """A table, each failure's message indented beneath its row."""
+        """A table, each failure's message indented beneath its row, then the cells that raised, per notebook."""
         header = ("notebook", "exercise", "status")
         widths = [max(len(row[i]) for row in [header] + [(r.notebook, r.exercise, r.status) for r in self.rows]) for i in range(3)]
 
@@ -99,6 +150,11 @@ class Progress:
         for r in self.rows:
             lines.append(line((r.notebook, r.exercise, r.status)))
             lines += [f"    {text}".rstrip() for text in r.message.splitlines()]
+        if self.crashes:
+            lines += ["", "Cells that raised an error:"]
+            for notebook, found in self.crashes_by_notebook().items():
+                lines.append(f"  {notebook}")
+                lines += [f"    {crash}" for crash in found]
         return "\n".join(lines) + "\n\n" + self.summary()
 
     def _repr_html_(self) -> str:
@@ -111,11 +167,18 @@ class Progress:
                 f"<td>{esc(r.notebook)}</td><td><code>{esc(r.exercise)}</code></td>"
                 f'<td><b>{esc(r.status)}</b></td><td style="white-space:pre-wrap">{esc(r.message)}</td></tr>'
             )
+        crashes = ""
+        if self.crashes:
+            items = "".join(
+                f"<li>{esc(notebook)}<ul>{''.join(f'<li>{esc(str(crash))}</li>' for crash in found)}</ul></li>"
+                for notebook, found in self.crashes_by_notebook().items()
+            )
+            crashes = f'<p style="font-family:sans-serif">Cells that raised an error:</p><ul style="font-family:sans-serif">{items}</ul>'
         return (
             '<table style="border-collapse:collapse;font-family:sans-serif">'
             "<thead><tr><th>notebook</th><th>exercise</th><th>status</th><th>note</th></tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>"
-            f"<p><b>{esc(self.summary())}</b></p>"
+            f"{crashes}<p><b>{esc(self.summary())}</b></p>"
         )
 
     def plot(self, ax: Any = None) -> Any:
@@ -239,6 +302,131 @@ def grade(name: str, executed: dict, exercises_found: Iterable[tuple[int, list[s
 
 
 # ---------------------------------------------------------------------------
+# Cells that raised, and whose code raised
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+#: The first line of a traceback entry, as IPython 8+ writes it (``Cell In[12], line 3, in greedy_decode(model)``,
+#: ``File <05_transformer.ipynb, code cell 12>:3, in MultiHeadAttention.forward(self, x)``), and as IPython 7
+#: (Colab) writes it (``<ipython-input-12-5ac1...> in greedy_decode(model)``).
+_ENTRY = re.compile(
+    r"^(?:Cell In ?\[(?P<count>\d+)\], line (?P<line>\d+)"
+    r"|Input In ?\[(?P<input>\d+)\]"
+    r"|File (?P<file>.+?):(?P<file_line>\d+)(?=,|$)"
+    r"|(?P<legacy><ipython-input-\d+-\w+>|<[^<>]+\.ipynb, code cell \d+>|\S+\.py))"
+    r"(?:,? in (?P<function>[^\s(]+))?"
+)
+_ARROW = re.compile(r"^\s*-+>\s*(?P<line>\d+)\s?(?P<code>.*)$")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+@dataclasses.dataclass
+class _Frame:
+    lesson: str  # the lesson notebook whose code this is ("" for library code)
+    function: str  # the qualified name IPython shows ("MultiHeadAttention.forward"); "" at a cell's top level
+    line: str  # "line 3: `return x.shape`"
+
+
+def _traceback_frames(traceback: Sequence[str], notebook: str) -> list[_Frame]:
+    """The frames of an error output's traceback (of its last exception, when exceptions were chained)."""
+    frames: list[_Frame] = []
+    for entry in traceback:
+        text = _ANSI.sub("", str(entry))
+        if any(marker in text for marker in _CHAINED):
+            frames = []
+            continue
+        first, *rest = text.split("\n")
+        match = _ENTRY.match(first.strip())
+        if match is None:
+            continue
+        place = match["file"] or match["legacy"] or ""
+        loaded = LOADED_CELL_FILENAME.match(place)
+        if loaded:
+            lesson = lesson_stem(loaded["notebook"])
+        elif match["count"] or match["input"] or place.startswith("<ipython-input-"):
+            lesson = notebook
+        else:
+            lesson = ""  # a library's file
+        function = match["function"] or ""
+        arrows = [a for a in (_ARROW.match(line) for line in rest) if a]
+        line = f"line {arrows[-1]['line']}: `{arrows[-1]['code'].strip()}`" if arrows else ""
+        frames.append(_Frame(lesson, "" if function.startswith("<") else function, line))
+    return frames
+
+
+def _exercise_in(function: str, known: set[str]) -> str | None:
+    """The exercise a function belongs to: its own name, or its class's (``MultiHeadAttention.forward``)."""
+    for part in reversed(function.split(".")):
+        if part in known:
+            return part
+    return None
+
+
+def _crash_from_error(notebook: str, cell: int, output: dict, known: set[str]) -> Crash:
+    ename = str(output.get("ename", "Error"))
+    frames = [f for f in _traceback_frames(output.get("traceback") or [], notebook) if f.lesson]  # the learner's code
+    exercises: list[tuple[str, str]] = []
+    for frame in frames:
+        name = _exercise_in(frame.function, known)
+        if name and (name, frame.lesson) not in exercises:
+            exercises.append((name, frame.lesson))
+    inner = frames[-1] if frames else None
+    where = ""
+    if inner is not None and inner.line:
+        where = f"raised in `{inner.function}`, {inner.line}" if inner.function else f"raised at {inner.line}"
+    error = f"{ename}: {_first_line(output.get('evalue', ''))}".rstrip(": ")
+    return Crash(notebook, cell, error, exercises, where, unfinished=ename == "NotImplementedError")
+
+
+def _crash_from_record(notebook: str, cell: int, record: dict) -> Crash:
+    lessons = record.get("notebooks") or {}
+    exercises = [(str(name), str(lessons.get(name, notebook))) for name in record.get("exercises") or []]
+    function, line = str(record.get("function") or ""), str(record.get("line") or "")
+    where = f"raised in `{function.rpartition('<locals>.')[2]}`, {line}" if function and line else ""
+    return Crash(notebook, cell, str(record.get("error") or "Error"), exercises, where, bool(record.get("unfinished")),
+                 str(record.get("because") or ""))
+
+
+def crashes(name: str, executed: dict, known: Iterable[str]) -> list[Crash]:
+    """The cells of one executed notebook that raised: error outputs, and blocks ``requires`` stopped.
+
+    ``known`` are the exercises of all the notebooks: a frame of a function or method of one of them (in a cell
+    of this notebook, or in a cell ``load_exercises`` ran) blames that exercise.
+    """
+    known = set(known)
+    found = []
+    code_cells = (cell for cell in executed.get("cells", []) if cell.get("cell_type") == "code")
+    for number, cell in enumerate(code_cells, start=1):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                found.append(_crash_from_error(name, number, out, known))
+            elif out.get("output_type") in ("display_data", "execute_result") and CRASH_MIME_TYPE in out.get("data", {}):
+                found.append(_crash_from_record(name, number, out["data"][CRASH_MIME_TYPE]))
+    return found
+
+
+def blame(rows: Sequence[Row], found: Sequence[Crash]) -> None:
+    """An exercise whose checker passed but whose code raised in a later cell is an error, not a pass."""
+    hits: dict[tuple[str, str], list[Crash]] = {}
+    for crash in found:
+        for exercise, lesson in crash.exercises:
+            hits.setdefault((lesson, exercise), [])
+            if crash not in hits[(lesson, exercise)]:
+                hits[(lesson, exercise)].append(crash)
+    for row in rows:
+        crashed = hits.get((row.notebook, row.exercise))
+        if row.status != PASSED or not crashed:
+            continue
+        first = crashed[0]
+        row.status = ERROR
+        row.message = (
+            f"its checker passed, but code cell {first.cell} of {first.notebook} crashed inside it: {first.error}"
+            + (f" ({first.where})" if first.where else "")
+            + (f"\n(and {len(crashed) - 1} more cell{'s' if len(crashed) > 2 else ''}: see the cells listed below)" if len(crashed) > 1 else "")
+        )
+
+
+# ---------------------------------------------------------------------------
 # Running notebooks
 
 
@@ -296,6 +484,8 @@ def report(
     folder = Path(notebooks_dir)
     names = sorted(p.name for p in folder.iterdir() if p.is_file() and NOTEBOOK_NAME.match(p.name))
     rows: list[Row] = []
+    ran: list[tuple[str, dict]] = []  # (notebook, executed)
+    known: set[str] = set()  # every exercise of every notebook, to tell whose code raised
     with tempfile.TemporaryDirectory(prefix="course-progress-") as tmp:
         copy_dir = Path(tmp) / (folder.resolve().name or "notebooks")
         shutil.copytree(folder, copy_dir, ignore=_IGNORED_WHEN_COPYING, symlinks=False)
@@ -318,7 +508,11 @@ def report(
                     if row.status == NOT_REACHED:
                         row.message = f"the notebook stopped before this cell ran ({stopped})"
             rows += notebook_rows
-    return Progress(rows)
+            ran.append((stem, executed))
+            known |= {exercise for _, checked in found for exercise in checked} | {row.exercise for row in notebook_rows}
+    raised = [crash for stem, executed in ran for crash in crashes(stem, executed, known)]
+    blame(rows, raised)
+    return Progress(rows, raised)
 
 
 def show(notebooks_dir: str | Path | None = None, timeout: int = DEFAULT_TIMEOUT, chart: bool = False, fast: bool = False) -> Progress | None:

@@ -207,9 +207,9 @@ def on_colab(tmp_path: Path, monkeypatch):
     content = tmp_path / "content"
     content.mkdir()
     monkeypatch.chdir(content)
+    monkeypatch.setattr(colab, "CONTENT", content)
     drive = tmp_path / "drive"
     monkeypatch.setattr(colab, "DRIVE_ROOT", drive)
-    monkeypatch.setattr(colab, "_announced", set())
     return drive / "MyDrive" / "Colab Notebooks"
 
 
@@ -228,7 +228,8 @@ def test_on_colab_drive_copies_are_found_the_latest_first(on_colab: Path, capsys
     _lesson_notebook(on_colab / "Copy of 01_attention_notes.ipynb", "another notebook")  # not a copy of the lesson
     os.utime(on_colab / "Copy of 01_attention_notes.ipynb", (3_000, 3_000))
     (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
-    assert fn(1, 2, 3) == "a copy, saved later" and capsys.readouterr().out == ""
+    assert fn(1, 2, 3) == "a copy, saved later"
+    assert capsys.readouterr().out == f"Using your copy of {LESSON} in Google Drive: {copy}\n", "one line says which file"
     assert colab.find_in_drive("01_ATTENTION.ipynb") == copy, "Drive names are matched without regard to case"
 
 
@@ -239,7 +240,7 @@ def test_on_colab_the_other_drive_folder_name_works_too(on_colab: Path) -> None:
     assert fn(1, 2, 3) == "my drive"
 
 
-def test_without_the_learners_notebook_the_reference_is_used_and_said_loudly_once(on_colab: Path, capsys) -> None:
+def test_without_the_learners_notebook_the_reference_is_used_and_said_loudly_every_time(on_colab: Path, capsys) -> None:
     (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
     out = capsys.readouterr().out
     import torch
@@ -251,7 +252,7 @@ def test_without_the_learners_notebook_the_reference_is_used_and_said_loudly_onc
     assert "for: scaled_dot_product_attention." in out and str(REPO_ROOT / "solutions" / LESSON) in out
     assert "Google Drive (not mounted)" in out and 'drive.mount("/content/drive")' in out and "Copy of 01_attention.ipynb" in out
     load_exercises(LESSON, ["scaled_dot_product_attention"])
-    assert capsys.readouterr().out == "", "once per notebook and exercise"
+    assert capsys.readouterr().out == out, "every call looks again and says again what it used"
     load_exercises("02_masks.ipynb", ["make_causal_mask"])
     assert "make_causal_mask" in capsys.readouterr().out, "another notebook is announced too"
 
@@ -261,12 +262,14 @@ def test_with_drive_mounted_but_without_the_notebook_the_notice_names_the_folder
     load_exercises(LESSON, ["scaled_dot_product_attention"])
     out = capsys.readouterr().out
     assert str(on_colab) in out and "not mounted" not in out
+    assert "drive.mount" not in out and "mount Google Drive" not in out, "it is mounted already"
+    assert f"save your {LESSON} in {on_colab} (copies named \"Copy of {LESSON}\" count too)" in out
+    assert "or upload it next to this notebook with the Files panel, then run this cell again." in out
 
 
 def test_locally_the_fallback_says_where_to_put_the_notebook(tmp_path: Path, monkeypatch, capsys) -> None:
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(colab, "_announced", set())
     load_exercises(LESSON, ["scaled_dot_product_attention"])
     out = capsys.readouterr().out
     assert "REFERENCE CODE" in out and f"put your {LESSON} in the same folder as this notebook" in out
@@ -286,6 +289,7 @@ def test_setup_does_nothing_locally_and_installs_only_what_is_missing_on_colab(o
     assert "tokenizers>=" in " ".join(colab.requirements()) or "tokenizers" in colab.requirements(), "read from pyproject.toml"
     calls = []
     monkeypatch.setattr(colab.subprocess, "run", lambda args, **kw: calls.append(args))
+    monkeypatch.setattr(colab, "repair_clone", lambda root: None)  # tested below, on a clone of its own
     monkeypatch.delitem(sys.modules, "google.colab")
     colab.setup()
     assert calls == [] and capsys.readouterr().out == ""
@@ -298,3 +302,217 @@ def test_setup_does_nothing_locally_and_installs_only_what_is_missing_on_colab(o
     assert calls == [[sys.executable, "-m", "pip", "install", "-q", "no-such-package-xyz>=1"]]
     out = capsys.readouterr().out
     assert "The course is ready in" in out and "mount Google Drive" in out
+
+
+def test_after_mounting_drive_the_same_cell_finds_what_it_could_not_before(on_colab: Path, capsys) -> None:
+    """Each call looks again: a reference used before Drive was mounted is not kept for the rest of the session."""
+    load_exercises(LESSON, ["scaled_dot_product_attention"])
+    assert "REFERENCE CODE" in capsys.readouterr().out
+    saved = _lesson_notebook(on_colab / LESSON, "mine, in Drive")  # the learner mounts Drive, runs the cell again
+    (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
+    assert fn(1, 2, 3) == "mine, in Drive"
+    assert capsys.readouterr().out == f"Using your copy of {LESSON} in Google Drive: {saved}\n"
+
+
+def test_drive_mounted_elsewhere_under_content_is_found(on_colab: Path, capsys) -> None:
+    """drive.mount("/content/gdrive"): any mounted Drive under /content counts."""
+    gdrive = Path.cwd() / "gdrive" / "MyDrive" / "Colab Notebooks"
+    saved = _lesson_notebook(gdrive / f"Copy of {LESSON}", "gdrive")
+    (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
+    assert fn(1, 2, 3) == "gdrive" and str(saved) in capsys.readouterr().out
+    assert colab.drive_folders() == [gdrive]
+    (gdrive.parent / "Colab Notebooks").rename(gdrive.parent / "Other")  # mounted, without a Colab Notebooks folder
+    load_exercises(LESSON, ["scaled_dot_product_attention"])
+    out = capsys.readouterr().out
+    assert "not mounted" not in out and "drive.mount" not in out
+    assert f"{gdrive} (Google Drive is mounted, but has no such folder)" in out
+
+
+def test_uploaded_copies_next_to_the_notebook_are_found(on_colab: Path, capsys) -> None:
+    """Files panel uploads land in /content, named "Copy of ..." or "... (1)": the box looked there, so must the search."""
+    old = _lesson_notebook(Path.cwd() / f"Copy of {LESSON}", "first upload")
+    os.utime(old, (1_000, 1_000))
+    new = _lesson_notebook(Path.cwd() / f"Copy of {Path(LESSON).stem} (1).ipynb", "second upload")
+    os.utime(new, (2_000, 2_000))
+    _lesson_notebook(on_colab / LESSON, "drive")
+    (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
+    assert fn(1, 2, 3) == "second upload", "next to the notebook comes before Drive; the latest copy first"
+    assert capsys.readouterr().out == f"Using your copy of {LESSON} next to this notebook: {new}\n"
+
+
+def test_locally_a_copy_in_the_folder_is_found_too(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir(tmp_path)
+    copy = _lesson_notebook(tmp_path / f"Copy of {LESSON}", "local copy")
+    (fn,) = load_exercises(LESSON, ["scaled_dot_product_attention"]).values()
+    assert fn(1, 2, 3) == "local copy" and str(copy) in capsys.readouterr().out
+
+
+def test_setup_says_drive_is_mounted_wherever_it_is(on_colab: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(colab, "requirements", lambda root=None: [])
+    monkeypatch.setattr(colab, "repair_clone", lambda root: None)
+    (Path.cwd() / "gdrive" / "MyDrive").mkdir(parents=True)
+    colab.setup()
+    out = capsys.readouterr().out
+    assert "Google Drive is mounted" in out and "mount Google Drive first" not in out
+
+
+# ---------------------------------------------------------------------------
+# What a loading cell used, in one line.
+
+
+def test_the_summary_says_which_lessons_the_reference_stands_in_for(on_colab: Path, capsys) -> None:
+    from course_utils.notebook import loaded, loaded_summary
+
+    loaded.clear()  # loads recorded by earlier tests in this process
+
+    _lesson_notebook(Path.cwd() / LESSON, "mine")
+    ns: dict = {}
+    load_exercises(LESSON, ["scaled_dot_product_attention"], namespace=ns)
+    load_exercises("02_masks.ipynb", ["make_causal_mask"], namespace=ns)  # not saved anywhere: the reference
+    load_exercises("03_positional_encoding.ipynb", ["sinusoidal_positional_encoding"], namespace=ns)
+    _lesson_notebook(on_colab / "Copy of 04_multi_head_attention.ipynb", "in drive")
+    capsys.readouterr()
+    with pytest.raises(LookupError):  # found, but it does not define MultiHeadAttention: still counted as found
+        load_exercises("04_multi_head_attention.ipynb", ["MultiHeadAttention"], namespace=ns)
+    capsys.readouterr()
+    loaded_summary()
+    assert capsys.readouterr().out == (
+        "Loaded lessons 01 to 04: your code, except 02 and 03, where the course's reference solution stands in "
+        "(see the notes above).\n"
+    )
+    load_exercises(LESSON, ["scaled_dot_product_attention"])
+    capsys.readouterr()
+    loaded_summary()
+    assert capsys.readouterr().out == "Loaded your code from lesson 01.\n", "only what was loaded since the last summary"
+
+
+def test_the_summary_when_everything_or_nothing_is_the_learners(tmp_path: Path, monkeypatch, capsys) -> None:
+    from course_utils import notebook
+
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir(tmp_path)
+    for name in ("01_attention.ipynb", "02_masks.ipynb", "04_multi_head_attention.ipynb"):
+        _lesson_notebook(tmp_path / name, "mine")
+        with pytest.raises(LookupError):
+            load_exercises(name, ["MultiHeadAttention"])
+    notebook.loaded_summary()
+    assert capsys.readouterr().out == "Loaded your code from lessons 01, 02 and 04.\n"
+    load_exercises("05_transformer.ipynb", ["FeedForward"])
+    capsys.readouterr()
+    notebook.loaded_summary()
+    assert capsys.readouterr().out == (
+        "Loaded lesson 05: the course's reference solution stands in for it (see the note above).\n"
+    )
+
+
+def test_in_a_notebook_the_summary_covers_the_cell_that_calls_it(on_colab: Path, monkeypatch, capsys) -> None:
+    import IPython
+
+    from course_utils.notebook import loaded_summary
+
+    class Shell:
+        execution_count = 7
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Shell)
+    _lesson_notebook(Path.cwd() / LESSON, "mine")
+    load_exercises("02_masks.ipynb", ["make_causal_mask"])  # an earlier cell, never summarised
+    Shell.execution_count = 8
+    load_exercises(LESSON, ["scaled_dot_product_attention"])
+    capsys.readouterr()
+    loaded_summary()
+    assert capsys.readouterr().out == "Loaded your code from lesson 01.\n"
+
+
+# ---------------------------------------------------------------------------
+# Files an earlier lesson saved.
+
+
+def test_a_file_an_earlier_lesson_saved_is_found_here_or_in_drive(on_colab: Path) -> None:
+    from course_utils.notebook import saved_file
+
+    relative = Path("checkpoints") / "06_transformer.pt"
+    assert saved_file(relative) == relative and not saved_file(relative).exists(), "nowhere: the path as given"
+    in_drive = on_colab / relative
+    in_drive.parent.mkdir(parents=True)
+    in_drive.write_bytes(b"drive")
+    assert saved_file(relative) == in_drive
+    assert saved_file(str(relative)) == in_drive
+    here = Path.cwd() / relative
+    here.parent.mkdir(parents=True)
+    here.write_bytes(b"here")
+    assert saved_file(relative) == relative, "next to the notebook comes first"
+
+
+# ---------------------------------------------------------------------------
+# An interrupted clone of the course.
+
+
+def _git(*args: str, cwd: Path) -> str:
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false"]
+    return subprocess.run([*git, *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    """A shallow clone of a small course repository, as the setup cell makes one."""
+    origin = tmp_path / "origin"
+    for name in ("course_utils/__init__.py", "course_utils/colab.py", "course_utils/notebook.py",
+                 "course_utils/checks/__init__.py", "solutions/01_attention.ipynb"):
+        (origin / name).parent.mkdir(parents=True, exist_ok=True)
+        (origin / name).write_text(f"# {name}\n")
+    _git("init", "-q", "-b", "main", cwd=origin)
+    _git("add", "-A", cwd=origin)
+    _git("commit", "-q", "-m", "course", cwd=origin)
+    _git("clone", "-q", "--depth", "1", origin.as_uri(), str(tmp_path / "course"), cwd=tmp_path)
+    return tmp_path / "course"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_setup_restores_the_files_an_interrupted_clone_left_out(clone: Path, on_colab: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(colab, "course_root", lambda: clone)
+    monkeypatch.setattr(colab, "requirements", lambda root=None: [])
+    (clone / "course_utils" / "notebook.py").unlink()
+    shutil.rmtree(clone / "solutions")
+    (clone / ".git" / "index.lock").write_text("")  # git was killed while it wrote the files
+    (clone / "course_utils" / "colab.py").write_text("# the learner's own change\n")
+    colab.setup()
+    out = capsys.readouterr().out
+    assert (clone / "course_utils" / "notebook.py").read_text() == "# course_utils/notebook.py\n"
+    assert (clone / "solutions" / "01_attention.ipynb").exists()
+    assert (clone / "course_utils" / "colab.py").read_text() == "# the learner's own change\n", "only missing files"
+    assert out.startswith(f"The course folder {clone} was incomplete (an interrupted download?): restored 2 missing files.\n")
+    assert "The course is ready in" in out
+    colab.setup()
+    assert "incomplete" not in capsys.readouterr().out, "a complete clone is left alone"
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_setup_says_what_to_do_when_the_clone_cannot_be_repaired(clone: Path, on_colab: Path, monkeypatch) -> None:
+    monkeypatch.setattr(colab, "course_root", lambda: clone)
+    monkeypatch.setattr(colab, "requirements", lambda root=None: [])
+    shutil.rmtree(clone / ".git" / "objects")  # the download stopped before the files arrived
+    (clone / ".git" / "objects").mkdir()
+    (clone / "solutions" / "01_attention.ipynb").unlink()
+    with pytest.raises(colab.IncompleteCourse) as raised:
+        colab.setup()
+    message = str(raised.value)
+    assert f"The course folder {clone} is incomplete" in message
+    assert f'!rm -rf "{clone}"' in message and "then run this cell again" in message
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_clone_git_cannot_read_but_with_every_file_the_course_needs_is_left_alone(clone: Path, on_colab: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(colab, "course_root", lambda: clone)
+    monkeypatch.setattr(colab, "requirements", lambda root=None: [])
+    shutil.rmtree(clone / ".git" / "objects")
+    (clone / ".git" / "objects").mkdir()
+    colab.setup()
+    assert "The course is ready in" in capsys.readouterr().out
+
+
+def test_a_folder_that_is_no_git_clone_is_not_checked(tmp_path: Path, on_colab: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(colab, "course_root", lambda: tmp_path)
+    monkeypatch.setattr(colab, "requirements", lambda root=None: [])
+    colab.setup()
+    assert "incomplete" not in capsys.readouterr().out

@@ -279,3 +279,197 @@ def test_the_course_case_a_head_count_stored_as_h(capsys):
     assert "`num_heads`, `d_k`, `attention_weights`" in out
     assert "passed its checker, so the checker should have caught this" in out
     assert "Run its checker" not in out
+
+
+# ---------------------------------------------------------------------------
+# A name left undefined by an earlier block that stopped at an exercise.
+# The cells run as a notebook runs them: compiled under a filename whose source
+# linecache holds (as IPython registers each cell), in one shared namespace.
+
+
+@pytest.fixture(autouse=True)
+def fresh_kernel(monkeypatch):
+    """Each test starts with no memory of blocks that stopped in earlier tests."""
+    from course_utils import notebook
+
+    monkeypatch.setattr(notebook, "_stopped_blocks", {})
+
+
+def run_cell(source: str, namespace: dict, number: list = [0]) -> None:  # noqa: B006 - a counter across calls
+    import linecache
+
+    number[0] += 1
+    filename = f"/tmp/ipykernel_0/cell{number[0]}.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+
+
+SCHEDULER_CELL = """\
+with requires("make_noam_scheduler"):
+    optimizer = "adam"
+    scheduler = make_noam_scheduler(optimizer)
+    history = []
+"""
+
+
+def _make_noam_scheduler_stub(optimizer):
+    raise NotImplementedError()
+
+
+def test_a_name_an_unfinished_exercise_left_undefined_names_the_exercise(capsys):
+    """Lesson 06 after Run All: the cell that defines `scheduler` stopped at an unfinished exercise."""
+    ns = {"requires": requires, "make_noam_scheduler": _make_noam_scheduler_stub}
+    run_cell(SCHEDULER_CELL, ns)
+    assert "Finish that exercise first" in capsys.readouterr().out
+    run_cell('with requires("Transformer", "make_noam_scheduler"):\n    print(scheduler)', ns)
+    out = capsys.readouterr().out
+    assert out.strip() == (
+        "This cell uses `scheduler`, which was not defined because an earlier cell stopped: "
+        "`make_noam_scheduler` is not done yet. Finish it, run its checker, then Run All again."
+    )
+    assert "Run the cells above" not in out
+
+
+def test_the_reason_carries_through_later_blocks_that_stop_for_it(capsys):
+    """A block that stops on the missing name leaves its own names undefined for the same reason."""
+    ns = {"requires": requires, "make_noam_scheduler": _make_noam_scheduler_stub}
+    run_cell(SCHEDULER_CELL, ns)
+    run_cell('with requires("Transformer"):\n    for step in range(2):\n        losses = [scheduler]\n', ns)
+    run_cell('with requires("Transformer"):\n    print(losses)', ns)
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out.startswith("This cell uses `losses`, which was not defined because an earlier cell stopped: "
+                          "`make_noam_scheduler` is not done yet.")
+
+
+def test_a_failing_exercise_is_named_with_its_error(capsys):
+    def make_noam_scheduler(optimizer):
+        return optimizer.lr  # a bug
+
+    ns = {"requires": requires, "make_noam_scheduler": make_noam_scheduler}
+    run_cell(SCHEDULER_CELL, ns)
+    run_cell('with requires("Transformer"):\n    print(scheduler)', ns)
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out == (
+        "This cell uses `scheduler`, which was not defined because an earlier cell stopped: your "
+        "`make_noam_scheduler` raised AttributeError: 'str' object has no attribute 'lr'. Fix it, run its checker, "
+        "then Run All again."
+    )
+
+
+def test_once_the_block_runs_to_its_end_the_old_reason_is_forgotten(capsys):
+    ns = {"requires": requires, "make_noam_scheduler": _make_noam_scheduler_stub}
+    run_cell(SCHEDULER_CELL, ns)
+    ns["make_noam_scheduler"] = lambda optimizer: "noam"  # finished
+    run_cell(SCHEDULER_CELL, ns)
+    del ns["scheduler"]
+    run_cell('with requires("Transformer"):\n    print(scheduler)', ns)
+    out = capsys.readouterr().out
+    assert "Run the cells above" in out and "earlier cell stopped" not in out
+
+
+def test_a_name_no_stopped_block_would_have_defined_still_asks_to_run_the_cells_above(capsys):
+    ns = {"requires": requires, "make_noam_scheduler": _make_noam_scheduler_stub}
+    run_cell(SCHEDULER_CELL, ns)
+    run_cell('with requires("Transformer"):\n    print(valid_batches)', ns)
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert "valid_batches" in out and "Run the cells above" in out and "earlier cell stopped" not in out
+
+
+def test_a_name_the_course_relies_on_missing_from_a_learners_class_is_named(capsys, contract):
+    class Heads:
+        def __init__(self):
+            self.h = 2
+
+    ns = {"requires": requires, "Heads": Heads}
+    run_cell('with requires("Heads"):\n    heads = Heads()\n    count = heads.num_heads\n', ns)
+    run_cell('with requires("Heads"):\n    print(count)', ns)
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out == (
+        "This cell uses `count`, which was not defined because an earlier cell stopped: your `Heads` has no "
+        "`num_heads`. Fix it, run its checker, then Run All again."
+    )
+
+
+def test_a_bug_in_the_cell_itself_is_not_blamed_on_an_exercise(capsys):
+    ns = {"requires": requires, "make_noam_scheduler": lambda optimizer: "noam"}
+    run_cell('with requires("make_noam_scheduler"):\n    ratio = 1 / 0\n', ns)
+    run_cell('with requires("make_noam_scheduler"):\n    print(ratio)', ns)
+    assert "Run the cells above" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_without_the_blocks_source_the_note_says_what_may_have_happened(capsys):
+    """Code whose source linecache lacks: the names the block would have defined are unknown."""
+    ns = {"requires": requires, "make_noam_scheduler": _make_noam_scheduler_stub}
+    exec(compile(SCHEDULER_CELL, "<no source>", "exec"), ns)
+    run_cell('with requires("Transformer"):\n    print(scheduler)', ns)
+    out = capsys.readouterr().out.splitlines()[-1]
+    assert out.startswith("This cell uses `scheduler`, which is not defined. An earlier cell stopped early: "
+                          "`make_noam_scheduler` is not done yet, so `scheduler` may never have been defined.")
+    assert "Run > Run All Above Selected Cell" in out
+
+
+# ---------------------------------------------------------------------------
+# In a notebook, a stopped block's note carries a record of the crash for the progress report.
+
+
+def test_in_a_notebook_the_note_is_displayed_with_a_crash_record(monkeypatch, capsys):
+    import IPython
+    import IPython.display
+
+    from course_utils import _schema
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda bundle, raw=False: shown.append((bundle, raw)))
+
+    def tenth(x):
+        return x.size / 10
+
+    with requires("tenth"):
+        tenth(3)
+    ((bundle, raw),) = shown
+    assert raw and capsys.readouterr().out == ""
+    assert bundle["text/plain"].startswith("This cell uses `tenth`, which raised AttributeError: 'int' object has no attribute 'size'")
+    record = bundle[_schema.CRASH_MIME_TYPE]
+    assert record == {
+        "error": "AttributeError: 'int' object has no attribute 'size'",
+        "exercises": ["tenth"],
+        "notebooks": {},
+        "function": "test_in_a_notebook_the_note_is_displayed_with_a_crash_record.<locals>.tenth",
+        "line": f"line {tenth.__code__.co_firstlineno + 1}: `return x.size / 10`",
+        "unfinished": False,
+        "because": "",
+        "note": bundle["text/plain"],
+    }
+
+
+def test_the_crash_record_of_a_name_an_earlier_stop_left_undefined_says_why(monkeypatch, capsys):
+    import IPython
+    import IPython.display
+
+    from course_utils import _schema
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda bundle, raw=False: shown.append(bundle))
+    ns = {"requires": requires, "make_noam_scheduler": _make_noam_scheduler_stub}
+    run_cell(SCHEDULER_CELL, ns)
+    run_cell('with requires("Transformer"):\n    print(scheduler)', ns)
+    first, second = (bundle[_schema.CRASH_MIME_TYPE] for bundle in shown)
+    assert first["unfinished"] and first["exercises"] == ["make_noam_scheduler"] and first["because"] == ""
+    assert second["error"] == "NameError: name 'scheduler' is not defined" and second["exercises"] == []
+    assert second["because"] == "`make_noam_scheduler` is not done yet"
+
+
+def test_the_crash_record_names_the_lesson_a_loaded_exercise_came_from(tmp_path):
+    from course_utils.notebook import crash_record
+
+    lesson = _notebook(tmp_path / "Copy of 04_heads.ipynb", "class Heads:\n    def forward(self, x):\n        return x.shape")
+    (Heads,) = load_exercises(lesson, ["Heads"]).values()
+    try:
+        Heads().forward(3)
+    except AttributeError as exc:
+        record = crash_record(exc, ["Heads"])
+    assert record["exercises"] == ["Heads"] and record["notebooks"] == {"Heads": "04_heads"}
+    assert record["function"] == "Heads.forward" and record["line"] == "line 3: `return x.shape`"
+    assert record["unfinished"] is False

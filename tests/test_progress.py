@@ -28,9 +28,12 @@ from course_utils.progress import (
     NOT_ATTEMPTED,
     NOT_REACHED,
     PASSED,
+    Crash,
     Progress,
     Row,
+    blame,
     checker_calls,
+    crashes,
     exercises,
     grade,
     kernel_environment,
@@ -62,6 +65,18 @@ def check_tripling(fn):
 
 def check_halving(fn):
     return run_check("halve", _times(0.5), fn)
+
+
+def check_quadrupling(fn):
+    return run_check("quadruple", _times(4), fn)
+
+
+def check_quintupling(fn):
+    return run_check("quintuple", _times(5), fn)
+
+
+def check_sextupling(fn):
+    return run_check("sextuple", _times(6), fn)
 '''
 
 
@@ -137,17 +152,36 @@ def run(learner: Path):
     return code, buffer.getvalue(), before
 
 
-@pytest.mark.integration
-def test_report_reads_each_outcome(run) -> None:
-    code, out, _ = run
-    assert code == 0
-    table: dict[tuple[str, str], list[str]] = {}  # (notebook, exercise) -> [status, message lines...]
-    for line in out.splitlines():
+def parse_table(out: str) -> dict[tuple[str, str], list[str]]:
+    """The report's table: (notebook, exercise) -> [status, message lines...]."""
+    table: dict[tuple[str, str], list[str]] = {}
+    for line in out.split("\n\nCells that raised an error:")[0].splitlines():
         if line.startswith("0"):
             notebook_, exercise, status = line.split(None, 2)
             row = table[(notebook_, exercise)] = [status]
         elif line.startswith("    "):
             row.append(line.strip())
+    return table
+
+
+def parse_crashes(out: str) -> dict[str, list[str]]:
+    """The report's list of the cells that raised: notebook -> lines."""
+    if "\n\nCells that raised an error:\n" not in out:
+        return {}
+    listed: dict[str, list[str]] = {}
+    for line in out.split("\n\nCells that raised an error:\n")[1].split("\n\n")[0].splitlines():
+        if line.startswith("    "):
+            listed[list(listed)[-1]].append(line.strip())
+        else:
+            listed[line.strip()] = []
+    return listed
+
+
+@pytest.mark.integration
+def test_report_reads_each_outcome(run) -> None:
+    code, out, _ = run
+    assert code == 0
+    table = parse_table(out)
     assert table[("01_first", "double")] == [PASSED], "the exercise's name, not the checker's (doubling)"
     assert table[("01_first", "triple")] == [FAILED, "fn(3.0) should be 9.0, got 6.0.", "Multiply, do not add."], (
         "the checker's first message, in full, beneath its row"
@@ -158,7 +192,17 @@ def test_report_reads_each_outcome(run) -> None:
     assert table[("02_second", "halve")][0] == NOT_REACHED
     assert table[("02_second", "halve")][1].startswith("the notebook stopped before this cell ran (DeadKernelError")
     assert len(table) == 6, "the demonstration check and the notebook without exercises add no rows"
-    assert out.rstrip().endswith("2 of 6 exercises passed (1 failed, 1 not attempted, 1 error, 1 not reached)")
+    assert parse_crashes(out) == {
+        "02_second": [
+            "code cell 3: ZeroDivisionError: division by zero (this notebook's own code; raised at line 1: `1 / 0`)",
+            "code cell 4: NameError: name 'triple' is not defined (this notebook's own code; "
+            "raised at line 1: `check_tripling(triple)`)",
+        ]
+    }, "every cell that raised is listed, even when no exercise is to blame"
+    assert out.rstrip().endswith(
+        "2 of 6 exercises passed (1 failed, 1 not attempted, 1 error, 1 not reached); "
+        "cells that raised an error: 02_second (code cells 3, 4)"
+    )
 
 
 @pytest.mark.integration
@@ -166,6 +210,102 @@ def test_the_learners_files_are_untouched(run, learner: Path) -> None:
     _, _, before = run
     assert snapshot(learner) == before
     assert not (learner / "written_by_the_run.txt").exists()
+
+
+# ---------------------------------------------------------------------------
+# Checkers that passed, then a crash in the same code later on.
+# Each exercise passes its checker (called on 3.0) and crashes on an int, in
+# three ways: an error output in a later cell, a note from `with requires(...)`
+# (no error output), and a later lesson that loads it and crashes inside it.
+
+
+def crashing_notebook() -> nbformat.NotebookNode:
+    def exercise(name: str, factor: int) -> str:
+        return f"def {name}(x):\n    return {factor} * x if isinstance(x, float) else x.size"
+
+    return notebook(
+        new_code_cell(
+            "from fake_checks import check_doubling, check_quadrupling, check_quintupling, check_sextupling\n"
+            "from course_utils.notebook import requires"
+        ),
+        new_code_cell(exercise("quadruple", 4)),
+        new_code_cell("check_quadrupling(quadruple)"),
+        new_code_cell(exercise("quintuple", 5)),
+        new_code_cell("check_quintupling(quintuple)"),
+        new_code_cell(exercise("sextuple", 6)),
+        new_code_cell("check_sextupling(sextuple)"),
+        new_code_cell("def double(x):\n    return 2 * x"),
+        new_code_cell("check_doubling(double)"),
+        new_code_cell("def show(x):\n    return quadruple(x)\n\n\nshow(8)"),  # 10: an error output, inside quadruple
+        new_code_cell('with requires("quintuple"):\n    print(quintuple(8))'),  # 11: a note, inside quintuple
+        new_code_cell('{}["missing"]'),  # 12: nobody's exercise
+    )
+
+
+def loading_notebook() -> nbformat.NotebookNode:
+    return notebook(
+        new_code_cell(
+            "from course_utils.notebook import load_exercises\nfrom fake_checks import check_doubling\n"
+            'sextuple = load_exercises("01_crash.ipynb", ["sextuple"])["sextuple"]'
+        ),
+        new_code_cell("def double(x):\n    return 2 * x"),
+        new_code_cell("check_doubling(double)"),
+        new_code_cell("sextuple(7)"),  # 4: inside lesson 01's sextuple
+    )
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("crashing") / "notebooks"
+    folder.mkdir()
+    (folder / "fake_checks.py").write_text(FAKE_CHECKS)
+    nbformat.write(crashing_notebook(), str(folder / "01_crash.ipynb"))
+    nbformat.write(loading_notebook(), str(folder / "02_later.ipynb"))
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main([str(folder), "--timeout", "60"]) == 0, "the exit status stays 0"
+    return buffer.getvalue()
+
+
+@pytest.mark.integration
+def test_a_passed_exercise_whose_code_crashes_later_is_not_passed(crashed: str) -> None:
+    table = parse_table(crashed)
+    assert table[("01_crash", "quadruple")] == [
+        ERROR,
+        "its checker passed, but code cell 10 of 01_crash crashed inside it: AttributeError: 'int' object has no "
+        "attribute 'size' (raised in `quadruple`, line 2: `return 4 * x if isinstance(x, float) else x.size`)",
+    ], "an error output whose traceback goes through the exercise"
+    assert table[("01_crash", "quintuple")] == [
+        ERROR,
+        "its checker passed, but code cell 11 of 01_crash crashed inside it: AttributeError: 'int' object has no "
+        "attribute 'size' (raised in `quintuple`, line 2: `return 5 * x if isinstance(x, float) else x.size`)",
+    ], "a crash that `with requires(...)` turned into a note"
+    assert table[("01_crash", "sextuple")] == [
+        ERROR,
+        "its checker passed, but code cell 4 of 02_later crashed inside it: AttributeError: 'int' object has no "
+        "attribute 'size' (raised in `sextuple`, line 2: `return 6 * x if isinstance(x, float) else x.size`)",
+    ], "a crash in a later lesson, inside the code it loaded from this one"
+    assert table[("01_crash", "double")] == [PASSED] and table[("02_later", "double")] == [PASSED]
+
+
+@pytest.mark.integration
+def test_the_report_lists_every_cell_that_raised_and_whose_code_it_was(crashed: str) -> None:
+    assert parse_crashes(crashed) == {
+        "01_crash": [
+            "code cell 10: AttributeError: 'int' object has no attribute 'size' (your `quadruple`; "
+            "raised in `quadruple`, line 2: `return 4 * x if isinstance(x, float) else x.size`)",
+            "code cell 11: AttributeError: 'int' object has no attribute 'size' (your `quintuple`; "
+            "raised in `quintuple`, line 2: `return 5 * x if isinstance(x, float) else x.size`)",
+            "code cell 12: KeyError: 'missing' (this notebook's own code; raised at line 1: `{}[\"missing\"]`)",
+        ],
+        "02_later": [
+            "code cell 4: AttributeError: 'int' object has no attribute 'size' (your `sextuple` from 01_crash; "
+            "raised in `sextuple`, line 2: `return 6 * x if isinstance(x, float) else x.size`)",
+        ],
+    }
+    assert crashed.rstrip().endswith(
+        "2 of 5 exercises passed (3 error); cells that raised an error: 01_crash (code cells 10, 11, 12), 02_later (code cell 4)"
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -229,6 +369,96 @@ def test_the_table_shows_each_failures_first_message_beneath_its_row() -> None:
         "    Row 0 may see position 1.",
         "    Use tril, not triu.",
     ]
+
+
+def _error_output(*entries: str, ename: str = "RuntimeError", evalue: str = "shapes do not match") -> dict:
+    return {"output_type": "error", "ename": ename, "evalue": evalue, "traceback": [*entries, f"{ename}: {evalue}"]}
+
+
+def _executed(*outputs: list) -> dict:
+    return {"cells": [{"cell_type": "markdown", "source": "# x"}]
+            + [{"cell_type": "code", "source": "...", "execution_count": i + 1, "outputs": o} for i, o in enumerate(outputs)]}
+
+
+def test_whose_code_raised_is_read_from_the_traceback_frames() -> None:
+    """Frames of this notebook's cells and of loaded cells name functions and methods; library frames do not count."""
+    output = _error_output(
+        "\x1b[36mCell\x1b[39m\x1b[36m \x1b[39m\x1b[32mIn[29]\x1b[39m\x1b[32m, line 2\x1b[39m\n\x1b[32m----> \x1b[39m\x1b[32m2\x1b[39m out = translate(model)\n",
+        "Cell In[12], line 4, in greedy_decode(model, src)\n      3 memory = model.encode(src)\n----> 4 return model.decode(memory)\n",
+        "File <Copy of 05_transformer.ipynb, code cell 9>:7, in Transformer.decode(self, memory)\n----> 7 return self.layers(memory)\n",
+        "File /site-packages/torch/nn/modules/transformer.py:88, in Transformer.forward(self, x)\n----> 88 raise RuntimeError\n",
+    )
+    (crash,) = crashes("07_inference", _executed([], [output]), {"greedy_decode", "Transformer", "beam_search"})
+    assert crash == Crash(
+        "07_inference", 2, "RuntimeError: shapes do not match",
+        [("greedy_decode", "07_inference"), ("Transformer", "05_transformer")],
+        "raised in `Transformer.decode`, line 7: `return self.layers(memory)`",
+    ), "torch's own Transformer.forward is not the learner's Transformer"
+
+
+def test_only_the_last_of_chained_exceptions_counts_and_ipython_7_frames_are_read() -> None:
+    output = _error_output(
+        "<ipython-input-3-5ac1d8e2> in beam_search(model)\n----> 2     raise KeyError(1)\n",
+        "\nDuring handling of the above exception, another exception occurred:\n",
+        "<ipython-input-4-77a0c2f1> in <module>\n----> 1 1 / 0\n",
+        ename="ZeroDivisionError", evalue="division by zero",
+    )
+    (crash,) = crashes("07_inference", _executed([output]), {"beam_search"})
+    assert crash.exercises == [] and crash.where == "raised at line 1: `1 / 0`"
+    assert str(crash) == "code cell 1: ZeroDivisionError: division by zero (this notebook's own code; raised at line 1: `1 / 0`)"
+
+
+def test_an_unfinished_exercise_is_named_as_such() -> None:
+    record = {"error": "NotImplementedError", "exercises": ["greedy_decode"], "notebooks": {}, "function": "",
+              "line": "", "unfinished": True, "note": "This cell uses `greedy_decode`. Finish that exercise first, ..."}
+    display = {"output_type": "display_data", "metadata": {}, "data": {"text/plain": record["note"], _schema.CRASH_MIME_TYPE: record}}
+    later = {"error": "NameError: name 'hypotheses' is not defined", "exercises": [], "notebooks": {}, "function": "",
+             "line": "", "unfinished": False, "because": "`greedy_decode` is not done yet", "note": "..."}
+    later_display = {"output_type": "display_data", "metadata": {}, "data": {"text/plain": "...", _schema.CRASH_MIME_TYPE: later}}
+    crash, after = crashes("06_training", _executed([], [display], [later_display]), set())
+    assert str(crash) == "code cell 2: NotImplementedError (`greedy_decode` is not done yet)"
+    stub = _error_output("Cell In[5], line 3\n      2 # YOUR CODE HERE\n----> 3 raise NotImplementedError()\n",
+                         ename="NotImplementedError", evalue="")
+    (top_level,) = crashes("06_training", _executed([stub]), set())
+    assert str(top_level) == (
+        "code cell 1: NotImplementedError (an exercise not done yet; raised at line 3: `raise NotImplementedError()`)"
+    ), "an exercise region outside any function raises in the cell itself"
+    assert str(after) == (
+        "code cell 3: NameError: name 'hypotheses' is not defined (an earlier cell stopped: `greedy_decode` is not done yet)"
+    )
+
+
+def test_only_passed_rows_turn_into_errors_and_several_crashes_are_counted() -> None:
+    rows = [Row("06_t", "greedy_decode", PASSED), Row("06_t", "noam_lr", FAILED, "Wrong."), Row("07_i", "greedy_decode", PASSED)]
+    found = [
+        Crash("07_i", 5, "IndexError: out of range", [("greedy_decode", "06_t"), ("noam_lr", "06_t")]),
+        Crash("07_i", 8, "IndexError: out of range", [("greedy_decode", "06_t")]),
+    ]
+    blame(rows, found)
+    assert rows == [
+        Row("06_t", "greedy_decode", ERROR, "its checker passed, but code cell 5 of 07_i crashed inside it: IndexError: out of range"
+            "\n(and 1 more cell: see the cells listed below)"),
+        Row("06_t", "noam_lr", FAILED, "Wrong."),  # already not passed: its own message stays
+        Row("07_i", "greedy_decode", PASSED),  # the code that crashed was lesson 06's
+    ]
+
+
+def test_the_table_and_the_html_list_the_cells_that_raised_per_notebook() -> None:
+    progress = Progress(
+        [Row("01_a", "x", PASSED)],
+        [Crash("01_a", 4, "KeyError: 'k'"), Crash("02_b", 1, "ValueError: <bad>", [("x", "01_a")], "raised in `x`, line 2: `f()`")],
+    )
+    assert str(progress).split("\n\n")[1:] == [
+        "Cells that raised an error:\n"
+        "  01_a\n"
+        "    code cell 4: KeyError: 'k' (this notebook's own code)\n"
+        "  02_b\n"
+        "    code cell 1: ValueError: <bad> (your `x` from 01_a; raised in `x`, line 2: `f()`)",
+        "1 of 1 exercise passed; cells that raised an error: 01_a (code cell 4), 02_b (code cell 1)",
+    ]
+    page = progress._repr_html_()
+    assert "<li>02_b<ul><li>code cell 1: ValueError: &lt;bad&gt; (your `x` from 01_a;" in page
+    assert "cells that raised an error: 01_a (code cell 4), 02_b (code cell 1)" in page
 
 
 def test_fast_mode_sets_course_fast_in_the_kernels_only_when_asked(monkeypatch) -> None:
