@@ -27,7 +27,7 @@ class Contract:
     methods: tuple[str, ...] = ()  # methods later code calls, beyond __call__/forward
     submodules: tuple[str, ...] = ()  # submodule names later code and checkpoints rely on
     parts: tuple[str, ...] = ()  # "name: Kind(args)": the kind and sizes of each submodule or buffer, args named
-    # after the constructor's parameters; Kind is Linear, Embedding, LayerNorm, Dropout, ModuleList, buffer or
+    # after the constructor's parameters; Kind is Linear, Embedding, LayerNorm, Dropout, ModuleList, buffer, param or
     # another exercise (whose own parts then apply)
     promises: tuple[str, ...] = ()  # behaviour later code relies on, in words; each verified by the checker
     used_by: tuple[str, ...] = ()  # the later cells, lessons and tools that use it
@@ -145,6 +145,19 @@ _ALL = (
                       "06: cross_attention_weights (W_q, W_k, forward's (query, key, value, mask))",
                       "07: decode_step, the nn.Transformer copy, with_fused_attention (W_q to W_o, num_heads, d_k)")),
     # -- lesson 05 ---------------------------------------------------------------
+    Contract("LayerNorm", "05_transformer", "class",
+             "LayerNorm(d_model, eps=1e-5); forward(x (..., d_model)) -> the same shape",
+             attributes=("eps",),
+             parts=("weight: param(d_model)", "bias: param(d_model)"),
+             promises=(
+                 "weight (the gain) and bias are nn.Parameters of shape (d_model,), starting at ones and zeros, "
+                 "registered in that order",
+                 "each vector along the last axis becomes (x - mean) / sqrt(var + eps) * weight + bias, with the "
+                 "variance divided by d_model (not d_model - 1) and eps inside the square root, as nn.LayerNorm",
+                 "any number of leading axes; float64 after .double(), the device of its input; input unchanged",
+             ),
+             used_by=("05: the comparison with nn.LayerNorm; the layers may use it in place of nn.LayerNorm",
+                      "07: copying the weights into nn.Transformer reads a norm's parameters in order, weight first")),
     Contract("FeedForward", "05_transformer", "class",
              "FeedForward(d_model, d_ff, dropout=0.0); forward(x (B, L, d_model)) -> (B, L, d_model)",
              submodules=("linear1", "linear2"),

@@ -36,6 +36,7 @@ _TOPICS = {
     # lesson 04: multi-head attention
     "check_multi_head_attention": "multi_head",
     # lesson 05: the layers and the model
+    "check_layer_norm": "norm",
     "check_feed_forward": "layers",
     "check_encoder_layer": "layers",
     "check_decoder_layer": "layers",

@@ -100,7 +100,8 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
         if kind == "buffer" and name not in buffers:
             yours = next((f" (yours is `{n}`, of shape {fmt_shape(b.shape)})" for n, b in buffers.items()), "")
             absent.append(f"no buffer named `{name}`{yours}")
-    missing = [name for name, kind, _ in parts if kind != "buffer" and not isinstance(getattr(module, name, None), nn.Module)]
+    missing = [name for name, kind, _ in parts if kind not in ("buffer", "param")
+               and not isinstance(getattr(module, name, None), nn.Module)]
     if missing:
         found = ", ".join(f"`{n}` = {type(m).__name__}" for n, m in module.named_children()) or "none"
         absent.append(f"no submodule{'s' if len(missing) > 1 else ''} {', '.join(f'`{n}`' for n in missing)} "
@@ -108,9 +109,10 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
     if absent:
         check.fail(f"{owner[:1].upper() + owner[1:]} has {' and '.join(absent)}.\n{why}")
     for attribute in (a for a in spec.attributes if a in sizes):  # arguments later code reads back: d_model, pad_id
-        value = getattr(module, attribute, None)
+        value = getattr(module, attribute, _MISSING)
         if type(value) is not type(sizes[attribute]) or value != sizes[attribute]:
-            check.fail(f"{owner[:1].upper() + owner[1:]} has `{attribute}` = {describe(value)}: store the argument, "
+            has = f"has `{attribute}` = {describe(value)}" if value is not _MISSING else f"has no attribute `{attribute}`"
+            check.fail(f"{owner[:1].upper() + owner[1:]} {has}: store the argument, "
                        f"`self.{attribute} = {attribute}`. Later code reads it ({uses}).")
     components_first(check, exercise, components)
     for name, kind, args in parts:
@@ -122,7 +124,9 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
 
 
 def _asked(kind: str, args: str) -> str:
-    return f"a buffer of shape ({args})" if kind == "buffer" else f"{_qualified(kind)}({args})"
+    if kind in ("buffer", "param"):
+        return f"{'a buffer' if kind == 'buffer' else 'an nn.Parameter'} of shape ({args}{',' * (',' not in args)})"
+    return f"{_qualified(kind)}({args})"
 
 
 def _qualified(kind: str) -> str:
@@ -160,6 +164,14 @@ def _part_problem(part: Any, name: str, kind: str, text: str, sizes: dict[str, A
         rows_fit = len(shape) >= 2 and shape[0] == args[0] and math.prod(shape[1:]) == math.prod(args[1:])
         return "" if rows_fit else (f"The buffer `{name}` of {owner} has shape {fmt_shape(shape)}, where "
                                     f"{fmt_shape(args)} was asked for: `{name}[t]` is the row of position t.")
+    if kind == "param":
+        if not isinstance(part, nn.Parameter):
+            return (f"{owner} has {describe(part) if part is not None else 'nothing'} as `{name}`, where an "
+                    f"nn.Parameter of shape ({text},) was asked for: `self.{name} = nn.Parameter(...)`, so that "
+                    f"an optimizer trains it and `.to(device)` moves it.")
+        return "" if tuple(part.shape) == tuple(args) else (
+            f"The parameter `{name}` of {owner} has shape {fmt_shape(part.shape)}, where ({text},) = "
+            f"{fmt_shape(args)} was asked for.")
     if not isinstance(part, nn.Module):
         found = ", ".join(f"`{n}` = {type(m).__name__}" for n, m in module.named_children()) or "none"
         return f"{owner} has no submodule `{name}` (its submodules: {found})."

@@ -309,8 +309,11 @@ def make_batches(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[in
     ]
 
 
+from .batching import padding_fraction, token_batches  # noqa: E402  (batching uses pad_batch, defined above)
+
 __all__ = [
     "BOS", "BOS_ID", "CORPUS_DIR", "CorpusUnavailableError", "EOS", "EOS_ID", "HUB", "MULTI30K", "OPUS100", "PAD", "PAD_ID",
     "SPECIALS", "SPLITS", "UNK", "UNK_ID", "build_vocab", "corpus_path", "decode", "detokenize", "encode",
-    "invert", "load_corpus", "load_local", "make_batches", "pad_batch", "prepare", "token_lists", "tokenize", "unknown_rate",
+    "invert", "load_corpus", "load_local", "make_batches", "pad_batch", "padding_fraction", "prepare", "token_batches",
+    "token_lists", "tokenize", "unknown_rate",
 ]

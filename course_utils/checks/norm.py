@@ -1,0 +1,150 @@
+"""Checker for lesson 05's LayerNorm, written from scratch (section 3.1 of the paper).
+
+The oracle is PyTorch's ``F.layer_norm``. Stages, in order: the contract (``weight``
+and ``bias`` parameters, ``eps``), the starting values, what a normalised vector is
+(mean 0 and variance 1 along the last axis, with the axis or the variance used
+instead named), a sweep against the oracle over shapes, a long input, a larger
+``eps`` and a constant vector (known slips named), gradients, the device and float64.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import stages
+from ._core import Check, CheckResult, close_enough, fmt_values, generator, run_check
+
+_D = 20  # d_model of the checker's instances: unlike every other axis of its inputs
+
+
+def check_layer_norm(LayerNorm: type[nn.Module]) -> CheckResult:
+    """Check ``LayerNorm(d_model, eps=1e-5)``: (x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
+    return run_check("LayerNorm", _check_layer_norm, LayerNorm)
+
+
+def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
+    check.callable_(LayerNorm, "LayerNorm", want_class=True)
+    g = generator(5)
+    norm = stages.is_module(check, check.build(LayerNorm, _D), "LayerNorm")
+    stages.contract_parts(check, norm, "LayerNorm", {"d_model": _D, "eps": 1e-5})
+    _starts_as_identity(check, norm)
+    _normalises_each_vector(check, norm, torch.randn(2, 5, _D, generator=g) * 2 + torch.randn(2, 5, 1, generator=g) * 3)
+
+    wide = stages.is_module(check, check.build(LayerNorm, _D, eps=0.1), "LayerNorm")
+    for module in (norm, wide):  # trained-looking gains and shifts, so that ignoring them shows
+        with torch.no_grad():
+            module.weight.copy_(1 + 0.5 * torch.randn(_D, generator=g))
+            module.bias.copy_(torch.randn(_D, generator=g))
+    constant = torch.randn(2, 3, _D, generator=g)
+    constant[1, 2] = 1.5  # one vector with every feature equal: variance 0
+    cases = [stages.Case(label, (module, x, 0.1 if module is wide else 1e-5)) for label, module, x in [
+        ("x of shape (2, 5, 20)", norm, torch.randn(2, 5, _D, generator=g)),
+        ("x of shape (7, 20), without a batch axis", norm, torch.randn(7, _D, generator=g)),
+        ("x of shape (2, 3, 4, 20)", norm, torch.randn(2, 3, 4, _D, generator=g)),
+        ("a long x, (1, 80, 20), of mean 3 and spread 2", norm, 3 + 2 * torch.randn(1, 80, _D, generator=g)),
+        ("LayerNorm(20, eps=0.1) and features of spread 0.3", wide, 0.3 * torch.randn(2, 5, _D, generator=g)),
+        ("an x whose vector x[1, 2] has all its features equal", norm, constant),
+    ]]
+    stages.sweep(check, cases, lambda case: _run(check, *case.data[:2]), lambda case: _formula(*case.data),
+                 "LayerNorm", slips=_SLIPS)
+    check.ok("matches F.layer_norm for 2-, 3- and 4-axis inputs, a long one, eps=0.1 and a vector of equal features")
+
+    x = torch.randn(2, 5, _D, generator=g)
+
+    def expected(r: torch.Tensor) -> dict[str, torch.Tensor]:
+        leaves = [t.detach().double().requires_grad_(True) for t in (x, norm.weight, norm.bias)]
+        out = F.layer_norm(leaves[0], (_D,), leaves[1], leaves[2], 1e-5)
+        return dict(zip(("x", "weight", "bias"), torch.autograd.grad((out * r).sum(), leaves)))
+
+    stages.gradients(check, lambda x_: _run(check, norm, x_), {"x": x}, expected, "LayerNorm", "F.layer_norm",
+                     params={"weight": norm.weight, "bias": norm.bias}, causes={frozenset({"x"}): (
+                         "The mean or the variance is cut off from autograd (`.detach()`, `.item()`, "
+                         "`torch.no_grad()`): the gradient flows through them too.")})
+    stages.module_on_gpu(check, norm, x, what="LayerNorm")
+    stages.follows_dtype(check, norm, [x], "LayerNorm")
+
+
+def _run(check: Check, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    out = check.call(module, x, what="LayerNorm.forward")
+    if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        check.fail("Your LayerNorm returns NaN or infinity. A vector whose features are all equal has variance 0, "
+                   "and only eps keeps the division finite: divide by `torch.sqrt(var + self.eps)`.")
+    return check.tensor(out, f"the output of LayerNorm for an x of shape {tuple(x.shape)}", shape=x.shape,
+                        dtype=x.dtype)
+
+
+def _formula(module: nn.Module, x: torch.Tensor, eps: float, unbiased: bool = False, eps_outside: bool = False,
+             affine: str = "weight, bias") -> torch.Tensor:
+    """What a LayerNorm built with ``eps`` computes, in float64: the oracle by default, a slip with an argument."""
+    x, w, b = (t.detach().double() for t in (x, module.weight, module.bias))
+    if not (unbiased or eps_outside or affine != "weight, bias"):
+        return F.layer_norm(x, (_D,), w, b, eps)
+    centred = x - x.mean(-1, keepdim=True)
+    var = x.var(-1, keepdim=True, unbiased=unbiased)
+    normalised = centred / (var.sqrt() + eps if eps_outside else (var + eps).sqrt())
+    return {"weight, bias": normalised * w + b, "none": normalised, "swapped": normalised * b + w}[affine]
+
+
+_BESSEL = ("the variance is divided by d_model - 1 (Bessel's correction, what torch.var and torch.std do by default). "
+           "A LayerNorm divides by d_model: `x.var(-1, keepdim=True, unbiased=False)`, as nn.LayerNorm does.")
+_SLIPS = [  # the variance divided by d_model - 1 is named earlier, by _normalises_each_vector
+    (lambda case: _formula(*case.data, eps_outside=True),
+     "eps is added to the standard deviation, `(x - mean) / (std + eps)`; it belongs inside the square root, "
+     "`(x - mean) / torch.sqrt(var + eps)`, as in nn.LayerNorm."),
+    (lambda case: _formula(*case.data[:2], 1e-5), "it uses eps = 1e-5 whatever it was built with: store the "
+     "constructor's argument, `self.eps = eps`, and add `self.eps` to the variance."),
+    (lambda case: _formula(*case.data[:2], 0.0), "it ignores eps: add `self.eps` to the variance, inside the "
+     "square root."),
+    (lambda case: _formula(*case.data, affine="none"), "it normalises but then ignores weight and bias. Multiply "
+     "by `self.weight` and add `self.bias`: they start at ones and zeros, so only trained values show the difference."),
+    (lambda case: _formula(*case.data, affine="swapped"), "weight and bias are swapped: the normalised vector is "
+     "multiplied by `self.weight` (the gain), then `self.bias` is added."),
+]
+
+
+def _starts_as_identity(check: Check, norm: nn.Module) -> None:
+    w, b = norm.weight.detach(), norm.bias.detach()
+    if not (torch.equal(w, torch.ones_like(w)) and torch.equal(b, torch.zeros_like(b))):
+        check.fail(f"A new LayerNorm should start with weight all ones and bias all zeros, so that it only "
+                   f"normalises until training changes them. Yours starts with weight {fmt_values(w)} and bias "
+                   f"{fmt_values(b)}: use `nn.Parameter(torch.ones(d_model))` and `nn.Parameter(torch.zeros(d_model))`.")
+    if not all(p is q for p, q in zip(norm.parameters(), (norm.weight, norm.bias))):
+        check.fail("Your LayerNorm registers `bias` before `weight`. Create `self.weight` first, as nn.LayerNorm "
+                   "does: lesson 07 copies a norm's parameters in order, gain first.")
+    check.ok("weight starts at ones and bias at zeros, registered in that order")
+
+
+def _normalises_each_vector(check: Check, norm: nn.Module, x: torch.Tensor) -> None:
+    """With weight ones and bias zeros, each vector along the last axis comes out with mean 0 and variance 1."""
+    out = _run(check, norm, x).detach().double()
+    if close_enough(out, _formula(norm, x, 1e-5)):
+        return check.ok("with weight ones and bias zeros, every vector has mean 0 and variance 1 along the last axis")
+    for slip, message in _SLIPS:
+        if close_enough(out, slip(stages.Case("", (norm, x, 1e-5)))):
+            check.fail(f"Your LayerNorm is wrong: {message}")
+    v = x.double().var(-1, unbiased=False)  # (2, 5): each vector's own variance
+    mean = out.mean(-1)
+    if not close_enough(mean, torch.zeros_like(mean), atol=1e-4):
+        axes = {"the batch axis (dim 0)": 0, "the positions (dim 1)": 1, "the whole tensor": (0, 1, 2)}
+        other = next((name for name, dim in axes.items()
+                      if close_enough(out.mean(dim), torch.zeros_like(out.mean(dim)), atol=1e-4)), "")
+        check.fail(f"With weight ones and bias zeros, each vector of the output should have mean 0 over its last "
+                   f"axis; yours have means {fmt_values(mean.flatten())}. " + (
+                       f"Your LayerNorm normalises over {other} instead: its statistics must come from each "
+                       f"vector's d_model features alone, `x.mean(-1, keepdim=True)` and "
+                       f"`x.var(-1, keepdim=True, unbiased=False)`." if other else
+                       "Subtract each vector's own mean, `x - x.mean(-1, keepdim=True)`."))
+    got = out.var(-1, unbiased=False)
+    known = [(v / (v * _D / (_D - 1) + 1e-5), f"Your vectors come out with variance {_D - 1}/{_D} instead of 1: "
+              f"{_BESSEL}"),
+             (v / (v + 1e-5) ** 2, "Your LayerNorm divides by the variance itself: divide by its square root, "
+              "`torch.sqrt(var + self.eps)`.")]
+    for variance, message in known:
+        if close_enough(got, variance, atol=1e-4, rtol=1e-3):
+            check.fail(message)
+    check.close(got, v / (v + 1e-5), "the variance of each output vector, with weight ones and bias zeros",
+                atol=1e-4, rtol=1e-3, hint="Each vector should have variance var / (var + eps), about 1: divide "
+                "the centred vector by `torch.sqrt(var + self.eps)`, var the mean of its squared deviations.")
+    check.ok("with weight ones and bias zeros, every vector has mean 0 and variance 1 along the last axis")
