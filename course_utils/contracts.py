@@ -265,8 +265,11 @@ _ALL = (
                  "and it stops once every sentence has finished",
                  "runs under torch.no_grad()",
                  "creates its tensors on src's device and returns the output there",
+                 "of the model, uses encode and decode, and at most parameters(), eval(), train() and training "
+                 "besides (lesson 07's CachedDecoder offers exactly these)",
              ),
-             used_by=("06: translate and the BLEU score", "06: the cross-attention plot")),
+             used_by=("06: translate and the BLEU score", "06: the cross-attention plot",
+                      "07: greedy decoding with the cache (CachedDecoder)")),
     # -- lesson 07 ---------------------------------------------------------------
     Contract("beam_search", "07_inference", "function",
              "beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6) -> LongTensor (B, T)",
@@ -277,6 +280,8 @@ _ALL = (
                  "a sentence stops when its best finished score >= best open score / lp(max_len - 1)",
                  "the best hypothesis per sentence, bos_id first, pad_id after eos_id, T = the longest; "
                  "no_grad; on src's device",
+                 "of the model, uses encode and decode, and at most parameters(), eval(), train() and training "
+                 "besides (lesson 07's CachedDecoder offers exactly these)",
              ),
              used_by=("07: BLEU against beam size, the length penalty plot, the cached search",
                       "benchmarks/bench.py (beam4_bleu)")),
@@ -293,6 +298,7 @@ _ALL = (
              promises=("the returned module runs nn.Transformer's layers (no final norms) between copies of the "
                        "model's embeddings, positional encoding and generator, with PyTorch's mask polarity",
                        "its logits equal model(src, tgt) to 1e-5 in eval mode",
+                       "PyTorch's layers have the model's dropout rate, model.positional_encoding.dropout.p",
                        "PyTorch's layers hold copies of the model's weights; the model is unchanged"),
              used_by=("07: the trained model compared with its nn.Transformer copy",)),
     # -- lesson 08 ---------------------------------------------------------------

@@ -147,6 +147,9 @@ def test_on_colab_the_setup_cell_clones_the_course_and_the_checkers_import(tmp_p
     runner.write_text(RUNNER)
     isolated = tmp_path / "cwd"
     isolated.mkdir()
+    interrupted = isolated / f"{config.folder}.download"  # what a clone cut short by the learner left
+    (interrupted / ".git").mkdir(parents=True)
+    (interrupted / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
 
     env = clean_env(**{REPOSITORY_ENV: repository.as_uri()}, PIP_NO_INDEX="1")  # offline: nothing from an index
     done = subprocess.run(
@@ -156,6 +159,7 @@ def test_on_colab_the_setup_cell_clones_the_course_and_the_checkers_import(tmp_p
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(report["file"]).resolve().is_relative_to((isolated / config.folder).resolve()), report["file"]
     assert (isolated / config.folder / ".git" / "shallow").exists(), "a shallow clone"
+    assert not interrupted.exists(), "the interrupted clone was cleared away"
     assert "The course is ready in" in done.stdout
     expected = sorted(
         name for name, module in _topics().items() if (repository / "course_utils" / "checks" / f"{module}.py").exists()

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +123,7 @@ def test_opus100_calls_the_hub_loader(monkeypatch):
         monkeypatch.delenv(flag, raising=False)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False, raising=False)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False, raising=False)
+    monkeypatch.setattr(data, "_hub_unreachable", lambda: "")  # as if the hub answered
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append((a, k)) or "dataset")
     assert load_corpus("opus100", "validation") == "dataset"
@@ -350,7 +352,28 @@ def _online(monkeypatch):
         monkeypatch.delenv(flag, raising=False)
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False, raising=False)
     monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False, raising=False)
+    monkeypatch.setattr(data, "_hub_unreachable", lambda: "")  # as if the hub answered
     return datasets
+
+
+def test_an_unreachable_hub_is_said_at_once_without_datasets_retries(monkeypatch):
+    import datasets
+
+    for flag in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "HTTPS_PROXY", "https_proxy",
+                 "ALL_PROXY", "all_proxy", "HF_ENDPOINT"):
+        monkeypatch.delenv(flag, raising=False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False, raising=False)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", False, raising=False)
+
+    def refused(address, timeout=None):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(socket, "create_connection", refused)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: pytest.fail("datasets was asked anyway"))
+    with pytest.raises(CorpusUnavailableError, match="(?s)no connection to huggingface.co.*load_corpus\\('bundled'"):
+        load_corpus("multi30k", "train")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # behind a proxy, datasets finds out itself
+    assert data._hub_unreachable() == ""
 
 
 def test_multi30k_comes_from_the_hub_copy_in_the_course_schema(monkeypatch, tmp_path):

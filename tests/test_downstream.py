@@ -67,6 +67,9 @@ LESSONS = ("00_setup_and_data", "01_attention", "02_masks", "03_positional_encod
 #: A lesson that reads what an earlier one wrote (07 loads the model lesson 06 saved): in an own-lesson
 #: round, that earlier lesson runs first, with the same variants.
 PREREQUISITES = {"07_inference": "06_training"}
+#: Facts a lesson computes about the learner's objects (a name its cells set to True), and what each promises.
+HOLDS = {"07_inference": {"model_unchanged": "training the copies (yours, the fused one, the nn.Transformer one) "
+                                             "leaves the trained model as it was: copies share no tensor"}}
 
 
 def lessons() -> tuple[str, ...]:
@@ -138,12 +141,14 @@ def run(lesson: str, overrides: dict[str, Any], workdir: Path):
 
 
 def assert_in_place(lesson: str, overrides: dict[str, Any], outcome) -> None:
-    """Every variant the lesson defines or loads was really put in place of the solution."""
+    """Every variant the lesson defines or loads was really put in place of the solution; the lesson's HOLDS hold."""
     expected = {e for e in overrides if lesson_of(e) == lesson or e in loads(lesson)}
     assert expected <= outcome.substituted, f"{lesson}: not substituted: {sorted(expected - outcome.substituted)}"
     for exercise in expected & set(outcome.namespace):
         if lesson_of(exercise) == lesson:
             assert outcome.namespace[exercise] is overrides[exercise], f"{lesson} rebinds {exercise}"
+    for name, promise in HOLDS.get(lesson, {}).items():
+        assert outcome.namespace.get(name) is True, f"{lesson} with {describe(overrides)}: not so that {promise}"
 
 
 # ---------------------------------------------------------------------------

@@ -4,7 +4,8 @@ nbval compares every stored output of a solution notebook with a fresh run.
 An output that follows from trained weights, timings, the device or the CPU's
 rounding cannot be stable across machines; such a cell carries the tag
 ``nbval-ignore-output`` and says why in its metadata, where a learner does not
-see it (a ``# NBVAL_IGNORE_OUTPUT`` comment sits in the learner's code).
+see it (a ``# NBVAL_IGNORE_OUTPUT`` comment would sit in the learner's code).
+No cell is empty (a leftover of moving cells shows as a blank box).
 
 Every exercise has at least two hints between its cell and its checker cell,
 the last one not the whole solution, and README.md's lesson table names it.
@@ -37,6 +38,13 @@ def test_no_nbval_comment_in_the_learners_code(path: Path) -> None:
     for i, cell in _code_cells(path):
         markers = [line for line in cell_source(cell).splitlines() if line.strip().startswith("# NBVAL_")]
         assert not markers, f"{path.name}, cell {i}: use the cell tag `{IGNORED}` instead of {markers[0]!r}"
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
+def test_no_empty_cell(path: Path) -> None:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    empty = [i for i, cell in enumerate(cells) if not cell_source(cell).strip()]
+    assert not empty, f"{path.name}: cell {empty[0]} is empty; delete it"
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)

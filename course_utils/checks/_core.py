@@ -307,7 +307,7 @@ def _learner_frame(exc: BaseException) -> str | None:
         if _is_ours(frame.filename):
             continue
         if frame.line:
-            return f"in {frame.name}: {frame.line.strip()}"
+            return f"in {frame.name}, the line `{frame.line.strip()}`"
     return None
 
 
@@ -879,7 +879,7 @@ def _error_message(name: str, exc: BaseException, named: list[tuple[str, Any]]) 
         lines = [f"Your {name} raised {type(exc).__name__}: {first}".rstrip(": ")]
     where = _learner_frame(exc)
     if where:
-        lines.append(f"  at {where}")
+        lines.append(f"  {where}")
     if named:
         lines.append("It was called with:")
         lines += [f"  {n} = {describe(v)}" for n, v in named]

@@ -515,7 +515,7 @@ def create_there(source: str) -> str:
 def mixed_devices(check: Check, result: Any, what: str, inputs: str, advice: str = create_there("x")) -> None:
     """Fail when a run on the pretend GPU raised because the code mixed a CPU tensor with the inputs."""
     if isinstance(result, Raised) and isinstance(result.exception, _gpu.DeviceMismatch):
-        line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("at ")), "")
+        line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("in ")), "")
         operation = str(result.exception.operation).removeprefix("in ")
         origin = result.exception.origin
         how = operation if operation.startswith("model.") else f"{operation} mixed them"

@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 import random
 import re
+import socket
+import urllib.parse
 from collections import Counter
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -106,6 +108,9 @@ def _load_hub(datasets, source: str, split: str):
     if _offline():
         reason = "the Hugging Face hub is switched to offline mode (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE)"
         raise CorpusUnavailableError(_offline_message(source, reason))
+    unreachable = _hub_unreachable()
+    if unreachable:  # say so at once, rather than after datasets' retries (half a minute of messages)
+        raise CorpusUnavailableError(_offline_message(source, unreachable))
     try:
         loaded = datasets.load_dataset(name, config, split=split) if config else datasets.load_dataset(name, split=split)
     except Exception as exc:  # no network, DNS failure, hub unreachable...
@@ -126,6 +131,19 @@ def _offline() -> bool:
         return bool(getattr(datasets.config, "HF_HUB_OFFLINE", False) or getattr(datasets.config, "HF_DATASETS_OFFLINE", False))
     except Exception:  # pragma: no cover - an unusual datasets install
         return False
+
+
+def _hub_unreachable(timeout: float = 3.0) -> str:
+    """Why the hub cannot be reached: '' when a connection opens, or when a proxy stands between (datasets finds out)."""
+    if any(os.environ.get(name) for name in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return ""
+    address = urllib.parse.urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = address.hostname or "huggingface.co", address.port or (80 if address.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return f"no connection to {host} within {timeout:g} s ({type(exc).__name__}: {exc})"
+    return ""
 
 
 def _looks_like_network_error(exc: BaseException) -> bool:
