@@ -359,7 +359,9 @@ def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
     loaded = {n for node in loaded_statements(tree, {name}) for n in names_defined(node)}
     if name not in loaded:
         return  # not defined at the top of a cell: nothing to simulate
-    imported = _imported(_cell_family(filename)) | _imported(["".join(linecache.getlines(filename))])
+    family = _cell_family(filename)
+    imported = _imported(family) | _imported(["".join(linecache.getlines(filename))])
+    assigned = {n for source in family for node in getattr(parse_cell(source), "body", []) for n in names_defined(node)}
     namespace, missing = functions[0].__globals__, []
     used = {ins.argval for code in _code_objects(obj) for ins in dis.get_instructions(code)
             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
@@ -367,9 +369,12 @@ def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
         value = namespace.get(used_name, _MISSING)
         if used_name in vars(builtins) or value is _MISSING or isinstance(value, types.ModuleType):
             continue
-        origin = getattr(getattr(value, "__code__", None), "co_filename", "") or getattr(value, "__module__", "")
-        if getattr(value, "__module__", "__main__") not in _NOTEBOOK_MODULES or origin.startswith("<"):
-            continue  # a library's object, or one another lesson's cell defines (loaded there too)
+        if hasattr(value, "__code__") or isinstance(value, type):  # a function or a class: where it was written
+            origin = getattr(getattr(value, "__code__", None), "co_filename", "") or value.__module__
+            if value.__module__ not in _NOTEBOOK_MODULES or origin.startswith("<"):
+                continue  # a library's object, or one another lesson's cell defines (loaded there too)
+        elif used_name not in assigned:
+            continue  # a constant that no other cell of this notebook assigns (imported, or from a library)
         missing.append(used_name)
     if missing:
         shown = ", ".join(f"`{m}`" for m in missing)
