@@ -17,6 +17,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--all-variants", action="store_true", default=False,
+        help="tests/test_downstream.py: run every further variant in its own lesson (by default, the first and the "
+             "last further round of each lesson)",
+    )
+
+
 def pytest_configure(config):
     """nbval's options for this repository: compare the solution notebooks' outputs unless told otherwise.
 
@@ -30,3 +38,14 @@ def pytest_configure(config):
     option.nbval_current_env = True  # kernels run in this interpreter's environment (the course's venv)
     if option.nbval_cell_timeout == 2000:  # nbval's default: ours is shorter, so that a hang fails in CI
         option.nbval_cell_timeout = 300
+    if getattr(option, "dist", "no") == "load":  # `-n N` (pytest-xdist): a notebook's cells stay on one worker
+        option.dist = "loadgroup"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, each notebook's cells form one group: they run in order, in one kernel."""
+    import pytest
+
+    for item in items:
+        if type(item).__name__ == "IPyNbCell":
+            item.add_marker(pytest.mark.xdist_group(item.path.name))

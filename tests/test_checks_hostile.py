@@ -21,7 +21,7 @@ from torch import nn
 import course_utils.checks as checks
 from course_utils.checks import _core
 
-CALL_LIMIT, TOTAL_LIMIT = 0.5, 2.0
+CALL_LIMIT, TOTAL_LIMIT = 0.25, 1.0  # the real defaults (5 s, 30 s) are tested in test_core.py
 NAMES = sorted(checks._TOPICS)
 
 
@@ -160,7 +160,7 @@ def test_hostile_input_gets_a_named_result_in_time(name, label, short_limits, ca
     assert result.messages and all(m.strip() for m in result.messages), text
     assert "could not finish" not in text and "could not use" not in text, text
     assert "0x" not in text, text
-    assert took < TOTAL_LIMIT + CALL_LIMIT + 1.0, f"took {took:.1f} s:\n{text}"
+    assert took < TOTAL_LIMIT + CALL_LIMIT + 1.5, f"took {took:.1f} s:\n{text}"
     after = _state()
     assert torch.equal(before[0], after[0]) and before[1:2] == after[1:2] and np.array_equal(before[2], after[2])
     assert before[3:] == after[3:], "a global setting was left changed"

@@ -98,22 +98,37 @@ def test_load_bundled_gives_a_dataset_with_a_translation_column():
     assert len(load_corpus(split="valid")) == len(load_corpus("bundled", "validation")) == 1_000
 
 
-def test_load_bundled_works_offline():
-    code = "from course_utils.data import load_corpus; print(len(load_corpus('bundled', 'validation')))"
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "1000"
+OFFLINE_RUN = """
+import json
+from course_utils.data import CorpusUnavailableError, load_corpus
+
+found = {"bundled": len(load_corpus("bundled", "validation"))}
+for source, split in [("opus100", "train"), ("multi30k", "test")]:
+    try:
+        load_corpus(source, split)
+        found[source] = "loaded"
+    except CorpusUnavailableError as exc:
+        found[source] = "UNAVAILABLE " + str(exc)
+print(json.dumps(found))
+"""
 
 
-def test_opus100_offline_raises_a_clear_error_in_a_fresh_process():
-    code = (
-        "from course_utils.data import load_corpus, CorpusUnavailableError\n"
-        "try:\n    load_corpus('opus100', 'train')\n"
-        "except CorpusUnavailableError as exc:\n    print('UNAVAILABLE', exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=120)
+@pytest.fixture(scope="module")
+def offline_process() -> dict:
+    """One fresh process with the hub switched off: what each source gave (shared by the three tests below)."""
+    out = subprocess.run([sys.executable, "-c", OFFLINE_RUN], env={**os.environ, **OFFLINE}, capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert "UNAVAILABLE" in out.stdout and "network" in out.stdout and "load_corpus('bundled'" in out.stdout
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_load_bundled_works_offline(offline_process):
+    assert offline_process["bundled"] == 1000
+
+
+def test_opus100_offline_raises_a_clear_error_in_a_fresh_process(offline_process):
+    said = offline_process["opus100"]
+    assert said.startswith("UNAVAILABLE") and "network" in said and "load_corpus('bundled'" in said
 
 
 def test_opus100_calls_the_hub_loader(monkeypatch):
@@ -327,6 +342,19 @@ def test_the_layout_of_the_multi30k_repository_files(tmp_path):
     assert test[0]["translation"] == CAPTIONS[4] and len(test) == 5
 
 
+def test_every_multi30k_test_set_loads_by_its_own_name(tmp_path):
+    """Lesson 08 scores test_2016_flickr, test_2017_flickr, test_2017_mscoco and test_2018_flickr from one folder."""
+    folder = _layout(tmp_path / "raw", "parallel-gz")
+    others = {"test_2017_flickr": CAPTIONS[:2], "test_2017_mscoco": CAPTIONS[2:3], "test_2018_flickr": CAPTIONS[3:7]}
+    for name, pairs in others.items():
+        data.files.write_parallel(pairs, folder, name, gz=True)
+    for name, pairs in others.items():
+        assert load_corpus(folder, name)["translation"] == pairs, name
+    assert load_corpus(folder, "test")["translation"] == _split_pairs("test_2016_flickr"), "test is still 2016's"
+    with pytest.raises(FileNotFoundError, match="test_2016_flickr.en.gz"):  # names what the folder holds
+        load_corpus(folder, "test_2016_mscoco")
+
+
 def test_local_files_that_do_not_line_up_are_clear_errors(tmp_path):
     folder = tmp_path / "broken"
     data.files.write_parallel(CAPTIONS, folder, "train")
@@ -405,15 +433,9 @@ def test_multi30k_comes_from_the_hub_copy_in_the_course_schema(monkeypatch, tmp_
         load_corpus("multi30k", "train")
 
 
-def test_multi30k_offline_raises_a_clear_error_in_a_fresh_process():
-    code = (
-        "from course_utils.data import load_corpus, CorpusUnavailableError\n"
-        "try:\n    load_corpus('multi30k', 'test')\n"
-        "except CorpusUnavailableError as exc:\n    print('UNAVAILABLE', exc)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, **OFFLINE}, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "UNAVAILABLE" in out.stdout and "bentrevett/multi30k" in out.stdout and "load_corpus('bundled'" in out.stdout
+def test_multi30k_offline_raises_a_clear_error_in_a_fresh_process(offline_process):
+    said = offline_process["multi30k"]
+    assert said.startswith("UNAVAILABLE") and "bentrevett/multi30k" in said and "load_corpus('bundled'" in said
 
 
 def test_unknown_rate_counts_tokens_missing_from_the_vocabulary():

@@ -18,7 +18,9 @@ Two kinds of runs keep this under two minutes on two cores:
   :data:`NEXT_LESSON_ROUNDS` rounds, in the lessons that load it.
 
 Lessons run on the first pairs of each corpus split, and lesson 06 trains a
-tiny model for three steps (:func:`shrink_training`).
+tiny model for three steps (:func:`shrink_training`). The default run takes the
+first and the last own-lesson round of each lesson; ``pytest --all-variants``
+runs every round (every variant of every catalogue in its lesson).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def shrink_training(ns: dict[str, Any]) -> None:
 
 #: The lessons that run, in order.
 LESSONS = ("00_setup_and_data", "01_attention", "02_masks", "03_positional_encoding", "04_multi_head_attention",
-           "05_transformer", "06_training", "07_inference", "08_real_data")
+           "05_transformer", "06_training", "07_inference", "08_real_data", "09_ablations")
 #: A lesson that reads what an earlier one wrote (07 loads the model lesson 06 saved): in an own-lesson
 #: round, that earlier lesson runs first, with the same variants.
 PREREQUISITES = {"07_inference": "06_training"}
@@ -223,13 +225,22 @@ def build_the_benchmarks_models(overrides: dict[str, Any]) -> None:
 # Own-lesson rounds
 
 
-def own_lesson_cases() -> list[tuple[str, int]]:
+def own_lesson_cases() -> list:
+    """Every further round of every lesson; all but the first and the last of a lesson need --all-variants."""
     cases = []
     for lesson in lessons():
         mine = [e for e in variants() if lesson_of(e) == lesson]
         deepest = max((len(variants()[e]) for e in mine), default=0)
-        cases += [(lesson, r) for r in range(COURSE_ROUNDS, deepest)]
+        rounds = range(COURSE_ROUNDS, deepest)
+        cases += [pytest.param(lesson, r, marks=[] if r in (rounds[0], rounds[-1]) else [pytest.mark.all_variants])
+                  for r in rounds]
     return cases
+
+
+@pytest.fixture(autouse=True)
+def _sampled(request) -> None:
+    if request.node.get_closest_marker("all_variants") and not request.config.getoption("--all-variants"):
+        pytest.skip("a middle round: run with --all-variants (the default run takes each lesson's first and last)")
 
 
 @pytest.mark.parametrize("lesson, round_", own_lesson_cases())
