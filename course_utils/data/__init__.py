@@ -14,7 +14,8 @@ short English-German sentence pairs from a small bilingual grammar, in the
 opus100 schema. ``load_corpus("multi30k")`` and ``load_corpus("opus100")``
 load real data from the Hugging Face hub instead, when a network is
 available, and ``load_corpus("path/to/folder")`` reads local files (see
-``files.py``). Real text needs subword tokens: see ``bpe.py``.
+``files.py``). Real text needs subword tokens: see ``bpe.py``; batches with a
+budget of tokens rather than a number of sentences are in ``batching.py``.
 
 Lesson 00 asks learners to write ``build_vocab``, ``encode``, ``decode`` and
 ``pad_batch`` themselves; the versions here are the course's own, which later

@@ -1,0 +1,220 @@
+"""One row of lesson 08's table of levers: a timed training run of the lesson's own code, scored on every test set.
+
+Lesson 08 (``solutions/08_real_data.ipynb``) improves its laptop-CPU run one lever at a time: shared
+embeddings, batches by tokens, checkpoint averaging; and it tries lesson 07's fused attention and
+``torch.compile``, which do not pay on a CPU.
+Each row of its table is one run of the lesson's ``measure_row``: train the row's configuration for
+the budget, translate the four Multi30k test sets (beam 4) with the mean of its last checkpoints
+when it averages, and measure its steps, tokens per second and fraction of the machine's
+matrix-product peak. This script loads that code from the notebooks (lessons 01 to 08, with
+``course_utils.notebook.load_exercises``, as ``bench.py`` does), so it measures exactly what a
+learner runs.
+
+    python benchmarks/levers.py --list
+    python benchmarks/levers.py --row tied --budget-min 15 --threads 2 --multi30k ../dataset/data/task1/raw
+    python benchmarks/levers.py --row averaged --budget-min 15 --set batch_tokens=2000  # a variant of a row
+    python benchmarks/levers.py --table benchmarks/levers-15min.jsonl                 # the rows as Markdown
+    python benchmarks/levers.py --quick                                               # a smoke run, seconds
+
+Progress goes to stderr; stdout carries one JSON object for the row (append it to a ``.jsonl`` file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+import types
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "solutions"
+MEASURED = ROOT / "benchmarks" / "levers-15min.jsonl"
+
+# What lesson 08 loads from the earlier lessons, then what the script needs from lesson 08 itself.
+EARLIER = [
+    ("01_attention.ipynb", ["scaled_dot_product_attention"]),
+    ("02_masks.ipynb", ["make_padding_mask", "make_causal_mask", "make_target_mask"]),
+    ("03_positional_encoding.ipynb", ["sinusoidal_positional_encoding", "PositionalEncoding"]),
+    ("04_multi_head_attention.ipynb", ["MultiHeadAttention"]),
+    ("05_transformer.ipynb", ["FeedForward", "EncoderLayer", "DecoderLayer", "Transformer"]),
+    ("06_training.ipynb", ["noam_lr", "make_noam_scheduler", "label_smoothing_loss", "greedy_decode"]),
+    ("07_inference.ipynb", ["gnmt_length_penalty", "beam_search", "FusedAttention", "with_fused_attention"]),
+]
+# Loading a name runs the assignments of its cell too: TEST_SETS loads the data (from MULTI30K_DIR, or the
+# fast slices of the bundled corpus with COURSE_FAST=1), bpe trains the BPE vocabulary, train_src encodes.
+LESSON08 = ["TEST_SETS", "load_splits", "bpe", "train_src", "RunConfig", "LAPTOP_CPU", "GPU", "build_model",
+            "new_optimizer", "batches_forever", "loss_on", "train_step", "validation_loss", "checkpoint_paths",
+            "checkpoint_path", "train", "translate", "averaged", "bleu_scores", "step_flops", "run_work",
+            "with_levers", "LEVER_ROWS", "measure_row"]
+
+#: What each row of the table adds to the row above it (the README's wording).
+ADDS = {
+    "base": "none: batches of 128 sentence pairs, separate embeddings, the last checkpoint",
+    "tied": "shared embeddings (section 3.4)",
+    "tokens": "batches of 2,500 tokens (section 5.1)",
+    "averaged": "the mean of the last 5 checkpoints (section 6.1): `LAPTOP_CPU`",
+    "fused": "`averaged` + lesson 07's fused attention (not kept on a CPU)",
+    "compiled": "`averaged` + `torch.compile` (not kept)",
+}
+TABLE_COLUMNS = ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr", "steps",
+                 "tokens_per_second", "fraction_of_peak"]
+
+# --quick: every stage of a row in seconds, on slices of the bundled corpus; it learns nothing.
+QUICK = dict(d_model=32, num_heads=2, num_layers=1, d_ff=64, batch_size=16, num_steps=6, train_minutes=None,
+             warmup_steps=2, eval_every=2, beam_size=2, extra_len=5, test_sentences=8)
+
+
+def log(message: str) -> None:
+    print(f"[levers] {message}", file=sys.stderr, flush=True)
+
+
+def load_lesson(multi30k: str | None, quick: bool, folder: Path = SOLUTIONS) -> dict[str, Any]:
+    """Lessons 01 to 07's code and lesson 08's data, configurations and functions, in one namespace."""
+    from course_utils.notebook import load_exercises
+
+    if quick:
+        os.environ["COURSE_FAST"] = "1"  # the lesson's fast data: slices of the bundled corpus, in Multi30k's files
+    else:
+        os.environ.pop("COURSE_FAST", None)
+        if not multi30k:
+            raise SystemExit("give the folder of the Multi30k files: --multi30k path/to/dataset/data/task1/raw "
+                             "(or set MULTI30K_DIR)")
+        os.environ["MULTI30K_DIR"] = str(multi30k)
+    module = types.ModuleType("lesson08_code")  # a real module: the lesson's dataclasses look it up
+    sys.modules[module.__name__] = module
+    namespace: dict[str, Any] = module.__dict__
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for notebook, names in EARLIER:
+            load_exercises(Path(folder) / notebook, names, namespace=namespace)
+        load_exercises(Path(folder) / "08_real_data.ipynb", LESSON08, namespace=namespace)
+    return namespace
+
+
+def parse_value(text: str) -> Any:
+    """A --set value: None, a bool, an int, a float, else the text."""
+    lowered = text.strip().lower()
+    if lowered == "none":
+        return None
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def row_config(ns: dict[str, Any], name: str, budget_min: float | None, overrides: Sequence[str], quick: bool):
+    """The configuration of a row (or of LAPTOP_CPU / GPU), with the budget and the --set overrides applied."""
+    rows = dict(ns["LEVER_ROWS"], **{"laptop-cpu": ns["LAPTOP_CPU"], "gpu": ns["GPU"]})
+    if name not in rows:
+        raise SystemExit(f"unknown row {name!r}: choose one of {', '.join(rows)}")
+    config = rows[name]
+    if budget_min is not None:
+        config = dataclasses.replace(config, train_minutes=budget_min)
+    if quick:
+        config = dataclasses.replace(config, **QUICK, batch_tokens=300 if config.batch_tokens else None)
+    fields = {f.name for f in dataclasses.fields(config)}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key not in fields or not _:
+            raise SystemExit(f"--set {item!r}: expected field=value, field one of {', '.join(sorted(fields))}")
+        config = dataclasses.replace(config, **{key: parse_value(value)})
+    return config
+
+
+def measure(ns: dict[str, Any], config, device: torch.device, checkpoints: Path, peak_seconds: float) -> dict:
+    """The lesson's measure_row for config, on device; the lesson's own prints go to stderr."""
+    from course_utils.training import matmul_peak_flops
+
+    ns["device"] = device
+    ns["amp_dtype"] = None
+    if config.mixed_precision and device.type == "cuda":  # the lesson's choice: bfloat16 where the GPU has it
+        ns["amp_dtype"] = torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
+    ns["CHECKPOINTS"] = checkpoints
+    with contextlib.redirect_stdout(sys.stderr):
+        peak = matmul_peak_flops(seconds=peak_seconds, device=device)
+        log(f"peak {peak / 1e9:.0f} GFLOP/s with {torch.get_num_threads()} threads; training {config}")
+        started = time.perf_counter()
+        result = ns["measure_row"](config, peak)
+    result.update(budget_min=config.train_minutes, device=str(device), torch=torch.__version__,
+                  wall_seconds=round(time.perf_counter() - started, 1), config=dataclasses.asdict(config))
+    return result
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """The rows as the README's Markdown table, in the order given (the last measurement of a row wins)."""
+    latest = {row["row"]: row for row in rows}
+    head = ["row", "adds", *TABLE_COLUMNS]
+    lines = ["| " + " | ".join(h.replace("_", " ") for h in head) + " |", "|" + "---|" * len(head)]
+    for name, row in latest.items():
+        cells = [f"`{name}`", ADDS.get(name, "")]
+        for column in TABLE_COLUMNS:
+            value = row.get(column)
+            if value is None:
+                cells.append("")
+            elif column == "fraction_of_peak":
+                cells.append(f"{value:.0%}")
+            elif column in ("steps", "tokens_per_second"):
+                cells.append(f"{value:,}")
+            else:
+                cells.append(f"{value:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--row", default="averaged", help="a row of the lesson's LEVER_ROWS, or laptop-cpu, or gpu")
+    parser.add_argument("--budget-min", type=float, default=None, help="minutes of training (default: the row's, 15)")
+    parser.add_argument("--multi30k", default=os.environ.get("MULTI30K_DIR"),
+                        help="the folder of the Multi30k files (data/task1/raw of multi30k/dataset); default MULTI30K_DIR")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's choice)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="change one field of the row's RunConfig (repeatable), e.g. --set average_last=3")
+    parser.add_argument("--checkpoints", type=Path, default=None,
+                        help="where the run keeps its checkpoints (default: a fresh temporary folder)")
+    parser.add_argument("--solutions", type=Path, default=SOLUTIONS, help="folder of the notebooks to load")
+    parser.add_argument("--list", action="store_true", help="list the rows and their configurations")
+    parser.add_argument("--table", nargs="+", type=Path, metavar="JSONL", help="print measured rows as Markdown")
+    parser.add_argument("--quick", action="store_true", help="a smoke run on the bundled corpus (learns nothing)")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, emit: Callable[[str], None] = print) -> dict | None:
+    """Run one row and emit its JSON line (or list the rows, or print a table); returns the row."""
+    args = parse_args(argv)
+    if args.table:
+        rows = [json.loads(line) for path in args.table for line in path.read_text(encoding="utf-8").splitlines()
+                if line.strip()]
+        emit(markdown_table(rows))
+        return None
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ns = load_lesson(args.multi30k, args.quick or args.list, args.solutions)
+    if args.list:
+        for name, config in dict(ns["LEVER_ROWS"], **{"laptop-cpu": ns["LAPTOP_CPU"], "gpu": ns["GPU"]}).items():
+            emit(f"{name}: {config}")
+        return None
+    config = row_config(ns, args.row, args.budget_min, args.set, args.quick)
+    checkpoints = args.checkpoints or Path(tempfile.mkdtemp(prefix="levers-"))
+    result = measure(ns, config, torch.device(args.device), checkpoints, 0.3 if args.quick else 3.0)
+    emit(json.dumps(result))
+    return result
+
+
+if __name__ == "__main__":
+    main()
