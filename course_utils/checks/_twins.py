@@ -1,10 +1,11 @@
-"""PyTorch's own layers carrying the learner's weights: the oracles of lessons 05 and 07.
+"""PyTorch's own layers carrying the learner's weights: the oracles of lessons 05, 07 and 09.
 
 :class:`LayerLayout` finds the parts of one learner layer (:mod:`._anatomy`) and
 yields ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` twins in
 float64, one per plausible wiring (which attention is self- and which
-cross-attention, which LayerNorm closes which sublayer). :func:`torch_mask`
-turns our masks (True = may attend) into PyTorch's (True = blocked).
+cross-attention, which LayerNorm closes, or with ``norm_first=True`` opens, which
+sublayer). :func:`torch_mask` turns our masks (True = may attend) into PyTorch's
+(True = blocked).
 """
 
 from __future__ import annotations
@@ -112,9 +113,10 @@ def torch_mask(mask: torch.Tensor | None, batch: int, num_heads: int, len_q: int
 class LayerLayout:
     """Where the parts of one learner layer are, and PyTorch twins built from them."""
 
-    def __init__(self, layer: nn.Module, kind: str, d_model: int, num_heads: int, d_ff: int):
+    def __init__(self, layer: nn.Module, kind: str, d_model: int, num_heads: int, d_ff: int, norm_first: bool = False):
         self.layer = layer
         self.kind = kind  # "encoder" or "decoder"
+        self.norm_first = norm_first  # pre-LN twins (lesson 09): each LayerNorm opens its sublayer
         self.d_model, self.num_heads, self.d_ff = d_model, num_heads, d_ff
         self.attentions = attention_modules(layer)
         want = 1 if kind == "encoder" else 2
@@ -147,7 +149,7 @@ class LayerLayout:
         cls = nn.TransformerEncoderLayer if self.kind == "encoder" else nn.TransformerDecoderLayer
         twin = cls(
             self.d_model, self.num_heads, self.d_ff, dropout=0.0, activation="relu",
-            batch_first=True, norm_first=False, dtype=torch.float64,
+            batch_first=True, norm_first=self.norm_first, dtype=torch.float64,
         ).eval()
         copy_linear(self.ffn[0], twin.linear1)
         copy_linear(self.ffn[1], twin.linear2)
@@ -179,6 +181,10 @@ def run_twin(twin: nn.Module, x: torch.Tensor, memory: torch.Tensor | None = Non
         return twin(x, memory, tgt_mask=tgt_mask, memory_mask=src_mask)
     if isinstance(twin.norm1, nn.LayerNorm) and isinstance(twin.norm2, nn.LayerNorm):
         return twin(x, src_mask=src_mask)
+    if twin.norm_first:  # pre-LN: x + sublayer(norm(x))
+        h = twin.norm1(x)
+        y = x + twin.self_attn(h, h, h, attn_mask=src_mask, need_weights=False)[0]
+        return y + twin.linear2(twin.activation(twin.linear1(twin.norm2(y))))
     y = twin.norm1(x + twin.self_attn(x, x, x, attn_mask=src_mask, need_weights=False)[0])
     return twin.norm2(y + twin.linear2(twin.activation(twin.linear1(y))))
 

@@ -9,10 +9,15 @@ causality, dropout only in training), then the values against PyTorch's own
 ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` carrying the
 learner's weights, with known wrong wirings tried to name a cause. Hooks on the
 sublayers show the residual wiring and measure each sublayer's dropout.
+
+The layer stages run with a :class:`Wiring`: :data:`POST_LN` here, lesson 09's
+pre-LN one in :mod:`.ablation`. It gives the twins' ``norm_first``, the formula
+and the calls the messages show, and the known wrong wirings; every stage is shared.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import torch
@@ -37,12 +42,32 @@ def check_feed_forward(FeedForward: type[nn.Module]) -> CheckResult:
 
 def check_encoder_layer(EncoderLayer: type[nn.Module]) -> CheckResult:
     """Check ``EncoderLayer(d_model, num_heads, d_ff, dropout)``: post-LN self-attention and feed-forward."""
-    return run_check("EncoderLayer", _check_encoder_layer, EncoderLayer)
+    return run_check("EncoderLayer", encoder_layer_stages, EncoderLayer, wiring=POST_LN)
 
 
 def check_decoder_layer(DecoderLayer: type[nn.Module]) -> CheckResult:
     """Check ``DecoderLayer(d_model, num_heads, d_ff, dropout)``: masked self-attention, cross-attention, feed-forward."""
-    return run_check("DecoderLayer", _check_decoder_layer, DecoderLayer)
+    return run_check("DecoderLayer", decoder_layer_stages, DecoderLayer, wiring=POST_LN)
+
+
+@dataclasses.dataclass(frozen=True)
+class Wiring:
+    """How a layer joins its sublayers, LayerNorms and residuals: what the layer stages read, the rest is shared."""
+
+    norm_first: bool  # the twins' norm_first: pre-LN, each LayerNorm opens its sublayer
+    names: dict[str, str]  # "encoder" / "decoder" -> the exercise's name
+    sublayer: str  # one sublayer, as the messages write it: "LayerNorm(x + dropout(sublayer(x)))"
+    self_attn: str  # the self-attention's call, with the mask's name left as "{mask}"
+    cross_attn: str  # the cross-attention's call
+    hints: dict[str, str]  # kind -> what PyTorch's layer computes (shown with a value mismatch)
+    variants: dict[str, Callable[["Pieces"], list]]  # kind -> known wrong layers: [(cause, thunk)], tried in order
+    whose: str  # "paper's": whose sublayer it is ("The paper's sublayer: ...")
+    reads: str  # what a sublayer's input is, where dropout does not belong
+    names_why: str  # why the LayerNorms' order is part of the exercise
+    read_note: str  # what each sublayer reads, for a sublayer fed the wrong tensor
+    residual_note: str  # what each residual adds back ("{norm}" and "{sub}" filled in)
+    wired: str  # what the hooks saw, when it is right
+    misplaced: str = ""  # a sublayer's dropout that is not exact: the message ("{name}" filled in), or "": the values judge
 
 
 def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
@@ -81,69 +106,51 @@ def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
     stages.module_on_gpu(check, ff, x, what="FeedForward")
 
 
-def _check_encoder_layer(check: Check, EncoderLayer: type[nn.Module]) -> None:
-    check.callable_(EncoderLayer, "EncoderLayer", want_class=True)
+
+def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> None:
+    """The encoder layer checker's body, for either wiring (lesson 05's EncoderLayer, lesson 09's pre-LN one)."""
+    name = wiring.names["encoder"]
+    check.callable_(cls, name, want_class=True)
     g = generator(1)
     B, L = 2, 5
-    layer = stages.is_module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "EncoderLayer")
-    _contract(check, layer, "EncoderLayer")
-    _uses_d_ff(check, layer, "EncoderLayer")
+    build = _builder(check, cls, name)
+    layer = build(0.0)
+    _contract(check, layer, "encoder", wiring)
     layer.eval()
     x = torch.randn(B, L, _D_MODEL, generator=g)
     keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
     keep[1, ..., 3:] = False  # the last two positions of sentence 1 are padding
 
     def run(layer_, x_, mask_=None):
-        out_ = stages.one_tensor(check, check.call(layer_, x_, mask_, what="EncoderLayer.forward"), "EncoderLayer")
+        out_ = stages.one_tensor(check, check.call(layer_, x_, mask_, what=f"{name}.forward"), name)
         if mask_ is not None:
-            _nan_with_mask(check, out_, "EncoderLayer")
-        return check.tensor(out_, "the output of EncoderLayer", shape=(B, L, _D_MODEL), dtype=torch.float32)
+            _nan_with_mask(check, out_, name)
+        return check.tensor(out_, f"the output of {name}", shape=(B, L, _D_MODEL), dtype=torch.float32)
 
     plain = run(layer, x)
     check.ok("returns a (batch, length, d_model) tensor")
-    _allow_all_is_no_mask(check, run(layer, x, torch.ones(B, 1, 1, L, dtype=torch.bool)), plain, "EncoderLayer", "a mask")
+    _allow_all_is_no_mask(check, run(layer, x, torch.ones(B, 1, 1, L, dtype=torch.bool)), plain, name, "a mask")
     out = run(layer, x, keep)
     check.ok("runs with and without a mask (mask=None)")
-
-    x2 = x.clone()
-    x2[1, 3:] = torch.randn(2, _D_MODEL, generator=g)
-    if close_enough(run(layer, x2)[1, :3], plain[1, :3], _ATOL, _RTOL):
-        _causal_encoder(check, run, layer, x, plain, g)
-        check.fail(
-            "Without a mask, changing some positions of x did not change the outputs at the other "
-            "positions: your EncoderLayer does not mix information between positions.\n"
-            "Its first sublayer is self-attention over the whole sequence: self_attn(x, x, x, mask)."
-        )
-    if not close_enough(run(layer, x2, keep)[1, :3], out[1, :3], _ATOL, _RTOL):
-        check.fail(
-            "Positions hidden by the mask still influence the outputs: changing padded positions of x "
-            "changed the outputs at the real positions.\n"
-            "Pass the mask to the self-attention as it is: self_attn(x, x, x, mask). Its shape (batch, 1, 1, "
-            "length) hides keys (the last axis); transposing it would hide queries instead."
-        )
-    check.ok("honours the mask: hidden positions do not influence the others")
-    layout = _values(check, layer, "EncoderLayer", out, lambda layer_: run(layer_, x, keep),
-                     lambda layout_, normalised: _compare_encoderlayer(check, layout_, run, g, x, keep, normalised))
-
-    def build(p):
-        return lambda: stages.is_module(check, check.build(EncoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "EncoderLayer")
-
-    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, keep), "EncoderLayer")
-    _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, keep), "EncoderLayer", x)
-    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, keep), x, "EncoderLayer")
-    stages.module_on_gpu(check, layer, x, keep, what="EncoderLayer")
-    _check_layer_sizes(check, EncoderLayer, "EncoderLayer")
+    _encoder_properties(check, run, layer, x, keep, plain, out, g, name, wiring)
+    layout = _values(check, layer, "encoder", wiring, out, lambda layer_: run(layer_, x, keep), g, x,
+                     masks=(twins.torch_mask(keep, B, _NUM_HEADS, L, L), None))
+    _dropout(check, build, lambda layer_: run(layer_, x, keep), (x, keep), "encoder", wiring)
+    stages.module_on_gpu(check, layer, x, keep, what=name)
+    _check_layer_sizes(check, build, "encoder", wiring)
     if layout.missing:
-        check.ok(_layout_unused(layout, "EncoderLayer"))
+        check.ok(_layout_unused(layout, name))
 
 
-def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
-    check.callable_(DecoderLayer, "DecoderLayer", want_class=True)
+def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> None:
+    """The decoder layer checker's body, for either wiring (lesson 05's DecoderLayer, lesson 09's pre-LN one)."""
+    name = wiring.names["decoder"]
+    check.callable_(cls, name, want_class=True)
     g = generator(2)
     B, T, S = 2, 4, 6  # target length T differs from memory length S
-    layer = stages.is_module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, 0.0), "DecoderLayer")
-    _contract(check, layer, "DecoderLayer")
-    _uses_d_ff(check, layer, "DecoderLayer")
+    build = _builder(check, cls, name)
+    layer = build(0.0)
+    _contract(check, layer, "decoder", wiring)
     layer.eval()
     x = torch.randn(B, T, _D_MODEL, generator=g)
     memory = torch.randn(B, S, _D_MODEL, generator=g)
@@ -154,21 +161,21 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
     def run(layer_, x_, memory_, src_mask_=None, tgt_mask_=None):
         out_ = Raised(None, "")
         if src_mask_ is not None and tgt_mask_ is not None:  # which mask went where names a crash's usual cause
-            out_ = check.attempt(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
+            out_ = check.attempt(layer_, x_, memory_, src_mask_, tgt_mask_, what=f"{name}.forward")
             if isinstance(out_, Raised):
-                _masks_where_they_belong(check, layer_, x_, memory_, src_mask_, tgt_mask_)
+                _masks_where_they_belong(check, layer_, name, wiring, x_, memory_, src_mask_, tgt_mask_)
         if isinstance(out_, Raised):
-            out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what="DecoderLayer.forward")
-        out_ = stages.one_tensor(check, out_, "DecoderLayer")
+            out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what=f"{name}.forward")
+        out_ = stages.one_tensor(check, out_, name)
         hint = ""
         if isinstance(out_, torch.Tensor) and out_.dim() == 3 and out_.shape[1] == S:
             hint = (
                 "The output has one row per memory position: in cross-attention the queries come from the "
-                "decoder (x), the keys and values from memory: cross_attn(x, memory, memory, src_mask)."
+                f"decoder (x), the keys and values from memory: {wiring.cross_attn}."
             )
         if (src_mask_ is not None or tgt_mask_ is not None) and not hint:
-            _nan_with_mask(check, out_, "DecoderLayer")
-        return check.tensor(out_, "the output of DecoderLayer", shape=(B, T, _D_MODEL), dtype=torch.float32, shape_hint=hint)
+            _nan_with_mask(check, out_, name)
+        return check.tensor(out_, f"the output of {name}", shape=(B, T, _D_MODEL), dtype=torch.float32, shape_hint=hint)
 
     plain = run(layer, x, memory)
     check.ok("returns a (batch, target length, d_model) tensor when memory has another length")
@@ -177,106 +184,86 @@ def _check_decoder_layer(check: Check, DecoderLayer: type[nn.Module]) -> None:
     masked = run(layer, x, memory, allow_src, allow_tgt)
     if not close_enough(masked, plain, _ATOL, _RTOL) and close_enough(masked, run(layer, x, memory, None, causal), _ATOL, _RTOL):
         check.fail(
-            "With a tgt_mask that allows every position (all True), your DecoderLayer still hides the future: it "
-            "combines the tgt_mask it is given with a causal mask of its own. Use the mask it is given as it is, "
-            "self_attn(x, x, x, tgt_mask): the model builds tgt_mask (padding AND causal) with make_target_mask, and "
-            "lesson 07's one-token-at-a-time decoding passes a mask that is not square."
+            f"With a tgt_mask that allows every position (all True), your {name} still hides the future: it "
+            f"combines the tgt_mask it is given with a causal mask of its own. Use the mask it is given as it is, "
+            f"{wiring.self_attn.format(mask='tgt_mask')}: the model builds tgt_mask (padding AND causal) with "
+            f"make_target_mask, and lesson 07's one-token-at-a-time decoding passes a mask that is not square."
         )
-    _allow_all_is_no_mask(check, masked, plain, "DecoderLayer", "masks")
+    _allow_all_is_no_mask(check, masked, plain, name, "masks")
     out = run(layer, x, memory, src_keep, causal)
     check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
-
-    _decoder_properties(check, run, layer, x, memory, src_keep, causal, plain, out, g)
-    layout = _values(check, layer, "DecoderLayer", out, lambda layer_: run(layer_, x, memory, src_keep, causal),
-                     lambda layout_, normalised: _compare_decoderlayer(check, layout_, run, g, x, memory, src_keep,
-                                                                       causal, normalised))
-
-    def build(p):
-        return lambda: stages.is_module(check, check.build(DecoderLayer, _D_MODEL, _NUM_HEADS, _D_FF, p), "DecoderLayer")
-
-    _dropout_in_training(check, build(0.5), lambda layer_: run(layer_, x, memory, src_keep, causal), "DecoderLayer")
-    _check_dropout_measured(check, lambda p: build(p)(), lambda layer_: run(layer_, x, memory, src_keep, causal),
-                            "DecoderLayer", x, memory)
-    _everything_dropped(check, build(1.0), lambda layer_: layer_(x, memory, src_keep, causal), x, "DecoderLayer")
-    stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what="DecoderLayer")
-    _check_layer_sizes(check, DecoderLayer, "DecoderLayer")
+    _decoder_properties(check, run, layer, x, memory, src_keep, causal, plain, out, g, name, wiring)
+    layout = _values(check, layer, "decoder", wiring, out, lambda layer_: run(layer_, x, memory, src_keep, causal), g,
+                     x, memory, (twins.torch_mask(causal, B, _NUM_HEADS, T, T), twins.torch_mask(src_keep, B, _NUM_HEADS, T, S)))
+    _dropout(check, build, lambda layer_: run(layer_, x, memory, src_keep, causal), (x, memory, src_keep, causal),
+             "decoder", wiring)
+    stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what=name)
+    _check_layer_sizes(check, build, "decoder", wiring)
     if layout.missing:
-        check.ok(_layout_unused(layout, "DecoderLayer"))
+        check.ok(_layout_unused(layout, name))
 
 
 # --------------------------------------------------------------------------
-# Shared pieces.
+# The layers' properties: contract, masks, causality, memory.
+
+_NORMS = {"encoder": ("norm1", "norm2"), "decoder": ("norm1", "norm2", "norm3")}
+_ATTENTIONS = {"encoder": ("self_attn",), "decoder": ("self_attn", "cross_attn")}
+_SUBLAYERS = {"encoder": (("self_attn", "norm1"), ("feed_forward", "norm2")),
+              "decoder": (("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3"))}
+_ROLES = {("encoder", "self_attn"): "self-attention", ("decoder", "self_attn"): "the masked self-attention",
+          ("decoder", "cross_attn"): "the cross-attention", ("encoder", "feed_forward"): "the feed-forward network",
+          ("decoder", "feed_forward"): "the feed-forward network"}
 
 
-def _is_normalised(out: torch.Tensor) -> bool:
-    """Every row has mean 0 and standard deviation 1, as a fresh LayerNorm leaves it."""
+def _builder(check: Check, cls: type[nn.Module], name: str) -> Callable[..., nn.Module]:
+    def build(dropout: float, d_model: int = _D_MODEL, num_heads: int = _NUM_HEADS, d_ff: int = _D_FF) -> nn.Module:
+        return stages.is_module(check, check.build(cls, d_model, num_heads, d_ff, dropout), name)
+
+    return build
+
+
+def _contract(check: Check, layer: nn.Module, kind: str, wiring: Wiring) -> None:
+    """The submodules later code reads, the components' own checkers, their kinds and sizes; norms over d_model."""
+    from .multi_head import check_multi_head_attention
+
+    name = wiring.names[kind]
+    wanted = {"self_attn": (check_multi_head_attention, "MultiHeadAttention"),
+              "feed_forward": (check_feed_forward, "FeedForward")}
+    if kind == "decoder":
+        wanted["cross_attn"] = wanted["self_attn"]
+    sizes = {"d_model": _D_MODEL, "num_heads": _NUM_HEADS, "d_ff": _D_FF, "dropout": 0.0}
+    stages.contract_parts(check, layer, name, sizes, components=stages.submodule_parts(layer, wanted))
+    _check_norms(check, layer, kind, name)
+    if not any(_D_FF in p.shape for p in layer.parameters()):
+        check.fail(
+            f"None of the weights of {name}(d_model={_D_MODEL}, num_heads={_NUM_HEADS}, d_ff={_D_FF}) has a "
+            f"dimension of size d_ff = {_D_FF}: the feed-forward sublayer is missing, or it ignores d_ff.\n"
+            f"The last sublayer is {wiring.sublayer.replace('sublayer', 'ffn')} with FeedForward(d_model, d_ff, dropout)."
+        )
+    check.ok("has a feed-forward network of hidden size d_ff")
+
+
+def _check_norms(check: Check, layer: nn.Module, kind: str, name: str) -> None:
+    """Each normN, freshly built, gives each position's d_model features (the last axis) mean 0 and variance 1."""
+    z = 3.0 * torch.randn(2, 5, _D_MODEL, generator=generator(13)) + 1.5
+    for norm_name in _NORMS[kind]:
+        out = check.attempt(getattr(layer, norm_name), z, what=f"{name}.{norm_name}")
+        if not isinstance(out, torch.Tensor) or out.shape != z.shape or _is_normalised(out, atol=1e-2):
+            continue
+        for dim, axis in ((1, "the positions (dim 1)"), (0, "the batch (dim 0)")):
+            if _is_normalised(out, dim, atol=1e-2):
+                check.fail(f"`{norm_name}` of your {name} normalises over {axis}, not over the last axis: each "
+                           f"position's d_model features must get mean 0 and variance 1 on their own "
+                           f"(`x.mean(-1, keepdim=True)`, or nn.LayerNorm(d_model)).")
+        check.fail(f"`{norm_name}` of your {name}, freshly built, is not a layer normalisation: its output is not "
+                   f"layer-normalised (mean 0 and variance 1 over each position's d_model features). RMSNorm "
+                   f"rescales without centring; BatchNorm normalises over the batch. Use nn.LayerNorm(d_model).")
+
+
+def _is_normalised(out: torch.Tensor, dim: int = -1, atol: float = 1e-3) -> bool:
+    """Every vector along ``dim`` has mean 0 and standard deviation 1, as a fresh LayerNorm leaves it."""
     o = out.detach().double()
-    mean = o.mean(-1)
-    std = o.std(-1, unbiased=False)
-    return bool((mean.abs() < 1e-3).all() and ((std - 1).abs() < 0.05).all())
-
-
-def _dropout_in_training(check: Check, build: Callable[[], nn.Module], run: Callable[[nn.Module], torch.Tensor], name: str) -> None:
-    """Eval mode deterministic; train mode random; dropout on the sublayer outputs, before the residual addition."""
-    layer = build()
-    stages.eval_deterministic(check, layer, run, name, 0.5)
-    first = stages.train_random(check, layer, run, name, 0.5, fix=(
-        "Create nn.Dropout(dropout) in __init__ and apply it to the output of each sublayer: "
-        "LayerNorm(x + dropout(sublayer(x)))."))
-    # A fresh LayerNorm has gain 1 and bias 0, so the pattern dropout leaves is visible in the output.
-    rows = first.detach().double().reshape(-1, first.shape[-1])
-    zeros = float((rows == 0).double().mean())
-    repeats = 0
-    for row in rows:
-        counts = torch.unique(row.round(decimals=6), return_counts=True)[1]
-        repeats += int(counts.max() >= 3)
-    if zeros > 0.2:
-        check.fail(
-            f"In training mode {round(zeros * 100)}% of your {name}'s outputs are exactly 0: dropout is "
-            f"applied after the LayerNorm, to the layer's output.\n"
-            f"Dropout belongs on the sublayer's output, before the residual addition: "
-            f"LayerNorm(x + dropout(sublayer(x)))."
-        )
-    if repeats > rows.shape[0] // 2:
-        check.fail(
-            f"In training mode many values in each output row of your {name} are identical: dropout zeroes "
-            f"entries of the sum x + sublayer(x) before the LayerNorm, which drops the residual too.\n"
-            f"Apply dropout to the sublayer's output only, then add: LayerNorm(x + dropout(sublayer(x))), "
-            f"not LayerNorm(dropout(x + sublayer(x)))."
-        )
-    check.ok("applies dropout to the sublayer outputs, not to the residual or to the normalised output")
-
-
-def _everything_dropped(check: Check, build: Callable[[], nn.Module], run: Callable[[nn.Module], torch.Tensor],
-                        x: torch.Tensor, name: str) -> None:
-    """With dropout=1.0 in training every sublayer output is dropped: the layer reduces to LayerNorm(...LayerNorm(x)).
-
-    Freshly created LayerNorms have gain 1 and bias 0, so each output row is then the
-    input row centred and rescaled. A sublayer whose output skips dropout (dropout
-    only on the attention weights, say) leaves its trace in the output.
-    """
-    try:
-        layer = build()
-        layer.train()
-        out = run(layer)
-    except Exception:  # a layer that refuses p = 1 (a hand-written dropout, an assertion): not judged here
-        return
-    o = out.detach().double()
-    if not bool(torch.isfinite(o).all()):
-        return  # a hand-written dropout dividing by 1 - p
-    xc = x.double() - x.double().mean(-1, keepdim=True)
-    oc = o - o.mean(-1, keepdim=True)
-    cosine = (xc * oc).sum(-1) / (xc.norm(dim=-1) * oc.norm(dim=-1)).clamp_min(1e-12)
-    if bool((cosine < 1 - 1e-4).any()):
-        check.fail(
-            f"Built with dropout=1.0 and in training mode, your {name} should drop every sublayer's output, so "
-            f"that it reduces to LayerNorm(x + 0) for each sublayer: every output row would be its input row, "
-            f"normalised. Yours is not: something reaches the output without going through a dropout.\n"
-            f"Apply dropout to the output of each sublayer, before the residual addition: "
-            f"LayerNorm(x + dropout(sublayer(x))). Dropout on the attention weights or inside FeedForward does "
-            f"not replace it, and the residual input x itself is not dropped."
-        )
-    check.ok("drops each sublayer's output in training (dropout=1.0 leaves just the normalised input)")
+    return bool((o.mean(dim).abs() < atol).all() and ((o.std(dim, unbiased=False) - 1).abs() < 0.05).all())
 
 
 def _allow_all_is_no_mask(check: Check, masked: torch.Tensor, plain: torch.Tensor, name: str, masks: str) -> None:
@@ -305,12 +292,272 @@ def _nan_with_mask(check: Check, out, name: str) -> None:
         )
 
 
-def _unused_parameters(check: Check, layer: nn.Module, out: torch.Tensor, name: str) -> None:
-    """Every parameter must receive a gradient from a loss on the output."""
-    stages.every_parameter_learns(check, layer, out, name)
+def _encoder_properties(check: Check, run: Callable, layer: nn.Module, x: torch.Tensor, keep: torch.Tensor,
+                        plain: torch.Tensor, out: torch.Tensor, g: torch.Generator, name: str, wiring: Wiring) -> None:
+    """Positions are mixed, in both directions (no causal mask), and the mask hides the padded positions."""
+    call = wiring.self_attn.format(mask="mask")
+    later = x.clone()
+    later[1, 3:] = torch.randn(2, _D_MODEL, generator=g)
+    if close_enough(run(layer, later)[1, :3], plain[1, :3], _ATOL, _RTOL):
+        earlier = x.clone()
+        earlier[:, :2] = torch.randn(x.shape[0], 2, x.shape[2], generator=g)
+        if not close_enough(run(layer, earlier)[:, 2:], plain[:, 2:], _ATOL, _RTOL):
+            check.fail(
+                f"Your {name} lets each position see only the positions before it (a causal mask): changing later "
+                f"positions never changes earlier outputs, but changing earlier positions changes later ones.\n"
+                f"The encoder reads the whole source sentence at once: use only the padding mask it is given, "
+                f"{call}. The causal mask belongs to the decoder's self-attention."
+            )
+        check.fail(
+            f"Without a mask, changing some positions of x did not change the outputs at the other "
+            f"positions: your {name} does not mix information between positions.\n"
+            f"Its first sublayer is self-attention over the whole sequence: {call}."
+        )
+    if not close_enough(run(layer, later, keep)[1, :3], out[1, :3], _ATOL, _RTOL):
+        check.fail(
+            "Positions hidden by the mask still influence the outputs: changing padded positions of x "
+            f"changed the outputs at the real positions.\n"
+            f"Pass the mask to the self-attention as it is: {call}. Its shape (batch, 1, 1, "
+            "length) hides keys (the last axis); transposing it would hide queries instead."
+        )
+    check.ok("honours the mask: hidden positions do not influence the others")
 
 
-def _parameters(check: Check, layer: nn.Module, layout: twins.LayerLayout, name: str) -> None:
+def _decoder_properties(check: Check, run: Callable, layer: nn.Module, x, memory, src_keep, causal,
+                        plain: torch.Tensor, out: torch.Tensor, g: torch.Generator, name: str, wiring: Wiring) -> None:
+    """Memory is used, src_mask hides memory positions, tgt_mask (and only it) makes the layer causal."""
+    B, T = x.shape[:2]
+    self_call, cross_call = wiring.self_attn.format(mask="tgt_mask"), wiring.cross_attn
+    other = memory.clone()
+    other[:, :4] = torch.randn(B, 4, _D_MODEL, generator=g)
+    if close_enough(run(layer, x, other, src_keep, causal), out, _ATOL, _RTOL):
+        check.fail(
+            f"Changing memory (the encoder output) does not change the output of your {name}: the "
+            f"cross-attention does not use it.\n"
+            f"In cross-attention the queries come from the decoder and the keys and values from memory: "
+            f"{cross_call}, not cross_attn(x, x, x, ...)."
+        )
+    check.ok("uses memory (changing the encoder output changes the result)")
+    hidden = memory.clone()
+    hidden[1, 4:] = torch.randn(2, _D_MODEL, generator=g)
+    if not close_enough(run(layer, x, hidden, src_keep, causal), out, _ATOL, _RTOL):
+        check.fail(
+            "Memory positions hidden by src_mask still influence the output: changing padded positions of "
+            "memory changed the result.\n"
+            f"Pass src_mask to the cross-attention: {cross_call}."
+        )
+    check.ok("honours src_mask in the cross-attention")
+    later = x.clone()
+    later[:, 2:] = torch.randn(B, T - 2, _D_MODEL, generator=g)
+    if close_enough(run(layer, later, memory)[:, :2], plain[:, :2], _ATOL, _RTOL):
+        check.fail(
+            "Without a target mask (tgt_mask=None), changing later target positions did not change earlier "
+            f"outputs: either your {name} does not mix information between target positions, or it "
+            "builds a causal mask of its own instead of using tgt_mask.\n"
+            "Its first sublayer is self-attention over the target with the mask it is given: "
+            f"{self_call}. (The model builds tgt_mask, padding included.)"
+        )
+    if not close_enough(run(layer, later, memory, src_keep, causal)[:, :2], out[:, :2], _ATOL, _RTOL):
+        check.fail(
+            "With a causal tgt_mask, changing target positions 2 and 3 changed the outputs at positions 0 "
+            "and 1: the decoder can see the future.\n"
+            f"Pass tgt_mask to the (first) self-attention: {self_call}."
+        )
+    check.ok("is causal with a causal tgt_mask (the future does not influence the past)")
+
+
+def _masks_where_they_belong(check: Check, layer: nn.Module, name: str, wiring: Wiring, x, memory, src_mask,
+                             tgt_mask) -> None:
+    """Which mask each attention received (seen by pre-hooks, even when the call then crashes): name a misplaced one."""
+    received: dict[str, list] = {}
+
+    def hook(sub):
+        def remember(_module, args, kwargs):
+            received.setdefault(sub, []).append(args[3] if len(args) > 3 else kwargs.get("mask"))
+        return remember
+
+    handles = [getattr(layer, sub).register_forward_pre_hook(hook(sub), with_kwargs=True)
+               for sub in ("self_attn", "cross_attn") if isinstance(getattr(layer, sub, None), nn.Module)]
+    try:
+        out = check.attempt(layer, x, memory, src_mask, tgt_mask, what=f"{name}.forward")
+    finally:
+        for handle in handles:
+            handle.remove()
+    crashed = f"\n\n{out.message}" if isinstance(out, Raised) else ""
+    self_call, cross_call = wiring.self_attn.format(mask="tgt_mask"), wiring.cross_attn
+    if received.get("cross_attn", [None])[0] is tgt_mask and len(received["cross_attn"]) == 1:
+        check.fail(
+            f"Your {name} gives tgt_mask to the cross-attention: its scores are (target length x memory length), "
+            "so the target mask does not fit them (it crashes when the lengths differ) and the source padding is "
+            f"never hidden. The cross-attention takes the source mask: {cross_call}; the target mask belongs to the "
+            f"masked self-attention, {self_call}." + crashed
+        )
+    if received.get("self_attn", [None])[0] is src_mask and len(received["self_attn"]) == 1:
+        check.fail(
+            f"Your {name} uses the two masks the wrong way round: the self-attention receives src_mask. The "
+            f"target mask (B, 1, L_tgt, L_tgt) goes to the masked self-attention, {self_call}; the source mask "
+            f"(B, 1, 1, L_src) to the cross-attention, {cross_call}. Check the order of forward's parameters too: "
+            "forward(self, x, memory, src_mask=None, tgt_mask=None)." + crashed
+        )
+
+
+def _check_layer_sizes(check: Check, build: Callable[..., nn.Module], kind: str, wiring: Wiring) -> None:
+    """One head, d_model = 20 (not a power of two), lesson 06's sentence length (64; memory of 70), against the twin."""
+    D, H, d_ff, L, S = 20, 1, 36, 64, 70
+    name = wiring.names[kind]
+    layer = build(0.0, D, H, d_ff).eval()
+    for sub in _ATTENTIONS[kind]:
+        heads = getattr(getattr(layer, sub), "num_heads", None)
+        if heads != H:
+            check.fail(f"{name}(d_model={D}, num_heads={H}, d_ff={d_ff}) builds `{sub}` with num_heads = "
+                       f"{describe(heads)}: pass the layer's own num_heads on, "
+                       f"MultiHeadAttention(d_model, num_heads, dropout).")
+    g = generator(17)
+    x = torch.randn(2, L, D, generator=g)
+    keep = torch.ones(2, 1, 1, S if kind == "decoder" else L, dtype=torch.bool)
+    keep[1, ..., -5:] = False
+    causal = torch.ones(L, L, dtype=torch.bool).tril().expand(2, 1, L, L)
+    memory = torch.randn(2, S, D, generator=g) if kind == "decoder" else None
+    args = (x, keep) if kind == "encoder" else (x, memory, keep, causal)
+    what = f"{name}(d_model={D}, num_heads={H}, d_ff={d_ff}) on sentences of {L} tokens"
+    out = check.call(layer, *args, what=f"{name}.forward", hint=(
+        f"It works for the small sizes but not for {what}: is a size fixed somewhere?"))
+    out = check.tensor(out, f"the output of {what}", shape=(2, L, D), dtype=torch.float32)
+    layout = twins.LayerLayout(layer, kind, D, H, d_ff, norm_first=wiring.norm_first)
+    if layout.missing and not wiring.norm_first and not _is_normalised(out):
+        check.fail(f"The output of {what} is not layer-normalised, although it is with d_model=16 and 4 heads: "
+                   f"does your class use the d_model and num_heads it is given?")
+    if not layout.missing:
+        pieces = Pieces(layout, x, memory, twins.torch_mask(causal if memory is not None else keep, 2, H, L, L),
+                        twins.torch_mask(keep, 2, H, L, S) if memory is not None else None)
+        with torch.no_grad():
+            if not any(close_enough(out, pieces.bind(twin).out(), _ATOL, _RTOL) for twin, _, _ in layout.twins()):
+                check.fail(f"The output of {what} differs from PyTorch's {_label(wiring)} layer with your weights, "
+                           f"although it matches for d_model=16 and 4 heads: does your class use the d_model, "
+                           f"num_heads and d_ff it is given?")
+    check.ok(f"works with num_heads=1, d_model={D} (not a power of two) and sentences of {L} tokens")
+
+
+# --------------------------------------------------------------------------
+# The values against PyTorch's layer carrying the learner's weights, and the known wrong wirings.
+
+_GIVEN = object()  # a Pieces attention's default mask: the one the checker gave (None: no mask)
+
+
+class Pieces:
+    """A PyTorch twin's parts in float64, bound to the checker's inputs: what the known wrong wirings are built of."""
+
+    def __init__(self, layout: twins.LayerLayout, x: torch.Tensor, memory: torch.Tensor | None = None,
+                 self_mask: torch.Tensor | None = None, cross_mask: torch.Tensor | None = None):
+        self.x, self.memory = x.double(), None if memory is None else memory.double()
+        self.self_mask, self.cross_mask = self_mask, cross_mask  # PyTorch's masks, True = blocked
+        self.norms = [twins.prepared_norm(n, layout.d_model) for n in layout.norms]  # the learner's own, any slot
+
+    def bind(self, twin: nn.Module) -> "Pieces":
+        self.t, self.n1, self.n2, self.n3 = twin, twin.norm1, twin.norm2, getattr(twin, "norm3", None)
+        return self
+
+    def out(self) -> torch.Tensor:
+        """The twin's output: the right answer."""
+        if self.memory is None:
+            return twins.run_twin(self.t, self.x, src_mask=self.self_mask)
+        return twins.run_twin(self.t, self.x, self.memory, src_mask=self.cross_mask, tgt_mask=self.self_mask)
+
+    def sa(self, q: torch.Tensor, kv: torch.Tensor | None = None, m=_GIVEN) -> torch.Tensor:
+        kv = q if kv is None else kv
+        return self.t.self_attn(q, kv, kv, attn_mask=self.self_mask if m is _GIVEN else m, need_weights=False)[0]
+
+    def ca(self, q: torch.Tensor, kv: torch.Tensor | None = None, m=_GIVEN) -> torch.Tensor:
+        kv = self.memory if kv is None else kv
+        return self.t.multihead_attn(q, kv, kv, attn_mask=self.cross_mask if m is _GIVEN else m, need_weights=False)[0]
+
+    def ff(self, y: torch.Tensor, act: Callable = torch.relu) -> torch.Tensor:
+        return self.t.linear2(act(self.t.linear1(y)))
+
+
+def _label(wiring: Wiring) -> str:
+    return "pre-LN" if wiring.norm_first else "post-LN"
+
+
+def _twin_name(kind: str, wiring: Wiring) -> str:
+    cls = "nn.TransformerEncoderLayer" if kind == "encoder" else "nn.TransformerDecoderLayer"
+    return f"{cls}(..., norm_first=True)" if wiring.norm_first else f"{cls} (post-LN)"
+
+
+def _values(check: Check, layer: nn.Module, kind: str, wiring: Wiring, out: torch.Tensor, run: Callable,
+            g: torch.Generator, x: torch.Tensor, memory: torch.Tensor | None = None, masks: tuple = (None, None)
+            ) -> twins.LayerLayout:
+    """Compare with PyTorch's layer where the parts are found (else: a post-LN output is normalised, and every
+    parameter learns), then count the parameters."""
+    name = wiring.names[kind]
+    normalised = _is_normalised(out)
+    layout = twins.LayerLayout(layer, kind, _D_MODEL, _NUM_HEADS, _D_FF, norm_first=wiring.norm_first)
+    if layout.missing:
+        if not wiring.norm_first:
+            if not normalised:
+                check.fail(_norm_message(name))
+            check.ok("ends with a LayerNorm (post-LN)")
+        stages.every_parameter_learns(check, layer, run(layer), name)
+    else:
+        twins.randomise_norms(layout.norms, g)  # so that which LayerNorm sits where shows in the values
+        _compare(check, layout, kind, wiring, run, Pieces(layout, x, memory, *masks), x, memory, normalised)
+    _parameters(check, layer, layout, kind, name)
+    return layout
+
+
+def _compare(check: Check, layout: twins.LayerLayout, kind: str, wiring: Wiring, run: Callable, pieces: Pieces,
+             x: torch.Tensor, memory: torch.Tensor | None, normalised: bool) -> None:
+    """The learner's output against every plausible twin; a known wrong wiring, or the hooks, name the cause."""
+    name = wiring.names[kind]
+    out = run(layout.layer).double()
+    matched, cause = _best_match(layout, out, pieces, wiring.variants[kind])
+    if matched is None:
+        if cause:
+            check.fail(f"The output of your {name} has the wrong values: {cause}.")
+        _check_wiring(check, layout.layer, kind, wiring, run, x, memory)
+        stages.every_parameter_learns(check, layout.layer, run(layout.layer), name)
+        if not wiring.norm_first and not normalised:
+            check.fail(_norm_message(name))
+        with torch.no_grad():
+            expected = pieces.bind(next(layout.twins())[0]).out()
+        check.close(out, expected, f"the output of {name}", atol=_ATOL, rtol=_RTOL, hint=wiring.hints[kind])
+    _check_norm_use(check, name, layout, matched[1])
+    _check_norm_order(check, name, kind, wiring, layout.layer, matched[1])
+    stages.every_parameter_learns(check, layout.layer, run(layout.layer), name)
+    check.ok(f"matches {_twin_name(kind, wiring)} carrying your weights")
+
+
+def _best_match(layout: twins.LayerLayout, out: torch.Tensor, pieces: Pieces, variants: Callable) -> tuple:
+    """(matched assignment or None, the cause of the first known wrong wiring that matches or None)."""
+    for twin, attentions, norms in layout.twins():
+        with torch.no_grad():
+            if close_enough(out, pieces.bind(twin).out(), _ATOL, _RTOL):
+                return (attentions, norms), None
+    for twin, _, norms in layout.twins():
+        if len({id(n) for n in norms}) < len(norms) <= len(layout.norms):
+            continue  # a variant is looked for with one LayerNorm per sublayer only
+        with torch.no_grad():
+            for cause, variant in variants(pieces.bind(twin)):
+                try:
+                    expected = variant()
+                except Exception:  # a wiring that does not fit these sizes
+                    continue
+                if close_enough(out, expected, _ATOL, _RTOL):
+                    return None, cause
+    return None, None
+
+
+def _norm_message(name: str) -> str:
+    return (
+        f"The output of your {name} is not layer-normalised: with freshly created LayerNorms every "
+        f"output row should have mean 0 and standard deviation 1.\n"
+        f"The paper's layers are post-LN: each sublayer ends with LayerNorm(x + dropout(sublayer(x))). "
+        f"Did you forget a LayerNorm, use pre-LN (x + sublayer(LayerNorm(x))), or another normalisation "
+        f"(RMSNorm, BatchNorm)?"
+    )
+
+
+def _parameters(check: Check, layer: nn.Module, layout: twins.LayerLayout, kind: str, name: str) -> None:
     """The paper's layer: attention(s) with biases, the feed-forward network, one LayerNorm (gain and bias) per sublayer."""
     bare = [n for n in layout.norms if anatomy.norm_without_affine(n)]
     if bare:
@@ -319,7 +566,7 @@ def _parameters(check: Check, layer: nn.Module, layout: twins.LayerLayout, name:
             f"bias (elementwise_affine=False or bias=False).\n"
             f"The paper's layer normalisation has both; nn.LayerNorm(d_model) creates them by default."
         )
-    d, n_attn = _D_MODEL, 1 if name == "EncoderLayer" else 2
+    d, n_attn = _D_MODEL, len(_ATTENTIONS[kind])
     attention, ffn, norm = 4 * (d * d + d), d * _D_FF + _D_FF + _D_FF * d + d, 2 * d
     expected = n_attn * attention + ffn + (n_attn + 1) * norm
     actual = anatomy.count_parameters(layer)
@@ -341,52 +588,6 @@ def _parameters(check: Check, layer: nn.Module, layout: twins.LayerLayout, name:
     check.ok(f"has the paper's number of parameters ({expected:,})")
 
 
-def _values(check: Check, layer: nn.Module, name: str, out: torch.Tensor, run_masked: Callable,
-            compare: Callable) -> twins.LayerLayout:
-    """Compare with PyTorch's layer where the parts are found (else: post-LN and gradients), then count parameters."""
-    normalised = _is_normalised(out)
-    layout = twins.LayerLayout(layer, "encoder" if name == "EncoderLayer" else "decoder", _D_MODEL, _NUM_HEADS, _D_FF)
-    if layout.missing:
-        if not normalised:
-            check.fail(_norm_message(name))
-        check.ok("ends with a LayerNorm (post-LN)")
-        _unused_parameters(check, layer, run_masked(layer), name)
-    else:
-        compare(layout, normalised)
-    _parameters(check, layer, layout, name)
-    return layout
-
-
-def _norm_message(name: str) -> str:
-    return (
-        f"The output of your {name} is not layer-normalised: with freshly created LayerNorms every "
-        f"output row should have mean 0 and standard deviation 1.\n"
-        f"The paper's layers are post-LN: each sublayer ends with LayerNorm(x + dropout(sublayer(x))). "
-        f"Did you forget a LayerNorm, use pre-LN (x + sublayer(LayerNorm(x))), or another normalisation "
-        f"(RMSNorm, BatchNorm)?"
-    )
-
-
-def _best_match(layout: twins.LayerLayout, out: torch.Tensor, run_twin: Callable, variants: list) -> tuple:
-    """(matched assignment or None, name of the first variant that matches or None)."""
-    for twin, attentions, norms in layout.twins():
-        with torch.no_grad():
-            if close_enough(out, run_twin(twin), _ATOL, _RTOL):
-                return (attentions, norms), None
-    for twin, _, norms in layout.twins():
-        if len({id(n) for n in norms}) < len(norms) <= len(layout.norms):
-            continue  # a variant is looked for with one LayerNorm per sublayer only
-        with torch.no_grad():
-            for cause, variant in variants:
-                try:
-                    expected = variant(twin)
-                except RuntimeError:
-                    continue
-                if close_enough(out, expected, _ATOL, _RTOL):
-                    return None, cause
-    return None, None
-
-
 def _check_norm_use(check: Check, name: str, layout: twins.LayerLayout, used: tuple) -> None:
     """Each sublayer must have its own LayerNorm (its own learned gain and bias)."""
     distinct = len({id(n) for n in used})
@@ -406,20 +607,235 @@ def _check_norm_use(check: Check, name: str, layout: twins.LayerLayout, used: tu
     )
 
 
-def _uses_d_ff(check: Check, layer: nn.Module, name: str) -> None:
-    if not any(_D_FF in p.shape for p in layer.parameters()):
-        check.fail(
-            f"None of the weights of {name}(d_model={_D_MODEL}, num_heads={_NUM_HEADS}, d_ff={_D_FF}) has a "
-            f"dimension of size d_ff = {_D_FF}: the feed-forward sublayer is missing, or it ignores d_ff.\n"
-            f"The last sublayer is LayerNorm(x + dropout(ffn(x))) with FeedForward(d_model, d_ff, dropout)."
-        )
-    check.ok("has a feed-forward network of hidden size d_ff")
+def _check_norm_order(check: Check, name: str, kind: str, wiring: Wiring, layer: nn.Module, used: tuple) -> None:
+    """norm1 belongs to the first sublayer, norm2 to the second (and norm3 to the third): code reads them by name."""
+    if all(a is b for a, b in zip(used, [getattr(layer, n) for n in _NORMS[kind]])):
+        return
+    names = {id(m): n for n, m in layer.named_children()}
+    order = ", ".join(f"`{names.get(id(n), '?')}`" for n in used)
+    check.fail(f"Your {name} {'opens' if wiring.norm_first else 'closes'} its sublayers with {order}, in that order: "
+               f"the names are part of the exercise, and norm1 belongs to the first sublayer, norm2 to the second"
+               + (", norm3 to the third" if kind == "decoder" else "") + wiring.names_why)
 
 
 def _layout_unused(layout: twins.LayerLayout, name: str) -> str:
     return (
         f"only the properties above were checked: your {name}'s layout could not be matched to PyTorch's layer "
         f"({layout.missing}), so its exact values were not compared"
+    )
+
+
+# --------------------------------------------------------------------------
+# The wiring and the dropout, seen by hooks on the checker's own instances.
+
+
+def _trace(layer: nn.Module, kind: str, run: Callable) -> tuple[list[dict], torch.Tensor] | None:
+    """Per sublayer: its LayerNorm's input (z) and output (h), the sublayer's query input (q), output (s) and
+    arguments; None when a sublayer is called twice or not at all (then the values alone judge)."""
+    names = [n for pair in _SUBLAYERS[kind] for n in pair]
+    with Recorder(layer, names) as rec:
+        out = run(layer)
+    steps = []
+    for sub, norm in _SUBLAYERS[kind]:
+        seen = (*_norm_call(rec.calls[norm]), rec.first_input(sub), rec.output(sub))
+        if any(t is None for t in seen):
+            return None
+        z, h, q, s = (t.detach().double() for t in seen)
+        args, kwargs, _ = rec.only(sub)
+        steps.append({"sub": sub, "norm": norm, "z": z, "h": h, "q": q, "s": s, "args": args + tuple(kwargs.values())})
+    return steps, out.detach().double()
+
+
+def _norm_call(calls: list) -> tuple:
+    """(input, output) of a LayerNorm called once, or several times on the same tensor (norm1(x) three times)."""
+    found = [(args[0] if args else next(iter(kwargs.values()), None), out) for args, kwargs, out in calls]
+    if not found or not all(isinstance(t, torch.Tensor) for pair in found for t in pair):
+        return None, None
+    if any(not close_enough(z, found[0][0], 0.0, 0.0) for z, _ in found[1:]):
+        return None, None  # one norm used on two different tensors: judged by values only
+    return found[0]
+
+
+def _which(value: torch.Tensor, known: dict) -> str:
+    return next((label for label, t in known.items() if close_enough(value, t, atol=1e-4, rtol=1e-4)), "")
+
+
+def _check_wiring(check: Check, layer: nn.Module, kind: str, wiring: Wiring, run: Callable, x: torch.Tensor,
+                  memory: torch.Tensor | None) -> None:
+    """In eval mode, sublayer by sublayer: the LayerNorm reads the stream (pre-LN), each residual adds back the
+    stream, the sublayer reads the stream (post-LN) or its LayerNorm's output (pre-LN), memory as it is given."""
+    traced = _trace(layer, kind, run)
+    if traced is None:
+        return
+    steps, out = traced
+    name, pre = wiring.names[kind], wiring.norm_first
+    current, label = x.double(), "x, the layer's input"
+    known = {label: current}
+    for i, step in enumerate(steps):
+        role, norm, sub = _ROLES[(kind, step["sub"])], step["norm"], step["sub"]
+        if pre and not close_enough(step["z"], current, atol=1e-4, rtol=1e-4):
+            which = _which(step["z"], known)
+            if which:
+                check.fail(f"In your {name}, `{norm}` normalises {which} instead of {label}: each LayerNorm reads "
+                           f"the residual stream as it stands when its sublayer begins.")
+            return
+        total = (steps[i + 1]["z"] if i + 1 < len(steps) else out) if pre else step["z"]  # stream + sublayer
+        if not close_enough(total - step["s"], current, atol=1e-4, rtol=1e-4):
+            mistaken = ({f"the normalised stream (the output of `{norm}`)": step["h"]} if pre else
+                        {"the sublayer's own output a second time": step["s"]})
+            which = _which(total - step["s"], dict(known, **{"nothing (the residual is missing)": torch.zeros_like(current)},
+                                                   **mistaken))
+            if which:
+                check.fail(f"The residual connection around {role} in your {name} adds {which} instead of {label}: "
+                           + wiring.residual_note.format(norm=norm, sub=sub))
+            return
+        read, read_label = (step["h"], f"the output of `{norm}`") if pre else (current, label)
+        if not close_enough(step["q"], read, atol=1e-4, rtol=1e-4):
+            which = _which(step["q"], known)
+            if which:
+                check.fail(f"In your {name}, {role} receives {which} instead of {read_label}: {wiring.read_note}")
+            return
+        if sub == "cross_attn" and any(isinstance(t, torch.Tensor) and t.shape == memory.shape
+                                       and not close_enough(t, memory) for t in step["args"][1:3]):
+            check.fail(f"In your {name}, the cross-attention does not read memory as it is given: its keys and "
+                       f"values are memory itself, {wiring.cross_attn}.")
+        current = total if pre else step["h"]
+        label = f"the stream after {role}" if pre else f"the output of `{norm}` (the previous sublayer)"
+        known[label] = current
+    check.ok(wiring.wired.format(norms=", ".join(_NORMS[kind])) + " (seen on the submodules' inputs and outputs)")
+
+
+def _dropout(check: Check, build: Callable[..., nn.Module], run: Callable, args: tuple, kind: str,
+             wiring: Wiring) -> None:
+    """Eval mode deterministic, train mode random; the rate measured on each sublayer's output (before the residual
+    addition) and inside the attentions, nowhere else; with dropout=1.0 only the residual path is left."""
+    name = wiring.names[kind]
+    layer = build(0.5)
+    stages.eval_deterministic(check, layer, run, name, 0.5)
+    first = stages.train_random(check, layer, run, name, 0.5, fix=(
+        f"Create nn.Dropout(dropout) in __init__ and apply it to the output of each sublayer: {wiring.sublayer}."))
+    if not wiring.norm_first:
+        _dropped_before_the_norm(check, first, name)
+    _dropout_measured(check, build(0.5), run, kind, wiring, args[0], args[1] if kind == "decoder" else None)
+    _everything_dropped(check, build, args, kind, wiring)
+
+
+def _dropped_before_the_norm(check: Check, first: torch.Tensor, name: str) -> None:
+    """Post-LN: a fresh LayerNorm has gain 1 and bias 0, so the pattern a dropout after it leaves shows in the output."""
+    rows = first.detach().double().reshape(-1, first.shape[-1])
+    zeros = float((rows == 0).double().mean())
+    repeats = 0
+    for row in rows:
+        counts = torch.unique(row.round(decimals=6), return_counts=True)[1]
+        repeats += int(counts.max() >= 3)
+    if zeros > 0.2:
+        check.fail(
+            f"In training mode {round(zeros * 100)}% of your {name}'s outputs are exactly 0: dropout is "
+            f"applied after the LayerNorm, to the layer's output.\n"
+            f"Dropout belongs on the sublayer's output, before the residual addition: "
+            f"LayerNorm(x + dropout(sublayer(x)))."
+        )
+    if repeats > rows.shape[0] // 2:
+        check.fail(
+            f"In training mode many values in each output row of your {name} are identical: dropout zeroes "
+            f"entries of the sum x + sublayer(x) before the LayerNorm, which drops the residual too.\n"
+            f"Apply dropout to the sublayer's output only, then add: LayerNorm(x + dropout(sublayer(x))), "
+            f"not LayerNorm(dropout(x + sublayer(x)))."
+        )
+    check.ok("applies dropout to the sublayer outputs, not to the residual or to the normalised output")
+
+
+def _dropout_measured(check: Check, layer: nn.Module, run: Callable, kind: str, wiring: Wiring, x: torch.Tensor,
+                      memory: torch.Tensor | None, p: float = 0.5) -> None:
+    """Train mode: rate p on each sublayer's output before the residual and inside each attention (on its
+    weights), nowhere else (memory untouched), fresh masks, global RNG."""
+    from .multi_head import attention_dropout
+
+    name, pre = wiring.names[kind], wiring.norm_first
+    for sub in _ATTENTIONS[kind]:
+        attention_dropout(check, getattr(layer, sub), _D_MODEL, _NUM_HEADS, p, f"`{sub}` of your {name}",
+                          fix=f"Pass the rate on: `self.{sub} = MultiHeadAttention(d_model, num_heads, dropout)`.")
+    layer.train()
+
+    def sites() -> list[stages.Site] | None:
+        traced = _trace(layer, kind, run)
+        if traced is None:
+            return None
+        steps, out = traced
+        found, current = [], x.double()
+        for i, step in enumerate(steps):
+            role = _ROLES[(kind, step["sub"])]
+            read = step["h"] if pre else current
+            if not close_enough(step["q"], read):
+                fed = drop_pattern(step["q"], read)
+                if fed.exact and fed.rate > 0:
+                    check.fail(f"In training mode your {name} applies dropout to the input of {role} (to "
+                               f"{wiring.reads}). The paper drops the sublayer's output instead: {wiring.sublayer}.")
+                return None  # something else: the checks above have judged it
+            if step["sub"] == "cross_attn" and memory is not None:
+                _memory_untouched(check, step["args"], memory, name, wiring)
+            if pre and not close_enough(step["z"], current):
+                return None
+            total = (steps[i + 1]["z"] if i + 1 < len(steps) else out) if pre else step["z"]
+            found.append(stages.Site(f"the output of {role} (before the residual addition)", total - current,
+                                     step["s"], {"position": 1, "sentence of the batch": 0, "feature": 2}))
+            current = total if pre else step["h"]
+        if not pre and not torch.equal(out, steps[-1]["h"]):
+            check.fail(f"In training mode the output of your {name} is not the output of its last LayerNorm: "
+                       f"something (a dropout?) acts after `{steps[-1]['norm']}`.")
+        return found
+
+    stages.dropout_measured(check, sites, p, name, fix=f"The {wiring.whose} sublayer: {wiring.sublayer}, with "
+                            f"nn.Dropout(dropout), once per sublayer.", not_exact=wiring.misplaced.format(name=name))
+
+
+def _memory_untouched(check: Check, args: tuple, memory: torch.Tensor, name: str, wiring: Wiring) -> None:
+    """The cross-attention's keys and values are memory as given (the encoder's output is not dropped again)."""
+    for given in args[1:3]:
+        if isinstance(given, torch.Tensor) and given.shape == memory.shape and not close_enough(given, memory):
+            pattern = drop_pattern(given, memory)
+            cause = (f"drops {round(100 * pattern.rate)}% of its entries" if pattern.exact and pattern.rate > 0
+                     else "changes it")
+            check.fail(f"In training mode your {name} {cause} before the cross-attention reads memory. memory "
+                       f"is the encoder's output, already regularised inside the encoder: use it as it is, "
+                       f"{wiring.cross_attn}. Dropout belongs on each sublayer's output.")
+
+
+def _everything_dropped(check: Check, build: Callable[..., nn.Module], args: tuple, kind: str, wiring: Wiring) -> None:
+    """With dropout=1.0 in training every sublayer's output is dropped: only the residual path is left, x itself
+    (pre-LN) or LayerNorm(...LayerNorm(x)), each row of x centred and rescaled by the fresh LayerNorms (post-LN).
+
+    A sublayer whose output skips dropout (dropout only on the attention weights, say) leaves its trace.
+    """
+    name, x = wiring.names[kind], args[0].double()
+    try:
+        layer = build(1.0)
+        layer.train()
+        o = layer(*args).detach().double()
+    except Exception:  # a layer that refuses p = 1 (a hand-written dropout, an assertion): not judged here
+        return
+    if not bool(torch.isfinite(o).all()):
+        return  # a hand-written dropout dividing by 1 - p
+    if wiring.norm_first:
+        kept = close_enough(o, x, 1e-5, 1e-5)
+    else:
+        xc, oc = x - x.mean(-1, keepdim=True), o - o.mean(-1, keepdim=True)
+        kept = not bool(((xc * oc).sum(-1) / (xc.norm(dim=-1) * oc.norm(dim=-1)).clamp_min(1e-12) < 1 - 1e-4).any())
+    if kept:
+        return check.ok("drops each sublayer's output in training (dropout=1.0 leaves "
+                        + ("the input as it is)" if wiring.norm_first else "just the normalised input)"))
+    if wiring.norm_first and close_enough(o, torch.zeros_like(o), 1e-6, 1e-6):
+        check.fail(f"Built with dropout=1.0 and in training mode, your {name} returns zeros: dropout acts on the "
+                   f"residual stream itself (on x + sublayer(...), or on the output). Drop only what each sublayer "
+                   f"adds: {wiring.sublayer}, so that with every sublayer dropped the layer hands back x.")
+    check.fail(
+        f"Built with dropout=1.0 and in training mode, your {name} should drop every sublayer's output, so that "
+        + ("it hands back its input x unchanged. Yours does not" if wiring.norm_first else "it reduces to "
+           "LayerNorm(x + 0) for each sublayer: every output row would be its input row, normalised. Yours is not")
+        + ": something reaches the output without going through a dropout.\n"
+        f"Apply dropout to the output of each sublayer, before the residual addition: {wiring.sublayer}. Dropout on "
+        f"the attention weights or inside FeedForward does not replace it, and the residual input x itself is not "
+        f"dropped."
     )
 
 
@@ -573,472 +989,96 @@ def _check_ffn_dropout(check: Check, FeedForward, x: torch.Tensor) -> None:
     ffs.eval()
 
 
+
+
 # --------------------------------------------------------------------------
-# EncoderLayer
-
-
-def _compare_encoderlayer(check: Check, layout: twins.LayerLayout, run: Callable, g: torch.Generator,
-                          x: torch.Tensor, keep: torch.Tensor, normalised: bool) -> None:
-    """Compare with PyTorch's layer carrying the learner's weights; name the cause on a mismatch."""
-    B, L = x.shape[:2]
-    twins.randomise_norms(layout.norms, g)
-    out = run(layout.layer, x, keep).double()
-    xd = x.double()
-    mask = twins.torch_mask(keep, B, _NUM_HEADS, L, L)
-
-    def sa(t, q, m=mask):
-        return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
-
-    def ff(t, y, act=torch.relu):
-        return t.linear2(act(t.linear1(y)))
-
-    def post(t, ffn=True, res1=True, res2=True, m=mask, act=torch.relu):
-        y = t.norm1((xd if res1 else 0) + sa(t, xd, m))
-        return t.norm2((y if res2 else 0) + ff(t, y, act)) if ffn else y
-
-    variants = [
-        ("the residual connection around self-attention is missing: LayerNorm(x + dropout(self_attn(x))) "
-        "adds the sublayer's input x back", lambda t: post(t, res1=False)),
-        ("the residual connection around the feed-forward network is missing: LayerNorm(y + dropout(ffn(y))) "
-        "adds the sublayer's input y back", lambda t: post(t, res2=False)),
-        ("the residual connections are missing: each sublayer output is added to its input before "
-        "the LayerNorm", lambda t: post(t, res1=False, res2=False)),
-        ("the mask is not used by the self-attention", lambda t: post(t, m=None)),
-        ("the feed-forward sublayer is missing: after self-attention comes LayerNorm(y + dropout(ffn(y)))", lambda t: post(t, ffn=False)),
-        ("this is pre-LN, x + sublayer(LayerNorm(x)); the paper (and this course) use post-LN: "
-        "LayerNorm(x + dropout(sublayer(x)))", lambda t: _pre_ln_encoder(t, xd, sa, ff)),
-        ("there is no LayerNorm: each sublayer is LayerNorm(x + dropout(sublayer(x)))", lambda t: _no_norm_encoder(t, xd, sa, ff)),
-        ("the LayerNorm is applied to the sublayer's output before the residual addition; it normalises the "
-        "sum: LayerNorm(x + dropout(sublayer(x)))", lambda t: _norm_inside_encoder(t, xd, sa, ff)),
-        ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network", lambda t: _swapped_encoder(t, xd, sa, ff)),
-        (_GELU_CAUSE, lambda t: post(t, act=F.gelu)),
-        (_GELU_CAUSE, lambda t: post(t, act=lambda h: F.gelu(h, approximate="tanh"))),
-    ]
-    matched, cause = _best_match(layout, out, lambda t: twins.run_twin(t, xd, src_mask=mask), variants)
-    if matched is None:
-        if cause:
-            check.fail(f"The output of your EncoderLayer has the wrong values: {cause}.")
-        _check_wiring(check, layout.layer, "EncoderLayer", lambda layer_: run(layer_, x, keep), x)
-        _unused_parameters(check, layout.layer, run(layout.layer, x, keep), "EncoderLayer")
-        if not normalised:
-            check.fail(_norm_message("EncoderLayer"))
-        twin = next(layout.twins())[0]
-        with torch.no_grad():
-            expected = twins.run_twin(twin, xd, src_mask=mask)
-        check.close(
-            out, expected, "the output of EncoderLayer", atol=_ATOL, rtol=_RTOL,
-            hint="Expected nn.TransformerEncoderLayer (post-LN, ReLU) with your weights: "
-            "y = LayerNorm(x + dropout(self_attn(x, x, x, mask))), out = LayerNorm(y + dropout(ffn(y))).",
-        )
-    _check_norm_use(check, "EncoderLayer", layout, matched[1])
-    _check_norm_order(check, "EncoderLayer", layout.layer, matched[1])
-    _unused_parameters(check, layout.layer, run(layout.layer, x, keep), "EncoderLayer")
-    check.ok("matches nn.TransformerEncoderLayer (post-LN) carrying your weights")
-
-
-def _decoder_variants(xd, md, sa, ca, ff, post, tmask, smask) -> list:
-    """Known wrong decoder layers, as functions of a PyTorch twin: (cause, variant)."""
-    def pre_ln(t):
-        y1 = xd + sa(t, t.norm1(xd))
-        y2 = y1 + ca(t, t.norm2(y1), md)
-        return y2 + ff(t, t.norm3(y2))
-
-    def no_norm(t):
-        y1 = xd + sa(t, xd)
-        y2 = y1 + ca(t, y1, md)
-        return y2 + ff(t, y2)
-
-    def norm_inside(t):
-        y1 = xd + t.norm1(sa(t, xd))
-        y2 = y1 + t.norm2(ca(t, y1, md))
-        return y2 + t.norm3(ff(t, y2))
-
-    def cross_first(t):
-        y1 = t.norm1(xd + ca(t, xd, md))
-        y2 = t.norm2(y1 + sa(t, y1))
-        return t.norm3(y2 + ff(t, y2))
-
-    variants = [
-        ("the target mask is not used by the self-attention: self_attn(x, x, x, tgt_mask)", lambda t: post(t, tm=None)),
-        ("the source mask is not used by the cross-attention: cross_attn(x, memory, memory, src_mask)", lambda t: post(t, sm=None)),
-        ("the cross-attention takes its keys and values from the decoder's own states instead of memory: "
-        "cross_attn(x, memory, memory, src_mask)", lambda t: post(t, kv="y", sm=tmask)),
-        ("the cross-attention query is the layer's input instead of the output of the first sublayer "
-        "(the query must be the result of the masked self-attention sublayer)", lambda t: post(t, query_x=True)),
-        ("the residual connection around the masked self-attention is missing", lambda t: post(t, res=(False, True, True))),
-        ("the residual connection around the cross-attention is missing", lambda t: post(t, res=(True, False, True))),
-        ("the residual connection around the feed-forward network is missing", lambda t: post(t, res=(True, True, False))),
-        ("the residual connections are missing: each sublayer output is added to its input before the "
-        "LayerNorm", lambda t: post(t, res=(False, False, False))),
-        ("the feed-forward sublayer is missing: the third sublayer is LayerNorm(y + dropout(ffn(y)))", lambda t: post(t, ffn=False)),
-        ("this is pre-LN, x + sublayer(LayerNorm(x)); the paper (and this course) use post-LN: "
-        "LayerNorm(x + dropout(sublayer(x)))", pre_ln),
-        ("there is no LayerNorm: each sublayer is LayerNorm(x + dropout(sublayer(x)))", no_norm),
-        ("the LayerNorm is applied to the sublayer's output before the residual addition; it normalises the "
-        "sum: LayerNorm(x + dropout(sublayer(x)))", norm_inside),
-        ("the sublayers are in the wrong order: masked self-attention first, then cross-attention, then the "
-        "feed-forward network", cross_first),
-        (_GELU_CAUSE, lambda t: post(t, act=F.gelu)),
-        (_GELU_CAUSE, lambda t: post(t, act=lambda h: F.gelu(h, approximate="tanh"))),
-    ]
-    return variants
-
+# Post-LN, the paper's wiring: what the layer stages of lesson 05 read.
 
 _GELU_CAUSE = ("the feed-forward network uses GELU: the paper's uses ReLU, "
                "FFN(x) = max(0, x W1 + b1) W2 + b2")
 
 
-def _pre_ln_encoder(t, x, sa, ff):
-    y = x + sa(t, t.norm1(x))
-    return y + ff(t, t.norm2(y))
+def _post_ln_encoder(p: Pieces) -> list:
+    """Known wrong post-LN encoder layers, as functions of a twin's pieces: (cause, variant)."""
+    x, sa, ff, n1, n2 = p.x, p.sa, p.ff, p.n1, p.n2
+
+    def post(ffn=True, res1=True, res2=True, m=_GIVEN, act=torch.relu):
+        y = n1((x if res1 else 0) + sa(x, m=m))
+        return n2((y if res2 else 0) + ff(y, act)) if ffn else y
+
+    return [
+        ("the residual connection around self-attention is missing: LayerNorm(x + dropout(self_attn(x))) "
+         "adds the sublayer's input x back", lambda: post(res1=False)),
+        ("the residual connection around the feed-forward network is missing: LayerNorm(y + dropout(ffn(y))) "
+         "adds the sublayer's input y back", lambda: post(res2=False)),
+        ("the residual connections are missing: each sublayer output is added to its input before "
+         "the LayerNorm", lambda: post(res1=False, res2=False)),
+        ("the mask is not used by the self-attention", lambda: post(m=None)),
+        ("the feed-forward sublayer is missing: after self-attention comes LayerNorm(y + dropout(ffn(y)))",
+         lambda: post(ffn=False)),
+        ("this is pre-LN, x + sublayer(LayerNorm(x)); the paper (and this course) use post-LN: "
+         "LayerNorm(x + dropout(sublayer(x)))", lambda: (lambda y: y + ff(n2(y)))(x + sa(n1(x)))),
+        ("there is no LayerNorm: each sublayer is LayerNorm(x + dropout(sublayer(x)))",
+         lambda: (lambda y: y + ff(y))(x + sa(x))),
+        ("the LayerNorm is applied to the sublayer's output before the residual addition; it normalises the "
+         "sum: LayerNorm(x + dropout(sublayer(x)))", lambda: (lambda y: y + n2(ff(y)))(x + n1(sa(x)))),
+        ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network",
+         lambda: (lambda y: n2(y + sa(y)))(n1(x + ff(x)))),
+        (_GELU_CAUSE, lambda: post(act=F.gelu)),
+        (_GELU_CAUSE, lambda: post(act=lambda h: F.gelu(h, approximate="tanh"))),
+    ]
 
 
-def _no_norm_encoder(t, x, sa, ff):
-    y = x + sa(t, x)
-    return y + ff(t, y)
+def _post_ln_decoder(p: Pieces) -> list:
+    """Known wrong post-LN decoder layers, as functions of a twin's pieces: (cause, variant)."""
+    x, memory, sa, ca, ff, n1, n2, n3 = p.x, p.memory, p.sa, p.ca, p.ff, p.n1, p.n2, p.n3
+
+    def post(res=(1, 1, 1), tm=_GIVEN, sm=_GIVEN, own_kv=False, query_x=False, ffn=True, act=torch.relu):
+        y1 = n1((x if res[0] else 0) + sa(x, m=tm))
+        y2 = n2((y1 if res[1] else 0) + ca(x if query_x else y1, y1 if own_kv else memory, sm))
+        return n3((y2 if res[2] else 0) + ff(y2, act)) if ffn else y2
+
+    return [
+        ("the target mask is not used by the self-attention: self_attn(x, x, x, tgt_mask)", lambda: post(tm=None)),
+        ("the source mask is not used by the cross-attention: cross_attn(x, memory, memory, src_mask)",
+         lambda: post(sm=None)),
+        ("the cross-attention takes its keys and values from the decoder's own states instead of memory: "
+         "cross_attn(x, memory, memory, src_mask)", lambda: post(own_kv=True, sm=p.self_mask)),
+        ("the cross-attention query is the layer's input instead of the output of the first sublayer "
+         "(the query must be the result of the masked self-attention sublayer)", lambda: post(query_x=True)),
+        ("the residual connection around the masked self-attention is missing", lambda: post(res=(0, 1, 1))),
+        ("the residual connection around the cross-attention is missing", lambda: post(res=(1, 0, 1))),
+        ("the residual connection around the feed-forward network is missing", lambda: post(res=(1, 1, 0))),
+        ("the residual connections are missing: each sublayer output is added to its input before the "
+         "LayerNorm", lambda: post(res=(0, 0, 0))),
+        ("the feed-forward sublayer is missing: the third sublayer is LayerNorm(y + dropout(ffn(y)))",
+         lambda: post(ffn=False)),
+        ("this is pre-LN, x + sublayer(LayerNorm(x)); the paper (and this course) use post-LN: "
+         "LayerNorm(x + dropout(sublayer(x)))",
+         lambda: (lambda y2: y2 + ff(n3(y2)))((lambda y1: y1 + ca(n2(y1)))(x + sa(n1(x))))),
+        ("there is no LayerNorm: each sublayer is LayerNorm(x + dropout(sublayer(x)))",
+         lambda: (lambda y2: y2 + ff(y2))((lambda y1: y1 + ca(y1))(x + sa(x)))),
+        ("the LayerNorm is applied to the sublayer's output before the residual addition; it normalises the "
+         "sum: LayerNorm(x + dropout(sublayer(x)))",
+         lambda: (lambda y2: y2 + n3(ff(y2)))((lambda y1: y1 + n2(ca(y1)))(x + n1(sa(x))))),
+        ("the sublayers are in the wrong order: masked self-attention first, then cross-attention, then the "
+         "feed-forward network", lambda: (lambda y2: n3(y2 + ff(y2)))((lambda y1: n2(y1 + sa(y1)))(n1(x + ca(x))))),
+        (_GELU_CAUSE, lambda: post(act=F.gelu)),
+        (_GELU_CAUSE, lambda: post(act=lambda h: F.gelu(h, approximate="tanh"))),
+    ]
 
 
-def _norm_inside_encoder(t, x, sa, ff):
-    y = x + t.norm1(sa(t, x))
-    return y + t.norm2(ff(t, y))
-
-
-def _swapped_encoder(t, x, sa, ff):
-    y = t.norm1(x + ff(t, x))
-    return t.norm2(y + sa(t, y))
-
-
-# --------------------------------------------------------------------------
-# DecoderLayer
-
-
-def _decoder_properties(check: Check, run: Callable, layer: nn.Module, x, memory, src_keep, causal,
-                        plain: torch.Tensor, out: torch.Tensor, g: torch.Generator) -> None:
-    """Memory is used, src_mask hides memory positions, tgt_mask (and only it) makes the layer causal."""
-    B, T = x.shape[:2]
-    other = memory.clone()
-    other[:, :4] = torch.randn(B, 4, _D_MODEL, generator=g)
-    if close_enough(run(layer, x, other, src_keep, causal), out, _ATOL, _RTOL):
-        check.fail(
-            "Changing memory (the encoder output) does not change the output of your DecoderLayer: the "
-            "cross-attention does not use it.\n"
-            "In cross-attention the queries come from the decoder and the keys and values from memory: "
-            "cross_attn(x, memory, memory, src_mask), not cross_attn(x, x, x, ...)."
-        )
-    check.ok("uses memory (changing the encoder output changes the result)")
-
-    hidden = memory.clone()
-    hidden[1, 4:] = torch.randn(2, _D_MODEL, generator=g)
-    if not close_enough(run(layer, x, hidden, src_keep, causal), out, _ATOL, _RTOL):
-        check.fail(
-            "Memory positions hidden by src_mask still influence the output: changing padded positions of "
-            "memory changed the result.\n"
-            "Pass src_mask to the cross-attention: cross_attn(x, memory, memory, src_mask)."
-        )
-    check.ok("honours src_mask in the cross-attention")
-
-    later = x.clone()
-    later[:, 2:] = torch.randn(B, T - 2, _D_MODEL, generator=g)
-    if close_enough(run(layer, later, memory)[:, :2], plain[:, :2], _ATOL, _RTOL):
-        check.fail(
-            "Without a target mask (tgt_mask=None), changing later target positions did not change earlier "
-            "outputs: either your DecoderLayer does not mix information between target positions, or it "
-            "builds a causal mask of its own instead of using tgt_mask.\n"
-            "Its first sublayer is self-attention over the target with the mask it is given: "
-            "self_attn(x, x, x, tgt_mask). (The model builds tgt_mask, padding included.)"
-        )
-    if not close_enough(run(layer, later, memory, src_keep, causal)[:, :2], out[:, :2], _ATOL, _RTOL):
-        check.fail(
-            "With a causal tgt_mask, changing target positions 2 and 3 changed the outputs at positions 0 "
-            "and 1: the decoder can see the future.\n"
-            "Pass tgt_mask to the (first) self-attention: self_attn(x, x, x, tgt_mask)."
-        )
-    check.ok("is causal with a causal tgt_mask (the future does not influence the past)")
-
-
-def _compare_decoderlayer(check: Check, layout: twins.LayerLayout, run: Callable, g: torch.Generator,
-                          x: torch.Tensor, memory: torch.Tensor, src_keep: torch.Tensor, causal: torch.Tensor,
-                          normalised: bool) -> None:
-    """Compare with PyTorch's layer carrying the learner's weights; name the cause on a mismatch."""
-    (B, T), S = x.shape[:2], memory.shape[1]
-    twins.randomise_norms(layout.norms, g)
-    out = run(layout.layer, x, memory, src_keep, causal).double()
-    xd, md = x.double(), memory.double()
-    tmask = twins.torch_mask(causal, B, _NUM_HEADS, T, T)
-    smask = twins.torch_mask(src_keep, B, _NUM_HEADS, T, S)
-
-    def sa(t, q, m=tmask):
-        return t.self_attn(q, q, q, attn_mask=m, need_weights=False)[0]
-
-    def ca(t, q, kv, m=smask):
-        return t.multihead_attn(q, kv, kv, attn_mask=m, need_weights=False)[0]
-
-    def ff(t, y, act=torch.relu):
-        return t.linear2(act(t.linear1(y)))
-
-    def post(t, res=(True, True, True), tm=tmask, sm=smask, kv=None, query_x=False, ffn=True, act=torch.relu):
-        y1 = t.norm1((xd if res[0] else 0) + sa(t, xd, tm))
-        source = md if kv is None else (y1 if kv == "y" else xd)
-        y2 = t.norm2((y1 if res[1] else 0) + ca(t, xd if query_x else y1, source, sm))
-        return t.norm3((y2 if res[2] else 0) + ff(t, y2, act)) if ffn else y2
-
-    variants = _decoder_variants(xd, md, sa, ca, ff, post, tmask, smask)
-    matched, cause = _best_match(layout, out, lambda t: twins.run_twin(t, xd, md, src_mask=smask, tgt_mask=tmask), variants)
-    if matched is None:
-        if cause:
-            check.fail(f"The output of your DecoderLayer has the wrong values: {cause}.")
-        _check_wiring(check, layout.layer, "DecoderLayer", lambda layer_: run(layer_, x, memory, src_keep, causal), x)
-        _unused_parameters(check, layout.layer, run(layout.layer, x, memory, src_keep, causal), "DecoderLayer")
-        if not normalised:
-            check.fail(_norm_message("DecoderLayer"))
-        twin = next(layout.twins())[0]
-        with torch.no_grad():
-            expected = twins.run_twin(twin, xd, md, src_mask=smask, tgt_mask=tmask)
-        check.close(
-            out, expected, "the output of DecoderLayer", atol=_ATOL, rtol=_RTOL,
-            hint="Expected nn.TransformerDecoderLayer (post-LN, ReLU) with your weights: "
-            "y1 = LayerNorm(x + self_attn(x, x, x, tgt_mask)), y2 = LayerNorm(y1 + cross_attn(y1, memory, "
-            "memory, src_mask)), out = LayerNorm(y2 + ffn(y2)) (dropout on each sublayer output).",
-        )
-    _check_norm_use(check, "DecoderLayer", layout, matched[1])
-    _check_norm_order(check, "DecoderLayer", layout.layer, matched[1])
-    _unused_parameters(check, layout.layer, run(layout.layer, x, memory, src_keep, causal), "DecoderLayer")
-    check.ok("matches nn.TransformerDecoderLayer (post-LN) carrying your weights")
-
-
-# --------------------------------------------------------------------------
-# The contract: names, components, wiring and dropout, observed with hooks on the checker's own instances.
-
-_NORMS = {"EncoderLayer": ("norm1", "norm2"), "DecoderLayer": ("norm1", "norm2", "norm3")}
-_SUBLAYERS = {
-    "EncoderLayer": (("self_attn", "norm1"), ("feed_forward", "norm2")),
-    "DecoderLayer": (("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3")),
-}
-_ROLES = {("EncoderLayer", "self_attn"): "self-attention", ("DecoderLayer", "self_attn"): "the masked self-attention",
-          ("DecoderLayer", "cross_attn"): "the cross-attention", ("EncoderLayer", "feed_forward"): "the feed-forward network",
-          ("DecoderLayer", "feed_forward"): "the feed-forward network"}
-
-
-def _contract(check: Check, layer: nn.Module, name: str) -> None:
-    """The submodules later code reads, the components' own checkers, their kinds and sizes; norms over d_model."""
-    from .multi_head import check_multi_head_attention
-
-    wanted = {"self_attn": (check_multi_head_attention, "MultiHeadAttention"),
-              "feed_forward": (check_feed_forward, "FeedForward")}
-    if name == "DecoderLayer":
-        wanted["cross_attn"] = wanted["self_attn"]
-    sizes = {"d_model": _D_MODEL, "num_heads": _NUM_HEADS, "d_ff": _D_FF, "dropout": 0.0}
-    stages.contract_parts(check, layer, name, sizes, components=stages.submodule_parts(layer, wanted))
-    _check_norms(check, layer, name)
-
-
-def _check_norms(check: Check, layer: nn.Module, name: str) -> None:
-    """Each normN normalises over the last axis (the d_model features of one position)."""
-    z = 3.0 * torch.randn(2, 5, _D_MODEL, generator=generator(13)) + 1.5
-    for norm_name in _NORMS[name]:
-        norm = getattr(layer, norm_name)
-        if isinstance(norm, nn.LayerNorm) and tuple(norm.normalized_shape) != (_D_MODEL,):
-            check.fail(f"`{norm_name}` of your {name} is nn.LayerNorm({tuple(norm.normalized_shape)}): it normalises "
-                       f"over the wrong axes. Use nn.LayerNorm(d_model): each position's d_model features are "
-                       f"normalised on their own.")
-        out = check.attempt(norm, z, what=f"{name}.{norm_name}")
-        if not isinstance(out, torch.Tensor) or out.shape != z.shape:
-            continue
-        o = out.detach().double()
-        rows_ok = bool((o.mean(-1).abs() < 1e-2).all() and ((o.std(-1, unbiased=False) - 1).abs() < 0.05).all())
-        for dim, axis in ((1, "the positions (dim 1)"), (0, "the batch (dim 0)")):
-            other = bool((o.mean(dim).abs() < 1e-2).all() and ((o.std(dim, unbiased=False) - 1).abs() < 0.05).all())
-            if other and not rows_ok:
-                check.fail(f"`{norm_name}` of your {name} normalises over {axis}, not over the last axis: each "
-                           f"position's d_model features must get mean 0 and variance 1 on their own "
-                           f"(`x.mean(-1, keepdim=True)`, or nn.LayerNorm(d_model)).")
-
-
-def _trace(check: Check, layer: nn.Module, name: str, run: Callable) -> tuple | None:
-    """(steps, output): per sublayer its query input, output, the norm's input and output, seen by hooks."""
-    names = [n for pair in _SUBLAYERS[name] for n in pair]
-    with Recorder(layer, names) as rec:
-        out = run(layer)
-    steps = []
-    for sub, norm in _SUBLAYERS[name]:
-        seen = (rec.first_input(sub), rec.output(sub), rec.first_input(norm), rec.output(norm))
-        if any(t is None for t in seen):
-            return None  # a piece called twice or not at all: judged by values only
-        inp, s, z, y = (t.detach().double() for t in seen)
-        steps.append({"sub": sub, "norm": norm, "inp": inp, "s": s, "z": z, "y": y,
-                      "args": rec.only(sub)[0] + tuple(rec.only(sub)[1].values())})
-    return steps, out.detach().double()
-
-
-def _which(value: torch.Tensor, known: dict) -> str:
-    return next((label for label, t in known.items() if close_enough(value, t, atol=1e-4, rtol=1e-4)), "")
-
-
-def _check_wiring(check: Check, layer: nn.Module, name: str, run: Callable, x: torch.Tensor) -> None:
-    """In eval mode: each sublayer reads the previous norm's output, adds it back, and normN closes sublayer N."""
-    traced = _trace(check, layer, name, run)
-    if traced is None:
-        return
-    steps, out = traced
-    current, current_label = x.double(), "x, the layer's input"
-    known = {current_label: current}
-    for step in steps:
-        role = _ROLES[(name, step["sub"])]
-        residual = step["z"] - step["s"]
-        if not close_enough(residual, current, atol=1e-4, rtol=1e-4):
-            options = dict(known, **{"nothing (the residual is missing)": torch.zeros_like(current),
-                                     "the sublayer's own output a second time": step["s"]})
-            which = _which(residual, options)
-            if which:
-                check.fail(f"The residual connection around {role} in your {name} adds {which} instead of "
-                           f"{current_label}: {step['norm']}(y + dropout({step['sub']}(y, ...))) adds back the very "
-                           f"tensor the sublayer received.")
-            return
-        if not close_enough(step["inp"], current, atol=1e-4, rtol=1e-4):
-            which = _which(step["inp"], known)
-            if which:
-                check.fail(f"In your {name}, {role} receives {which} instead of {current_label}: each sublayer "
-                           f"works on the output of the previous one.")
-            return
-        current, current_label = step["y"], f"the output of `{step['norm']}` (the previous sublayer)"
-        known[current_label] = current
-    check.ok("norm1, norm2" + (", norm3" if name == "DecoderLayer" else "") + " close the sublayers in order, "
-             "each residual adds back the sublayer's own input (seen on the submodules' inputs and outputs)")
-
-
-def _check_dropout_measured(check: Check, build: Callable, run: Callable, name: str, x: torch.Tensor,
-                            memory: torch.Tensor | None = None, p: float = 0.5) -> None:
-    """Train mode: rate p on each sublayer's output before the residual and inside each attention (on its
-    weights), nowhere else (memory untouched), fresh masks, global RNG."""
-    layer = build(p)
-    from .multi_head import attention_dropout
-
-    for sub in ("self_attn", "cross_attn")[: 1 if name == "EncoderLayer" else 2]:
-        attention_dropout(check, getattr(layer, sub), _D_MODEL, _NUM_HEADS, p, f"`{sub}` of your {name}",
-                          fix=f"Pass the rate on: `self.{sub} = MultiHeadAttention(d_model, num_heads, dropout)`.")
-    layer.train()
-
-    def sites() -> list[stages.Site] | None:
-        traced = _trace(check, layer, name, run)
-        if traced is None:
-            return None
-        steps, out = traced
-        found, current = [], x.double()
-        for i, step in enumerate(steps):
-            current = current if i == 0 else steps[i - 1]["y"]
-            role = _ROLES[(name, step["sub"])]
-            if not close_enough(step["inp"], current):
-                fed = drop_pattern(step["inp"], current)
-                if fed.exact and fed.rate > 0:
-                    check.fail(f"In training mode your {name} applies dropout to the input of {role} (to x before "
-                               f"the sublayer reads it). The paper drops the sublayer's output instead: "
-                               f"LayerNorm(x + dropout(sublayer(x))).")
-                return None  # something else: the checks above have judged it
-            if step["sub"] == "cross_attn" and memory is not None:
-                _memory_untouched(check, step["args"], memory)
-            found.append(stages.Site(f"the output of {role} (before the residual addition)", step["z"] - current,
-                                     step["s"], {"position": 1, "sentence of the batch": 0, "feature": 2}))
-        if not torch.equal(out, steps[-1]["y"]):
-            check.fail(f"In training mode the output of your {name} is not the output of its last LayerNorm: "
-                       f"something (a dropout?) acts after `{steps[-1]['norm']}`.")
-        return found
-
-    stages.dropout_measured(check, sites, p, name, fix="The paper's sublayer: LayerNorm(x + dropout(sublayer(x))), "
-                            "with nn.Dropout(dropout), once per sublayer.")
-
-
-def _memory_untouched(check: Check, args: tuple, memory: torch.Tensor) -> None:
-    """The cross-attention's keys and values are memory as given (the encoder's output is not dropped again)."""
-    for given in args[1:3]:
-        if isinstance(given, torch.Tensor) and given.shape == memory.shape and not close_enough(given, memory):
-            pattern = drop_pattern(given, memory)
-            cause = (f"drops {round(100 * pattern.rate)}% of its entries" if pattern.exact and pattern.rate > 0
-                     else "changes it")
-            check.fail(f"In training mode your DecoderLayer {cause} before the cross-attention reads memory. memory "
-                       f"is the encoder's output, already regularised inside the encoder: use it as it is, "
-                       f"cross_attn(x, memory, memory, src_mask). Dropout belongs on each sublayer's output.")
-
-
-def _check_norm_order(check: Check, name: str, layer: nn.Module, used: tuple) -> None:
-    """norm1 closes the first sublayer, norm2 the second (and norm3 the third): later code copies them by name."""
-    wanted = [getattr(layer, n) for n in _NORMS[name]]
-    if all(a is b for a, b in zip(used, wanted)):
-        return
-    names = {id(m): n for n, m in layer.named_children()}
-    order = ", ".join(f"`{names.get(id(n), '?')}`" for n in used)
-    check.fail(f"Your {name} closes its sublayers with {order}, in that order: the names are part of the exercise, "
-               f"and norm1 belongs to the first sublayer, norm2 to the second" + (", norm3 to the third" if
-               name == "DecoderLayer" else "") + ". Lesson 07 copies each LayerNorm by its name.")
-
-
-def _causal_encoder(check: Check, run: Callable, layer: nn.Module, x: torch.Tensor, plain: torch.Tensor,
-                    g: torch.Generator) -> None:
-    """Later positions do not reach earlier ones: if earlier ones reach later ones, that is a causal mask."""
-    earlier = x.clone()
-    earlier[:, :2] = torch.randn(x.shape[0], 2, x.shape[2], generator=g)
-    if not close_enough(run(layer, earlier)[:, 2:], plain[:, 2:], _ATOL, _RTOL):
-        check.fail(
-            "Your EncoderLayer lets each position see only the positions before it (a causal mask): changing later "
-            "positions never changes earlier outputs, but changing earlier positions changes later ones.\n"
-            "The encoder reads the whole source sentence at once: use only the padding mask it is given, "
-            "self_attn(x, x, x, mask). The causal mask belongs to the decoder's self-attention."
-        )
-
-
-def _masks_where_they_belong(check: Check, layer: nn.Module, x, memory, src_mask, tgt_mask) -> None:
-    """Which mask each attention received (seen by pre-hooks, even when the call then crashes): name a misplaced one."""
-    received: dict[str, list] = {}
-
-    def hook(name):
-        def remember(_module, args, kwargs):
-            received.setdefault(name, []).append(args[3] if len(args) > 3 else kwargs.get("mask"))
-        return remember
-
-    handles = [getattr(layer, sub).register_forward_pre_hook(hook(sub), with_kwargs=True)
-               for sub in ("self_attn", "cross_attn") if isinstance(getattr(layer, sub, None), nn.Module)]
-    try:
-        out = check.attempt(layer, x, memory, src_mask, tgt_mask, what="DecoderLayer.forward")
-    finally:
-        for handle in handles:
-            handle.remove()
-    crashed = f"\n\n{out.message}" if isinstance(out, Raised) else ""
-    if received.get("cross_attn", [None])[0] is tgt_mask and len(received["cross_attn"]) == 1:
-        check.fail(
-            "Your DecoderLayer gives tgt_mask to the cross-attention: its scores are (target length x memory length), "
-            "so the target mask does not fit them (it crashes when the lengths differ) and the source padding is "
-            "never hidden. The cross-attention takes the source mask: cross_attn(x, memory, memory, src_mask); the "
-            "target mask belongs to the masked self-attention, self_attn(x, x, x, tgt_mask)." + crashed
-        )
-    if received.get("self_attn", [None])[0] is src_mask and len(received["self_attn"]) == 1:
-        check.fail(
-            "Your DecoderLayer uses the two masks the wrong way round: the self-attention receives src_mask. The "
-            "target mask (B, 1, L_tgt, L_tgt) goes to the masked self-attention, self_attn(x, x, x, tgt_mask); the "
-            "source mask (B, 1, 1, L_src) to the cross-attention, cross_attn(x, memory, memory, src_mask). Check the "
-            "order of forward's parameters too: forward(self, x, memory, src_mask=None, tgt_mask=None)." + crashed
-        )
-
-
-def _check_layer_sizes(check: Check, cls: type[nn.Module], name: str) -> None:
-    """One head, d_model = 20 (not a power of two), and lesson 06's sentence length (64; memory of 70)."""
-    D, H, d_ff, L, S = 20, 1, 36, 64, 70
-    layer = stages.is_module(check, check.build(cls, D, H, d_ff, 0.0), name).eval()
-    for sub in ("self_attn", "cross_attn")[: 1 if name == "EncoderLayer" else 2]:
-        heads = getattr(getattr(layer, sub), "num_heads", None)
-        if heads != H:
-            check.fail(f"{name}(d_model={D}, num_heads={H}, d_ff={d_ff}) builds `{sub}` with num_heads = "
-                       f"{describe(heads)}: pass the layer's own num_heads on, "
-                       f"MultiHeadAttention(d_model, num_heads, dropout).")
-    g = generator(17)
-    x = torch.randn(2, L, D, generator=g)
-    keep = torch.ones(2, 1, 1, S if name == "DecoderLayer" else L, dtype=torch.bool)
-    keep[1, ..., -5:] = False
-    args = (x, keep) if name == "EncoderLayer" else (
-        x, torch.randn(2, S, D, generator=g), keep, torch.ones(L, L, dtype=torch.bool).tril().expand(2, 1, L, L))
-    what = f"{name}(d_model={D}, num_heads={H}, d_ff={d_ff}) on sentences of {L} tokens"
-    out = check.call(layer, *args, what=f"{name}.forward", hint=(
-        f"It works for the small sizes but not for {what}: is a size fixed somewhere?"))
-    out = check.tensor(out, f"the output of {what}", shape=(2, L, D), dtype=torch.float32)
-    if not _is_normalised(out):
-        check.fail(f"The output of {what} is not layer-normalised, although it is with d_model=16 and 4 heads: "
-                   f"does your class use the d_model and num_heads it is given?")
-    check.ok(f"works with num_heads=1, d_model={D} (not a power of two) and sentences of {L} tokens")
+POST_LN = Wiring(
+    norm_first=False, names={"encoder": "EncoderLayer", "decoder": "DecoderLayer"},
+    sublayer="LayerNorm(x + dropout(sublayer(x)))", self_attn="self_attn(x, x, x, {mask})",
+    cross_attn="cross_attn(x, memory, memory, src_mask)",
+    hints={"encoder": "Expected nn.TransformerEncoderLayer (post-LN, ReLU) with your weights: "
+                      "y = LayerNorm(x + dropout(self_attn(x, x, x, mask))), out = LayerNorm(y + dropout(ffn(y))).",
+           "decoder": "Expected nn.TransformerDecoderLayer (post-LN, ReLU) with your weights: "
+                      "y1 = LayerNorm(x + self_attn(x, x, x, tgt_mask)), y2 = LayerNorm(y1 + cross_attn(y1, memory, "
+                      "memory, src_mask)), out = LayerNorm(y2 + ffn(y2)) (dropout on each sublayer output)."},
+    variants={"encoder": _post_ln_encoder, "decoder": _post_ln_decoder},
+    whose="paper's", reads="x before the sublayer reads it", names_why=". Lesson 07 copies each LayerNorm by its name.",
+    read_note="each sublayer works on the output of the previous one.",
+    residual_note="{norm}(y + dropout({sub}(y, ...))) adds back the very tensor the sublayer received.",
+    wired="{norms} close the sublayers in order, each residual adds back the sublayer's own input")

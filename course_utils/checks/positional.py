@@ -17,9 +17,10 @@ for every entry and every call, drawn from the global RNG, none in eval mode.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -75,14 +76,29 @@ def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
     g = generator(3)
     table = _reference(max_len, d_model)
     x = _zero_input_stage(check, module, table, max_len, d_model, g)
-    _eval_values_stage(check, module, x, table, max_len, d_model)
-    _sizes_stage(check, build, module, table, g)
+    values_stage(check, module, x, table, max_len)
+    stages.gradients(check, lambda x_: module_forward(check, module, x_, max_len), {"x": x}, lambda r: {"x": r},
+                     "PositionalEncoding's output", "the identity (eval mode adds a constant table)")
+    sizes_stage(check, build, module, table, g)
     stages.follows_dtype(check, build(0.0, 8, 20).eval(), [torch.randn(2, 6, 8, generator=generator(5))],
                          "PositionalEncoding")
-    _dropout_stage(check, build, table, max_len, d_model, g)
+    dropout_stage(check, build, max_len, d_model, g)
     stages.module_on_gpu(check, build(0.5).train(), torch.randn(2, 6, d_model, generator=generator(7)),
                          what="PositionalEncoding")
-    _defaults_stage(check, cls)
+    defaults_stage(check, cls)
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+    """A module that adds a table to x (lesson 03's, lesson 09's learned one): its name, the symbol the messages
+    use, and ``table(check, module, max_len, d_model)``, the float64 table such a module should add."""
+
+    name: str
+    symbol: str
+    table: Callable[[Check, nn.Module, int, int], torch.Tensor]
+
+
+SINUSOIDAL = Encoding("PositionalEncoding", "PE[:L]", lambda check, module, max_len, d_model: _reference(max_len, d_model))
 
 
 # --------------------------------------------------------------------------
@@ -459,7 +475,7 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
 def _zero_input_stage(check: Check, module: nn.Module, table, max_len: int, d_model: int, g) -> torch.Tensor:
     B, L = 3, 11
     zeros = torch.zeros(B, L, d_model)
-    out = _forward(check, module, zeros, max_len)
+    out = module_forward(check, module, zeros, max_len)
     if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != torch.float32:
         check.fail(
             f"For a float32 input, PositionalEncoding returns {out.dtype}: the table was built in another "
@@ -491,80 +507,94 @@ def _zero_input_stage(check: Check, module: nn.Module, table, max_len: int, d_mo
     return torch.randn(B, L, d_model, generator=g)
 
 
-def _eval_values_stage(check: Check, module: nn.Module, x: torch.Tensor, table, max_len: int, d_model: int) -> None:
-    B, L = x.shape[:2]
-    out = check.tensor(_forward(check, module, x, max_len), "the output of PositionalEncoding", shape=(B, L, d_model))
+# --------------------------------------------------------------------------
+# Stages of any module that adds a table to x (lesson 09's learned table runs them too)
+
+
+def values_stage(check: Check, module: nn.Module, x: torch.Tensor, table: torch.Tensor, max_len: int,
+                 enc: Encoding = SINUSOIDAL, slips: Sequence[tuple[torch.Tensor, str]] = ()) -> None:
+    """x + table[:L] in eval mode; a scaled x, an x returned as it is and the ``slips`` named."""
+    name, L = enc.name, x.shape[1]
+    out = check.tensor(module_forward(check, module, x, max_len, enc), f"the output of {name}", shape=x.shape)
     expected = x.double() + table[:L]
     if not close_enough(out.detach(), expected):
         got = out.detach().double()
-        if close_enough(got, x.double() * math.sqrt(d_model) + table[:L]):
-            check.fail(
-                "PositionalEncoding multiplies x by sqrt(d_model) before adding the table. That scaling belongs "
-                "to the embedding step of the model (`embedding(tokens) * sqrt(d_model)`), not to this module: "
-                "here forward is just dropout(x + PE[:L])."
-            )
-        if close_enough(got, x.double()):
-            check.fail("PositionalEncoding returns its input unchanged: add the table, `x + self.pe[:L]`.")
-        check.close(out, expected, "the output of PositionalEncoding in eval mode", hint="Expected x + PE[:L].")
-    check.ok("returns x + PE[:L] in eval mode (L = 11, max_len = 40)")
-
-    stages.gradients(check, lambda x: _forward(check, module, x, max_len), {"x": x}, lambda r: {"x": r},
-                     "PositionalEncoding's output", "the identity (eval mode adds a constant table)")
+        scaled = (x.double() * math.sqrt(x.shape[2]) + table[:L], (
+            f"multiplies x by sqrt(d_model) before adding the table. That scaling belongs to the embedding step of "
+            f"the model (`embedding(tokens) * sqrt(d_model)`), not to this module: here forward is just "
+            f"dropout(x + {enc.symbol})."))
+        unchanged = (x.double(), "returns its input unchanged: add the table, `x + self.pe[:L]`.")
+        for wrong, cause in (scaled, unchanged, *slips):
+            if close_enough(got, wrong):
+                check.fail(f"{name} {cause}")
+        check.close(out, expected, f"the output of {name} in eval mode", hint=f"Expected x + {enc.symbol}.")
+    check.ok(f"returns x + {enc.symbol} in eval mode (L = {L}, max_len = {max_len})")
 
 
-def _sizes_stage(check: Check, build: Callable, module: nn.Module, table, g) -> None:
+def sizes_stage(check: Check, build: Callable, module: nn.Module, table: torch.Tensor, g: torch.Generator,
+                enc: Encoding = SINUSOIDAL) -> None:
     """Other batch sizes and lengths on the module that already ran, then lesson 06's lengths and more."""
     max_len, d_model = table.shape
     cases = [stages.Case(f"an input of shape {fmt_shape((b, n, d_model))}", torch.randn(b, n, d_model, generator=g))
              for b, n in ((1, 1), (2, max_len), (5, 3))]
-    stages.sweep(check, cases, lambda case: _forward(check, module, case.data, max_len),
-                 lambda case: case.data.double() + table[: case.data.shape[1]], "PositionalEncoding",
-                 hint="Does forward read B and L from x rather than assuming fixed sizes?",
-                 fresh=lambda case: check.attempt(build().eval(), case.data))
+
+    def fresh(case: stages.Case):
+        again = build().eval()
+        enc.table(check, again, max_len, d_model)
+        return check.attempt(again, case.data)
+
+    stages.sweep(check, cases, lambda case: module_forward(check, module, case.data, max_len, enc),
+                 lambda case: case.data.double() + table[: case.data.shape[1]], enc.name,
+                 hint="Does forward read B and L from x rather than assuming fixed sizes?", fresh=fresh)
     check.ok(f"works for batch sizes 1, 2 and 5 and lengths 1, 3 and max_len = {max_len}")
     long = build(0.0, 10, 128).eval()  # lesson 06's lengths and more, a d_model that is not a power of two
+    long_table = enc.table(check, long, 128, 10)
     x = torch.randn(2, 100, 10, generator=generator(4))
     stages.sweep(check, [stages.Case("L = 100 of max_len = 128, d_model = 10", x)],
-                 lambda case: _forward(check, long, case.data, 128),
-                 lambda case: case.data.double() + _reference(128, 10)[:100], "PositionalEncoding",
+                 lambda case: module_forward(check, long, case.data, 128, enc),
+                 lambda case: case.data.double() + long_table[:100], enc.name,
                  hint="Is the table built for max_len positions, with the module's own d_model?")
     check.ok("long inputs (L = 100 of max_len = 128) with d_model = 10")
 
 
-def _dropout_stage(check: Check, build: Callable, table, max_len: int, d_model: int, g) -> None:
-    """Off in eval mode; in training, on the sum x + PE[:L] only: at p = 0.5, then at the default 0.1."""
+def dropout_stage(check: Check, build: Callable, max_len: int, d_model: int, g: torch.Generator,
+                  enc: Encoding = SINUSOIDAL) -> None:
+    """Off in eval mode; in training, on the sum x + table[:L] only: at p = 0.5, then at the default 0.1."""
+    name, symbol = enc.name, enc.symbol
     x = torch.randn(4, 20, d_model, generator=g)
-    expected = x.double() + table[:20]
     dropper = build(0.5)
-    out = stages.eval_deterministic(check, dropper, lambda m: _forward(check, m, x, max_len), "PositionalEncoding", 0.5)
-    check.close(out, expected, "the output with dropout=0.5 in eval mode", hint="Expected x + PE[:L]: no dropout.")
+    table = enc.table(check, dropper, max_len, d_model)[:20]
+    expected = x.double() + table
+    out = stages.eval_deterministic(check, dropper, lambda m: module_forward(check, m, x, max_len, enc), name, 0.5)
+    check.close(out, expected, "the output with dropout=0.5 in eval mode", hint=f"Expected x + {symbol}: no dropout.")
     dropper.train()
 
     def sites(module: nn.Module, inputs: torch.Tensor, reference: torch.Tensor):
-        out = check.tensor(_forward(check, module, inputs, max_len), "the output in train mode", shape=inputs.shape)
-        return [stages.Site("x + PE[:L]", out, reference, {"sentence of the batch": 0, "position": 1, "feature": 2})]
+        out = check.tensor(module_forward(check, module, inputs, max_len, enc), "the output in train mode",
+                           shape=inputs.shape)
+        return [stages.Site(f"x + {symbol}", out, reference, {"sentence of the batch": 0, "position": 1, "feature": 2})]
 
     def name_the_place(found: list) -> None:
         got = found[0].observed.detach().double()
-        for dropped, kept, place in ((got - table[:20], x.double(), "to x before adding the table"),
-                                     (got - x.double(), table[:20], "to the table alone and then adds x")):
+        for dropped, kept, place in ((got - table, x.double(), "to x before adding the table"),
+                                     (got - x.double(), table, "to the table alone and then adds x")):
             zero = dropped.abs() < 1e-5
             if float(zero.double().mean()) > 0.2 and bool((zero | ((dropped - kept / 0.5).abs() < 1e-4)).all()):
-                check.fail(f"PositionalEncoding applies dropout {place} (dropped entries are not 0). The paper "
-                           f"applies dropout to the sum: `dropout(x + PE[:L])`.")
-        check.fail("In train mode the output of PositionalEncoding is not x + PE[:L] with some entries zeroed and "
-                   "the rest scaled by 1 / (1 - p): apply one nn.Dropout, to the sum, `dropout(x + PE[:L])`.")
+                check.fail(f"{name} applies dropout {place} (dropped entries are not 0). The paper applies dropout "
+                           f"to the sum: `dropout(x + {symbol})`.")
+        check.fail(f"In train mode the output of {name} is not x + {symbol} with some entries zeroed and the rest "
+                   f"scaled by 1 / (1 - p): apply one nn.Dropout, to the sum, `dropout(x + {symbol})`.")
 
-    stages.dropout_measured(check, lambda: sites(dropper, x, expected), 0.5, "PositionalEncoding",
-                            fix="Apply `nn.Dropout(dropout)`, built with the constructor's argument, once, to "
-                                "x + PE[:L].", not_exact=name_the_place)
+    stages.dropout_measured(check, lambda: sites(dropper, x, expected), 0.5, name,
+                            fix=f"Apply `nn.Dropout(dropout)`, built with the constructor's argument, once, to "
+                                f"x + {symbol}.", not_exact=name_the_place)
     default = build(0.1, 32, 64).train()  # the default rate, on enough entries to measure it
-    y = torch.rand(8, 64, 32, generator=generator(6)) + 1.0  # no entry of x + PE is 0
-    stages.dropout_measured(check, lambda: sites(default, y, y.double() + _reference(64, 32)), 0.1,
-                            "PositionalEncoding")
+    default_table = enc.table(check, default, 64, 32)
+    y = torch.rand(8, 64, 32, generator=generator(6)) + max(1.0, -float(default_table.min()))  # x + table > 0
+    stages.dropout_measured(check, lambda: sites(default, y, y.double() + default_table), 0.1, name)
 
 
-def _defaults_stage(check: Check, cls: type) -> None:
+def defaults_stage(check: Check, cls: type, enc: Encoding = SINUSOIDAL) -> None:
     try:
         params = list(inspect.signature(cls).parameters.values())
     except (TypeError, ValueError):
@@ -577,7 +607,7 @@ def _defaults_stage(check: Check, cls: type) -> None:
                 for param in params[1:3]
             )
             check.problem(
-                f"The defaults of PositionalEncoding should be dropout=0.1 and max_len=5000, as in the exercise, "
+                f"The defaults of {enc.name} should be dropout=0.1 and max_len=5000, as in the exercise, "
                 f"but yours are {shown}.\nDefine it as `def __init__(self, d_model, dropout=0.1, max_len=5000)`."
             )
         else:
@@ -585,18 +615,19 @@ def _defaults_stage(check: Check, cls: type) -> None:
     check.stop_if_problems()
 
 
-def _forward(check: Check, module: nn.Module, x: torch.Tensor, max_len: int) -> torch.Tensor:
+def module_forward(check: Check, module: nn.Module, x: torch.Tensor, max_len: int,
+                   enc: Encoding = SINUSOIDAL) -> torch.Tensor:
     """Run forward; name the missing slice when a length below max_len breaks it."""
-    probe = check.attempt(module, x.clone(), what="PositionalEncoding")
+    probe = check.attempt(module, x.clone(), what=enc.name)
     if isinstance(probe, Raised) and not isinstance(probe.exception, NotImplementedError) and x.shape[1] != max_len:
         full = check.attempt(module, torch.zeros(x.shape[0], max_len, x.shape[2], dtype=x.dtype))
         if not isinstance(full, Raised):
             check.fail(
-                f"PositionalEncoding fails for an input of length {x.shape[1]} but works for length "
+                f"{enc.name} fails for an input of length {x.shape[1]} but works for length "
                 f"max_len={max_len}: it adds the whole table instead of its first L rows.\n"
                 f"Slice the table to the input's length: `x + self.pe[:x.size(1)]` (for a table of shape "
                 f"(max_len, d_model)); x has shape (B, L, d_model)."
             )
-    return check.call(module, x, what="PositionalEncoding", hint=(
+    return check.call(module, x, what=enc.name, hint=(
         f"x has shape (B, L, d_model) = {fmt_shape(x.shape)}: the length is `x.size(1)`, and forward adds the "
         f"table's first L rows, `self.pe[:x.size(1)]`, which broadcast over the batch."))

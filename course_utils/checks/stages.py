@@ -166,12 +166,16 @@ def _part_problem(part: Any, name: str, kind: str, text: str, sizes: dict[str, A
                                     f"{fmt_shape(args)} was asked for: `{name}[t]` is the row of position t.")
     if kind == "param":
         if not isinstance(part, nn.Parameter):
-            return (f"{owner} has {describe(part) if part is not None else 'nothing'} as `{name}`, where an "
-                    f"nn.Parameter of shape ({text},) was asked for: `self.{name} = nn.Parameter(...)`, so that "
-                    f"an optimizer trains it and `.to(device)` moves it.")
-        return "" if tuple(part.shape) == tuple(args) else (
-            f"The parameter `{name}` of {owner} has shape {fmt_shape(part.shape)}, where ({text},) = "
-            f"{fmt_shape(args)} was asked for.")
+            asked = _asked(kind, text)
+            return (f"{owner} {_no_parameter(part, name, args, module)}. {asked[:1].upper() + asked[1:]} was asked "
+                    f"for: `self.{name} = nn.Parameter(...)`, so that an optimizer trains it and `.to(device)` moves it.")
+        shape, args = tuple(part.shape), tuple(args)
+        cause = ("it looks transposed (its axes are swapped)" if len(shape) > 1 and shape == args[::-1] else
+                 "it has an extra axis of size 1: keep the plain shape, broadcasting adds the others"
+                 if shape[:1] == (1,) and shape[1:] == args else
+                 "build it from the constructor's arguments, not from fixed sizes")
+        return "" if shape == args else (f"The parameter `{name}` of {owner} has shape {fmt_shape(shape)}, where "
+                                         f"({text}) = {fmt_shape(args)} was asked for: {cause}.")
     if not isinstance(part, nn.Module):
         found = ", ".join(f"`{n}` = {type(m).__name__}" for n, m in module.named_children()) or "none"
         return f"{owner} has no submodule `{name}` (its submodules: {found})."
@@ -223,6 +227,25 @@ def _part_problem(part: Any, name: str, kind: str, text: str, sizes: dict[str, A
                 if problem:
                     return problem
     return ""
+
+
+def _no_parameter(part: Any, name: str, args: list[Any], module: nn.Module) -> str:
+    """What a module has where the parameter ``name`` was asked for, in the words of the likely cause."""
+    if name in dict(module.named_buffers(recurse=False)):
+        return (f"keeps `{name}` as a registered buffer, so nothing ever learns it: an optimizer only updates the "
+                f"model's parameters, and a buffer is not one")
+    if isinstance(part, torch.Tensor):
+        return (f"keeps `{name}` as a plain tensor attribute: it is not registered, so `model.parameters()` does not "
+                f"list it (no optimizer trains it) and `.to(device)` leaves it behind")
+    if isinstance(part, nn.Module):
+        holds = f" (as `{name}.weight`)" if isinstance(getattr(part, "weight", None), torch.Tensor) else ""
+        return f"has `{name}` = {_qualified(type(part).__name__)}, a module that holds a tensor{holds}, not a tensor"
+    size = math.prod(a for a in args if isinstance(a, int))
+    others = [f"`{n}`, of shape {fmt_shape(p.shape)}" for n, p in module.named_parameters(recurse=False)
+              if p.numel() == size]
+    found = (f": its parameter {others[0]} looks like it, under another name" if others else
+             f" ({describe(part)} there)" if part is not None else "")
+    return f"has no parameter `{name}`{found}"
 
 
 def _parameters_of(signature: str) -> list[str]:
