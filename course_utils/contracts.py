@@ -309,6 +309,63 @@ _ALL = (
                  "num_merges merges, fewer only when no pair is left; word_counts unchanged",
              ),
              used_by=("08: apply_merges spells words with the merges",)),
+    # -- lesson 09 ---------------------------------------------------------------
+    Contract("LearnedPositionalEncoding", "09_ablations", "class",
+             "LearnedPositionalEncoding(d_model, dropout=0.1, max_len=5000); forward(x (B, L, d_model)) -> (B, L, d_model)",
+             attributes=("pe",),
+             submodules=("dropout",),
+             parts=("pe: param(max_len, d_model)", "dropout: Dropout(dropout)"),
+             promises=(
+                 "built with positional arguments in this order, like PositionalEncoding, so that it takes the place "
+                 "of model.positional_encoding: LearnedPositionalEncoding(d_model, dropout, max_len)",
+                 "pe is the learned table, an nn.Parameter of shape (max_len, d_model) that requires grad, pe[t] the "
+                 "row of position t; its own (not shared with another instance), float32, with finite initial "
+                 "values (small random values, or zeros); dropout is the nn.Dropout(dropout) that forward applies",
+                 "forward(x) = dropout(x + pe[:L]) for any L <= max_len (L >= 64 included), with the table's current "
+                 "values",
+                 "gradients reach x and pe (row t receives the gradient of position t summed over the batch; rows "
+                 "from L on receive none)",
+                 "in training mode, dropout with rate `dropout` on the sum, a fresh mask for every entry and every "
+                 "call, drawn from the global RNG; eval mode is deterministic",
+                 "keeps the input's dtype and device; .to(dtype) and .to(device) move the table; x unchanged",
+             ),
+             used_by=("09: row (E) of the ablation table puts it in place of model.positional_encoding",
+                      "09: the plot of the learned table reads pe")),
+    Contract("PreLNEncoderLayer", "09_ablations", "class",
+             "PreLNEncoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, mask=None) -> (B, L, d_model)",
+             submodules=("self_attn", "feed_forward", "norm1", "norm2"),
+             parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "feed_forward: FeedForward(d_model, d_ff)",
+                    "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)"),
+             promises=(
+                 "the signature and submodule names of lesson 05's EncoderLayer, so that it takes an EncoderLayer's "
+                 "place in model.encoder_layers; self_attn and feed_forward pass their own checkers",
+                 "pre-LN: x = x + dropout(self_attn(h, h, h, mask)) with h = norm1(x); then "
+                 "x = x + dropout(feed_forward(norm2(x))); norm1 opens the first sublayer, norm2 the second",
+                 "no LayerNorm on the layer's output: the stack's final LayerNorm is added by the lesson, after the "
+                 "last layer",
+                 "in training mode, dropout with rate `dropout` on each sublayer's output before the residual "
+                 "addition (plus the sublayers' own), nowhere else, a fresh mask each time; eval deterministic",
+                 "no causal mask: every position sees every unmasked position",
+             ),
+             used_by=("09: the pre-LN rows put one in place of every EncoderLayer of model.encoder_layers",)),
+    Contract("PreLNDecoderLayer", "09_ablations", "class",
+             "PreLNDecoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, memory, src_mask=None, "
+             "tgt_mask=None) -> (B, L_tgt, d_model)",
+             submodules=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3"),
+             parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "cross_attn: MultiHeadAttention(d_model, num_heads)",
+                    "feed_forward: FeedForward(d_model, d_ff)", "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)",
+                    "norm3: LayerNorm(d_model)"),
+             promises=(
+                 "the signature and submodule names of lesson 05's DecoderLayer, so that it takes a DecoderLayer's "
+                 "place in model.decoder_layers; self_attn, cross_attn and feed_forward pass their own checkers",
+                 "pre-LN: masked self-attention on norm1(x) with tgt_mask, cross-attention with query norm2(x) and "
+                 "memory as given (keys and values) with src_mask, feed-forward on norm3(x), each added to x",
+                 "no LayerNorm on the layer's output, and none on memory (the encoder stack's final LayerNorm "
+                 "normalised it)",
+                 "in training mode, dropout with rate `dropout` on each sublayer's output before the residual "
+                 "addition, nowhere else, a fresh mask each time; eval deterministic",
+             ),
+             used_by=("09: the pre-LN rows put one in place of every DecoderLayer of model.decoder_layers",)),
 )
 
 #: exercise name -> its contract

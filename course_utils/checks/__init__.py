@@ -52,6 +52,10 @@ _TOPICS = {
     "check_to_torch_transformer": "inference",
     # lesson 08: real data
     "check_learn_bpe": "subwords",
+    # lesson 09: ablations
+    "check_learned_positional_encoding": "ablation",
+    "check_pre_ln_encoder_layer": "ablation",
+    "check_pre_ln_decoder_layer": "ablation",
 }
 
 __all__ = ["CheckResult", "Status", *_TOPICS]

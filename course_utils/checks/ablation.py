@@ -1,0 +1,251 @@
+"""Checkers for lesson 09: the pieces the ablations swap in, a learned positional table and pre-LN layers.
+
+``LearnedPositionalEncoding`` runs lesson 03's module stages (:mod:`.positional`)
+on a table of its own: the oracle is ``dropout(x + pe[:L])`` with the module's
+``pe``, which the checker first fills with random values (on its own instances),
+so that a table that starts at zero cannot hide a forward that ignores it, nor
+one that adds a copy made in ``__init__``. Bespoke: the table learns, is float32,
+starts finite and belongs to one instance; what a zero input gets back.
+
+``PreLNEncoderLayer`` and ``PreLNDecoderLayer`` are lesson 05's layer checkers
+(:mod:`.layers`) run with :data:`PRE_LN`: PyTorch's twins built with
+``norm_first=True``, the pre-LN formula in the messages, and the known wrong
+pre-LN wirings (post-LN, the residual normalised too, keys and values read from
+the raw stream, memory normalised, a layer that normalises its own output...).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import positional, stages
+from ._core import Check, CheckResult, close_enough, generator, run_check
+from .layers import Pieces, Wiring, decoder_layer_stages, encoder_layer_stages
+
+_LPE = "LearnedPositionalEncoding"
+_PRE_LN = "x + dropout(sublayer(LayerNorm(x)))"
+
+
+def check_learned_positional_encoding(LearnedPositionalEncoding: type[nn.Module]) -> CheckResult:
+    """Check ``LearnedPositionalEncoding(d_model, dropout, max_len)``: dropout(x + pe[:L]) with a learned table."""
+    return run_check(_LPE, _check_learned_positional_encoding, LearnedPositionalEncoding)
+
+
+def check_pre_ln_encoder_layer(PreLNEncoderLayer: type[nn.Module]) -> CheckResult:
+    """Check ``PreLNEncoderLayer(d_model, num_heads, d_ff, dropout)``: x + dropout(sublayer(LayerNorm(x))), twice."""
+    return run_check("PreLNEncoderLayer", encoder_layer_stages, PreLNEncoderLayer, wiring=PRE_LN)
+
+
+def check_pre_ln_decoder_layer(PreLNDecoderLayer: type[nn.Module]) -> CheckResult:
+    """Check ``PreLNDecoderLayer(d_model, num_heads, d_ff, dropout)``: pre-LN self-, cross-attention and feed-forward."""
+    return run_check("PreLNDecoderLayer", decoder_layer_stages, PreLNDecoderLayer, wiring=PRE_LN)
+
+
+def _check_learned_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
+    check.callable_(cls, _LPE, want_class=True)
+    d_model, max_len = 16, 40
+
+    def build(dropout: float = 0.0, d: int = d_model, n: int = max_len) -> nn.Module:
+        return stages.is_module(check, check.build(cls, d, dropout, n), _LPE)
+
+    module = build()
+    check.ok(f"{_LPE}(d_model, dropout, max_len) builds")
+    stages.contract_parts(check, module, _LPE, {"d_model": d_model, "dropout": 0.0, "max_len": max_len})
+    first = _trainable_table(check, build, module)
+    module.eval()
+    table = _table(check, module, max_len, d_model)
+    _zero_input(check, module, table, first, max_len)
+    x = torch.randn(3, 11, d_model, generator=generator(4))
+    positional.values_stage(check, module, x, table, max_len, _LEARNED, slips=[
+        (table[:11].expand_as(x), "returns the table alone: add it to x, `x + self.pe[:x.size(1)]`."),
+        (x.double() + first[:11], "adds the table's values from before they changed: forward must read the "
+         "parameter `self.pe` itself, not a copy.")])
+    _table_learns(check, module, x, table, max_len)
+    positional.sizes_stage(check, build, module, table, generator(8), _LEARNED)
+    stages.follows_dtype(check, build(0.0, 8, 20).eval(), [torch.randn(2, 6, 8, generator=generator(5))], _LPE)
+    positional.dropout_stage(check, build, max_len, d_model, generator(11), _LEARNED)
+    stages.module_on_gpu(check, build(0.5).train(), torch.randn(2, 6, d_model, generator=generator(7)), what=_LPE)
+    positional.defaults_stage(check, cls, _LEARNED)
+
+
+def _trainable_table(check: Check, build: Callable[..., nn.Module], module: nn.Module) -> torch.Tensor:
+    """``pe`` (an nn.Parameter of the contract's shape) learns, is float32, starts finite, is this instance's own."""
+    owner, pe = f"Your {_LPE}(d_model=16, dropout=0.0, max_len=40)", module.pe
+    if not pe.requires_grad:
+        check.fail(f"{owner} has `pe` with requires_grad=False: it is listed among the parameters, but no gradient "
+                   f"ever reaches it, so it never learns. Leave requires_grad at its default (True).")
+    if pe.dtype != torch.float32:
+        check.fail(f"{owner} has `pe` in {pe.dtype}: the course works in float32 (PyTorch's default dtype), as "
+                   f"the rest of the model does. Create the table in float32.")
+    values = pe.detach().double()
+    if not bool(torch.isfinite(values).all()) or float(values.abs().max()) > 1e4:
+        check.fail(f"{owner} starts with a table holding NaN, infinite or huge values (largest "
+                   f"{float(values.abs().nan_to_num(posinf=1e300).max()):.3g}): it is never initialised. "
+                   f"torch.empty(...) gives whatever was in memory; start from small random values "
+                   f"(torch.randn(...) * 0.02, or nn.init.normal_) or from zeros.")
+    other = getattr(build(), "pe", None)
+    if isinstance(other, torch.Tensor) and (other is pe or (other.shape == pe.shape and other.data_ptr() == pe.data_ptr())):
+        check.fail(f"Two instances of your {_LPE} share one table `pe` (a class attribute, or a tensor made "
+                   f"outside __init__): training one model would move the positions of every other. Create the "
+                   f"table inside __init__, `self.pe = nn.Parameter(...)`, so that each instance has its own.")
+    check.ok("`pe` is trainable, float32 and starts with finite values; each instance has a table of its own")
+    return values
+
+
+def _table_learns(check: Check, module: nn.Module, x: torch.Tensor, table: torch.Tensor, max_len: int) -> None:
+    """Gradients reach x and pe: row t of pe gets the gradient at position t summed over the batch, later rows none."""
+    grad_pe = torch.zeros_like(table)
+
+    def expected(r: torch.Tensor) -> dict[str, torch.Tensor]:
+        grad_pe[: x.shape[1]] = r.sum(0)
+        return {"x": r, "pe": grad_pe}
+
+    stages.gradients(check, lambda x_: positional.module_forward(check, module, x_, max_len, _LEARNED), {"x": x},
+                     expected, f"{_LPE}'s output", "the formula x + pe[:L]", params={"pe": module.pe}, causes={
+                         frozenset({"pe"}): "The table does not learn as it should: row t must receive the gradient "
+                                            "of position t, summed over the batch. Is it used as `self.pe.detach()`, "
+                                            "`self.pe.data`, or through a copy?"})
+
+
+def _table(check: Check, module: nn.Module, max_len: int, d_model: int) -> torch.Tensor:
+    """Fill the checker's own instance's ``pe`` with N(0, 1) values; return them in float64: the table to add."""
+    pe = getattr(module, "pe", None)
+    if not (isinstance(pe, nn.Parameter) and tuple(pe.shape) == (max_len, d_model)):
+        check.fail(f"{_LPE}(d_model={d_model}, max_len={max_len}) has no `pe` of shape ({max_len}, {d_model}): does "
+                   f"the class use the d_model and max_len it is given, rather than fixed sizes?")
+    values = torch.randn(pe.shape, generator=generator(3))
+    with torch.no_grad():
+        pe.copy_(values.to(pe.dtype))
+    return values.double()
+
+
+_LEARNED = positional.Encoding(_LPE, "pe[:L]", _table)
+
+
+def _zero_input(check: Check, module: nn.Module, table: torch.Tensor, first: torch.Tensor, max_len: int) -> None:
+    """An all-zero input gives the table's first L rows, its current values, the same for every sentence."""
+    B, L, d_model = 3, 11, table.shape[1]
+    out = positional.module_forward(check, module, torch.zeros(B, L, d_model), max_len, _LEARNED)
+    out = check.tensor(out, f"the output of {_LPE}", shape=(B, L, d_model), dtype=torch.float32, shape_hint=(
+        "The output has the shape of the input, (B, L, d_model): the table's rows broadcast over the batch axis."))
+    rows = out.detach().double()
+    known = [
+        (table[:B, None, :].expand(B, L, d_model), "adds row b of the table to every position of sentence b: it "
+         "slices the table with the batch size instead of the length. x has shape (B, L, d_model), so the length "
+         "is `x.size(1)`, and the table's rows go along the second axis."),
+        (first[:L].expand(B, L, d_model), "adds the table's values from before they changed (the checker filled "
+         "`pe` with other values): forward uses a copy made in __init__ (or `.data`, `.clone()`), not the "
+         "parameter itself, so training would never change what it adds. Read `self.pe` in forward."),
+        (table[1:L + 1].expand(B, L, d_model), "is shifted by one position: the row of position 0 is `pe[0]`. "
+         "Slice `self.pe[:L]`."),
+        (torch.zeros_like(rows), "adds nothing to an all-zero input: forward does not add the table (or adds a "
+         "copy of it made in __init__, before the checker filled `pe` with other values). Return "
+         "dropout(x + self.pe[:L])."),
+    ]
+    if not close_enough(rows, table[:L].expand(B, L, d_model)):
+        if close_enough(first, torch.zeros_like(first)):
+            known = [known[0], known[3], known[1], known[2]]  # a table that started at zero: say "adds nothing" first
+        for wrong, message in known:
+            if close_enough(rows, wrong):
+                check.fail(f"{_LPE} {message}")
+        check.close(rows, table[:L].expand(B, L, d_model), f"the output of {_LPE} for an all-zero input",
+                    hint="With x = 0 the output is the table's first L rows, pe[:L], for every sentence.")
+    check.ok("adds pe[:L], the table's current values, position by position (output for a zero input)")
+
+
+# --------------------------------------------------------------------------
+# Pre-LN, lesson 09's wiring: what lesson 05's layer stages read instead of post-LN's.
+
+
+def _pre_ln_encoder(p: Pieces) -> list:
+    """Known wrong pre-LN encoder layers, as functions of a twin's pieces: (cause, variant)."""
+    x, sa, ff, n1, n2 = p.x, p.sa, p.ff, p.n1, p.n2
+
+    def pre(res=(1, 1), kv_raw=False, m=p.self_mask, act=torch.relu):
+        y = x * res[0] + sa(n1(x), x if kv_raw else None, m)
+        return y * res[1] + ff(n2(y), act)
+
+    return [
+        ("this is post-LN, lesson 05's layer: LayerNorm(x + dropout(sublayer(x))). Pre-LN normalises what enters the "
+         f"sublayer and leaves the residual path alone: {_PRE_LN}", lambda: (lambda y: n2(y + ff(y)))(n1(x + sa(x)))),
+        ("the residual connection adds the normalised stream LayerNorm(x) instead of x itself. In pre-LN the residual "
+         f"path carries x untouched, and only the sublayer reads the normalised copy: {_PRE_LN}",
+         lambda: (lambda y: n2(y) + ff(n2(y)))(n1(x) + sa(n1(x)))),
+        ("the keys and values of the self-attention read x itself, and only the query is normalised: all three "
+         "read h = norm1(x), self_attn(h, h, h, mask)", lambda: pre(kv_raw=True)),
+        ("the residual connection around self-attention is missing: x + dropout(self_attn(h, h, h, mask)) adds "
+         "the sublayer's input stream x back", lambda: pre(res=(0, 1))),
+        ("the residual connection around the feed-forward network is missing: y + dropout(feed_forward(norm2(y)))",
+         lambda: pre(res=(1, 0))),
+        ("the mask is not used by the self-attention: self_attn(h, h, h, mask)", lambda: pre(m=None)),
+        ("the LayerNorm normalises the sublayer's output, before the residual addition. Pre-LN normalises its "
+         f"input: {_PRE_LN}", lambda: (lambda y: y + n2(ff(y)))(x + n1(sa(x)))),
+        (f"there is no LayerNorm: each sublayer is {_PRE_LN}", lambda: (lambda y: y + ff(y))(x + sa(x))),
+        ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network",
+         lambda: (lambda y: y + sa(n2(y)))(x + ff(n1(x)))),
+        (_GELU, lambda: pre(act=F.gelu)),
+    ] + [(_OUTPUT_NORMALISED, lambda n=n: n(pre())) for n in p.norms]
+
+
+def _pre_ln_decoder(p: Pieces) -> list:
+    """Known wrong pre-LN decoder layers, as functions of a twin's pieces: (cause, variant)."""
+    x, memory, sa, ca, ff, n1, n2, n3 = p.x, p.memory, p.sa, p.ca, p.ff, p.n1, p.n2, p.n3
+
+    def pre(res=(1, 1, 1), kv="memory", query="norm2", kv_raw=False, tm=p.self_mask, sm=p.cross_mask, act=torch.relu):
+        y1 = x * res[0] + sa(n1(x), x if kv_raw else None, tm)
+        source = memory if kv == "memory" else n2(memory) if kv == "normalised memory" else n2(y1)
+        y2 = y1 * res[1] + ca(n2(y1) if query == "norm2" else y1, source, p.self_mask if kv == "own" else sm)
+        return y2 * res[2] + ff(n3(y2), act)
+
+    return [
+        ("this is post-LN, lesson 05's layer: LayerNorm(x + dropout(sublayer(x))). Pre-LN normalises what "
+         f"enters each sublayer and leaves the residual path alone: {_PRE_LN}",
+         lambda: (lambda y2: n3(y2 + ff(y2)))((lambda y1: n2(y1 + ca(y1)))(n1(x + sa(x))))),
+        ("the residual connections add the normalised stream instead of the stream itself. In pre-LN the residual "
+         f"path carries x untouched, and only the sublayer reads the normalised copy: {_PRE_LN}",
+         lambda: (lambda y2: n3(y2) + ff(n3(y2)))((lambda y1: n2(y1) + ca(n2(y1)))(n1(x) + sa(n1(x))))),
+        ("memory is normalised by norm2 before the cross-attention reads it. memory comes from the encoder stack, "
+         "whose final LayerNorm has already normalised it: only the query is normalised, "
+         "cross_attn(norm2(y), memory, memory, src_mask)", lambda: pre(kv="normalised memory")),
+        ("the query of the cross-attention is not normalised: cross_attn(norm2(y), memory, memory, src_mask)",
+         lambda: pre(query="raw")),
+        ("the keys and values of the masked self-attention read x itself, and only the query is normalised: all "
+         "three read h = norm1(x), self_attn(h, h, h, tgt_mask)", lambda: pre(kv_raw=True)),
+        ("the target mask is not used by the self-attention: self_attn(h, h, h, tgt_mask)", lambda: pre(tm=None)),
+        ("the source mask is not used by the cross-attention: cross_attn(norm2(y), memory, memory, src_mask)",
+         lambda: pre(sm=None)),
+        ("the cross-attention takes its keys and values from the decoder's own stream instead of memory: "
+         "cross_attn(norm2(y), memory, memory, src_mask)", lambda: pre(kv="own")),
+        ("the residual connection around the masked self-attention is missing", lambda: pre(res=(0, 1, 1))),
+        ("the residual connection around the cross-attention is missing", lambda: pre(res=(1, 0, 1))),
+        ("the residual connection around the feed-forward network is missing", lambda: pre(res=(1, 1, 0))),
+        (f"there is no LayerNorm: each sublayer is {_PRE_LN}",
+         lambda: (lambda y2: y2 + ff(y2))((lambda y1: y1 + ca(y1))(x + sa(x)))),
+        ("the sublayers are in the wrong order: masked self-attention first, then cross-attention, then the "
+         "feed-forward network", lambda: (lambda y2: y2 + ff(n3(y2)))((lambda y1: y1 + sa(n2(y1)))(x + ca(n1(x))))),
+        (_GELU, lambda: pre(act=F.gelu)),
+    ] + [(_OUTPUT_NORMALISED, lambda n=n: n(pre())) for n in p.norms]
+
+
+_GELU = "the feed-forward network uses GELU: the paper's uses ReLU, FFN(x) = max(0, x W1 + b1) W2 + b2"
+_OUTPUT_NORMALISED = ("it normalises its own output. A pre-LN layer returns the residual stream as it stands; the one "
+                      "final LayerNorm a pre-LN stack needs comes once, after its last layer (the lesson adds it to "
+                      "the stack), not inside every layer")
+
+PRE_LN = Wiring(
+    norm_first=True, names={"encoder": "PreLNEncoderLayer", "decoder": "PreLNDecoderLayer"}, sublayer=_PRE_LN,
+    self_attn="self_attn(h, h, h, {mask}) with h = norm1(x)", cross_attn="cross_attn(norm2(x), memory, memory, src_mask)",
+    hints={kind.lower(): f"Expected nn.Transformer{kind}Layer(..., norm_first=True) with your weights: each sublayer "
+                         f"is {_PRE_LN}, and nothing normalises the output." for kind in ("Encoder", "Decoder")},
+    variants={"encoder": _pre_ln_encoder, "decoder": _pre_ln_decoder}, whose="pre-LN", reads="the normalised stream",
+    names_why=" (as in lesson 05's layer, whose weights they mirror).",
+    read_note=f"in pre-LN each sublayer reads the normalised stream, {_PRE_LN}.",
+    residual_note=f"{_PRE_LN} adds back the very stream the LayerNorm read.",
+    wired="each LayerNorm reads the residual stream and opens its sublayer; each residual adds back the stream",
+    misplaced="In training mode your {name} does not add dropout(sublayer(...)) to an untouched stream: dropout is in "
+              "the wrong place (on the sum x + sublayer(...), which drops the residual stream too, or after the "
+              "layer?). The pre-LN sublayer is " + _PRE_LN + ".")
