@@ -379,7 +379,7 @@ def compare_with_paper(table, paper: Mapping[str, Mapping[str, Any]] = PAPER_TAB
             verdict = f"cannot tell ({ours})"
         rows.append({"row": row["variant"], "paper's row": row["paper row"], "paper: PPL change": round(delta, 2),
                      "paper": theirs,
-                     "ours: PPL change": (float(row["PPL"]) - ours_base) if _number(row["PPL"]) and ours_base else None,
+                     "ours: PPL change": round(float(row["PPL"]) - ours_base, 3) if _number(row["PPL"]) and ours_base else None,
                      "ours": ours, "verdict": verdict})
     return pd.DataFrame(rows)
 
