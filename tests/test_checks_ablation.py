@@ -128,9 +128,12 @@ WRONG_LEARNED_POSITIONS = {
     "a copy made in __init__": (lpe(lambda s, x: s.dropout(x + s.table[: x.size(1)]), lambda s, **_: setattr(
         s, "table", s.pe.detach().clone())), ["copy made in __init__"]),
     "the table ignored": (lpe(lambda s, x: s.dropout(x)), ["does not add the table"]),
+    "the table ignored, zero-initialised": (lpe(lambda s, x: s.dropout(x), table(torch.zeros)), ["does not add the table"]),
     "x forgotten": (lpe(lambda s, x: s.dropout(s.pe[: x.size(1)].expand_as(x))), ["returns the table alone"]),
     "the table scaled by sqrt(d_model)": (lpe(lambda s, x: s.dropout(x + s.pe[: x.size(1)] * math.sqrt(x.size(-1)))),
                                           ["multiplies the table by sqrt(d_model)"]),
+    "the table scaled, zero-initialised": (lpe(lambda s, x: s.dropout(x + s.pe[: x.size(1)] * math.sqrt(x.size(-1))),
+                                               table(torch.zeros)), ["multiplies the table by sqrt(d_model)"]),
     "scaled by sqrt(d_model)": (lpe(lambda s, x: s.dropout(x * math.sqrt(x.size(-1)) + s.pe[: x.size(1)])), ["sqrt(d_model)"]),
     "detached in forward": (lpe(lambda s, x: s.dropout(x + s.pe[: x.size(1)].detach())), ["gradient with respect to pe", "detach()"]),
     "no dropout": (lpe(lambda s, x: x + s.pe[: x.size(1)]), ["applies no dropout on x + pe[:L]"]),

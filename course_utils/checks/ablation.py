@@ -142,16 +142,16 @@ def _zero_input(check: Check, module: nn.Module, table: torch.Tensor, first: tor
          "parameter itself, so training would never change what it adds. Read `self.pe` in forward."),
         (table[1:L + 1].expand(B, L, d_model), "is shifted by one position: the row of position 0 is `pe[0]`. "
          "Slice `self.pe[:L]`."),
-        (table[:L].expand(B, L, d_model) * d_model ** 0.5, "multiplies the table by sqrt(d_model). That factor "
-         "belongs to the embeddings, which your Transformer scales before this module: the table is added as it is, "
-         "`x + self.pe[:L]`."),
         (torch.zeros_like(rows), "adds nothing to an all-zero input: forward does not add the table (or adds a "
          "copy of it made in __init__, before the checker filled `pe` with other values). Return "
          "dropout(x + self.pe[:L])."),
+        (table[:L].expand(B, L, d_model) * d_model ** 0.5, "multiplies the table by sqrt(d_model). That factor "
+         "belongs to the embeddings, which your Transformer scales before this module: the table is added as it is, "
+         "`x + self.pe[:L]`."),
     ]
     if not close_enough(rows, table[:L].expand(B, L, d_model)):
         if close_enough(first, torch.zeros_like(first)):
-            known = [known[0], known[3], known[1], known[2]]  # a table that started at zero: say "adds nothing" first
+            known.insert(1, known.pop(3))  # a table that started at zero: "adds nothing" before "a copy" (both match)
         for wrong, message in known:
             if close_enough(rows, wrong):
                 check.fail(f"{_LPE} {message}")

@@ -106,7 +106,6 @@ def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
     stages.module_on_gpu(check, ff, x, what="FeedForward")
 
 
-
 def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> None:
     """The encoder layer checker's body, for either wiring (lesson 05's EncoderLayer, lesson 09's pre-LN one)."""
     name = wiring.names["encoder"]
