@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import json
 import linecache
 import os
 import sys
@@ -22,8 +23,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ._schema import (CRASH_MIME_TYPE, ERROR, FAILED, LOADED_CELL_FILENAME, PASSED, lesson_stem, loaded_statements,
-                      names_defined, parse_cell)
+from ._schema import (CRASH_MIME_TYPE, ERROR, FAILED, LOADED_CELL_FILENAME, PASSED, cell_source, lesson_stem,
+                      loaded_statements, names_defined, parse_cell)
 
 
 def pick_device(verbose: bool = True) -> torch.device:
@@ -461,10 +462,21 @@ def _defines(node: ast.stmt, names: set[str]) -> set[str]:
 
 
 def _code_cells(path: Path) -> list[str]:
-    import nbformat
+    """The sources of a notebook's code cells, read from its JSON.
 
-    nb = nbformat.read(str(path), as_version=4)
-    return [c.source for c in nb.cells if c.cell_type == "code"]
+    Read with :mod:`json` rather than ``nbformat.read``: importing nbformat costs about 3 s on a fresh
+    kernel (its schema validator compiles URI grammars), which every lesson that loads earlier lessons
+    would pay, and only the code cells' sources are needed here.
+    """
+    try:
+        nb = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"{path} is not a readable notebook (its JSON is broken: {exc}). If you edited it by "
+                         f"hand, open it in Jupyter, or restore it from a copy.") from None
+    if nb.get("nbformat") != 4:
+        raise ValueError(f"{path} is a version {nb.get('nbformat')} notebook; the course reads version 4. "
+                         f"Open it in Jupyter and save it again.")
+    return [cell_source(c) for c in nb.get("cells", []) if c.get("cell_type") == "code"]
 
 
 def _register_source(path: Path, number: int, source: str) -> str:

@@ -208,6 +208,16 @@ def test_prepare_encodes_both_sides():
     assert all(s[0] == 1 and s[-1] == 2 for s in src_ids + tgt_ids)
 
 
+def test_translation_pairs_reads_a_dataset_column_or_a_plain_list_in_order():
+    test = load_corpus("bundled", "test")
+    pairs = data.translation_pairs(test)
+    assert isinstance(pairs, list) and len(pairs) == len(test)
+    assert pairs[0] == test[0]["translation"] and pairs[-1] == test[len(test) - 1]["translation"]
+    plain = {"translation": [{"en": "a cat", "de": "eine katze"}, {"en": "hi", "de": "hallo"}]}  # older datasets
+    assert data.translation_pairs(plain) == plain["translation"]
+    assert data.token_lists(plain, "de") == [["eine", "katze"], ["hallo"]]
+
+
 # --------------------------------------------------------------------------
 # Batches.
 

