@@ -267,11 +267,8 @@ def invert(vocab: Mapping[str, int]) -> dict[int, str]:
 def pad_batch(sequences: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     """A LongTensor ``(B, L_max)``: each sequence on its own row, padded on the right with ``pad_id``."""
     longest = max((len(s) for s in sequences), default=0)
-    batch = torch.full((len(sequences), longest), pad_id, dtype=torch.long)
-    for row, seq in enumerate(sequences):
-        if len(seq):
-            batch[row, : len(seq)] = torch.as_tensor(list(seq), dtype=torch.long)
-    return batch
+    rows = [[*seq, *[pad_id] * (longest - len(seq))] for seq in sequences]  # B lists of L_max ids
+    return torch.tensor(rows, dtype=torch.long).reshape(len(rows), longest)  # (B, L_max), also when B or L_max is 0
 
 
 # ---------------------------------------------------------------------------
