@@ -692,6 +692,24 @@ class PEUsesOwnFunction(nn.Module):
         return self.dropout(x + self.pe[: x.size(1)])
 
 
+
+class PEHalfPrecisionPositions(nn.Module):
+    """Positions counted in float16: whole numbers are exact only up to 2048, so rows 2049 and on are wrong."""
+
+    def __init__(self, d_model, dropout=0.1, max_len=5000):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        position = torch.arange(max_len, dtype=torch.float16).float().unsqueeze(1)  # (max_len, 1)
+        div = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, d_model)
+        pe[:, 0::2] = torch.sin(position * div)
+        pe[:, 1::2] = torch.cos(position * div)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):
+        return self.dropout(x + self.pe[: x.size(1)])
+
+
 MODULE_MISTAKES = [
     (PEParameter, ["nn.Parameter", "register_buffer", "optimizer"]),
     (PEPlainAttribute, ["plain attribute", "not registered", "register_buffer"]),
@@ -726,6 +744,7 @@ MODULE_MISTAKES = [
     (PEOutputFloat32, ["float64", "dtype"]),
     (PEForwardCache, ["earlier call"]),
     (PEUsesOwnFunction, ["your sinusoidal_positional_encoding", "fails its own checker", "fix that first"]),
+    (PEHalfPrecisionPositions, ["max_len=5000 by default", "wrong from position 2049", "float16"]),
 ]
 
 

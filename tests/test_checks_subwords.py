@@ -211,11 +211,11 @@ def _apply(symbols, pair, everywhere=True):
     return out
 
 
-def _variant(count_pair=None, choose=None, apply=None, steps=lambda n: n, recount=True):
+def _variant(count_pair=None, choose=None, apply=None, steps=lambda n: n, recount=True, min_count=1, spell=tuple):
     """learn_bpe with one part swapped for a mistake."""
 
     def implementation(word_counts, num_merges):
-        words = {tuple(w): c for w, c in word_counts.items()}
+        words = {spell(w): c for w, c in word_counts.items()}
         merges, first_counts = [], None
         for _ in range(steps(num_merges)):
             pairs = Counter()
@@ -227,7 +227,7 @@ def _variant(count_pair=None, choose=None, apply=None, steps=lambda n: n, recoun
             if not recount:
                 present = set(pairs)
                 pairs = Counter({p: c for p, c in first_counts.items() if p in present and p not in merges})
-            if not pairs:
+            if not pairs or max(pairs.values()) < min_count:
                 break
             best = choose(pairs) if choose else min(pairs, key=lambda p: (-pairs[p], p))
             merges.append(best)
@@ -263,7 +263,24 @@ WRONG = {
     "ties by the first symbol only": (
         _variant(choose=lambda p: min((q for q in p if p[q] == max(p.values())), key=lambda q: q[0])),
         ["ties", "first symbol", "(first, second)"]),
+    "stops when the best pair occurs only once": (_variant(min_count=2), ["occurs only once", "pairs seen once"]),
+    "lowercases the words": (
+        lambda word_counts, num_merges: learn_bpe(_lowered(word_counts), num_merges), ["lowercases", "'The'"]),
+    "an end-of-word symbol": (_variant(spell=lambda w: (*w, "</w>")), ["'</w>'", "in none of the words"]),
+    "a regex merge guarded on its right only": (
+        _variant(apply=lambda s, p: re.sub(re.escape(" ".join(p)) + r"(?!\S)", "".join(p), " ".join(s)).split()),
+        ["across", "guard both ends"]),
+    "a regex merge guarded on its left only": (
+        _variant(apply=lambda s, p: re.sub(r"(?<!\S)" + re.escape(" ".join(p)), "".join(p), " ".join(s)).split()),
+        ["across", "guard both ends"]),
 }
+
+
+def _lowered(word_counts):
+    lowered = Counter()
+    for word, count in word_counts.items():
+        lowered[word.lower()] += count
+    return dict(lowered)
 
 
 def _apply_from_right(symbols, pair):

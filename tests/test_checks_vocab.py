@@ -1191,6 +1191,59 @@ def pad_caps_at_50(sequences, pad_id):
     return torch.tensor([(list(s) + [pad_id] * width)[:width] for s in sequences], dtype=torch.long)
 
 
+def vocab_skips_bracketed_words(token_lists, min_freq=1):
+    """Skips every word written like a special, '<br>' included, instead of the four specials only."""
+    counts = Counter(t for s in token_lists for t in s)
+    vocab = {t: i for i, t in enumerate(["<pad>", "<bos>", "<eos>", "<unk>"])}
+    for token, count in counts.most_common():
+        if count >= min_freq and not (token.startswith("<") and token.endswith(">")):
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def encode_cut_at_62(tokens, vocab):
+    """Cuts long sentences so that <bos> + tokens + <eos> fit in 64 ids."""
+    return [vocab["<bos>"]] + [vocab.get(t, vocab["<unk>"]) for t in tokens[:62]] + [vocab["<eos>"]]
+
+
+def decode_skips_a_leading_eos(ids, vocab):
+    """Stops at <eos> only once a token has been produced: an empty translation then reads the tokens after it."""
+    itos = {i: t for t, i in vocab.items()}
+    out = []
+    for i in ids:
+        if i == vocab["<eos>"] and out:
+            break
+        if i not in (vocab["<bos>"], vocab["<pad>"], vocab["<eos>"]):
+            out.append(itos[i])
+    return out
+
+
+_PAD_BUFFER = torch.empty(256, 256, dtype=torch.long)
+
+
+def pad_into_a_shared_buffer(sequences, pad_id):
+    """Returns a view of one buffer that every call overwrites."""
+    longest = max(len(s) for s in sequences)
+    out = _PAD_BUFFER[: len(sequences), :longest]
+    out.fill_(pad_id)
+    for row, seq in enumerate(sequences):
+        if seq:
+            out[row, : len(seq)] = torch.tensor(seq)
+    return out
+
+
+def pad_caps_at_128(sequences, pad_id):
+    width = min(128, max(len(s) for s in sequences))
+    return torch.tensor([(list(s) + [pad_id] * width)[:width] for s in sequences], dtype=torch.long)
+
+
+def pad_through_int16(sequences, pad_id):
+    """Pads in int16, then converts: ids above 32,767 wrap around."""
+    width = max(len(s) for s in sequences)
+    rows = [list(s) + [pad_id] * (width - len(s)) for s in sequences]
+    return torch.from_numpy(np.array(rows, dtype=np.int64).astype(np.int16)).long()
+
+
 @pytest.mark.parametrize(
     "checker, fn, status, phrases",
     [
@@ -1202,6 +1255,12 @@ def pad_caps_at_50(sequences, pad_id):
         (check_pad_batch, pad_len_of_max_lists, "error", ["max(sequences)", "max(len(s) for s in sequences)"]),
         (check_pad_batch, pad_fixed_width, "failed", ["4 column(s) too many"]),
         (check_pad_batch, pad_caps_at_50, "failed", ["a sequence of 70 ids", "fixed maximum of 50"]),
+        (check_build_vocab, vocab_skips_bracketed_words, "failed", ["'<br>'", "only looks like a special"]),
+        (check_encode, encode_cut_at_62, "failed", ["154 tokens", "no cut"]),
+        (check_decode, decode_skips_a_leading_eos, "failed", ["<eos> right after <bos>", "first <eos>"]),
+        (check_pad_batch, pad_into_a_shared_buffer, "failed", ["changed when pad_batch was called again"]),
+        (check_pad_batch, pad_caps_at_128, "failed", ["150 ids", "fixed maximum of 128"]),
+        (check_pad_batch, pad_through_int16, "failed", ["256 and more", "too narrow"]),
     ],
 )
 def test_specials_in_the_data_long_sentences_and_crashes(checker, fn, status, phrases):

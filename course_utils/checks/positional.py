@@ -86,6 +86,7 @@ def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
     stages.module_on_gpu(check, build(0.5).train(), torch.randn(2, 6, d_model, generator=generator(7)),
                          what="PositionalEncoding")
     defaults_stage(check, cls)
+    _long_module_stage(check, cls)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,17 +175,34 @@ def _long_table_stage(check: Check, fn, earlier: tuple) -> None:
     """The model's default max_len: float32 angles lose digits there, so the tolerance grows with the position."""
     max_len, d_model = _LONG
     table = _table_from(check, fn, max_len, d_model, earlier)
+    _long_rows(check, table, f"your table for max_len={max_len}, d_model={d_model}")
+
+
+def _long_module_stage(check: Check, cls: type[nn.Module]) -> None:
+    """The module built with its default max_len (5000) adds the formula's rows up to the last one."""
+    max_len, d_model = _LONG
+    module = stages.is_module(check, check.build(cls, d_model), "PositionalEncoding").eval()
+    out = module_forward(check, module, torch.zeros(1, max_len, d_model), max_len)  # (1, max_len, d_model)
+    _long_rows(check, out.detach().double()[0],
+               f"PositionalEncoding(d_model={d_model}) (max_len={max_len} by default), on {max_len} zero vectors,")
+    check.ok(f"built with its default max_len, it adds the right table up to position {max_len - 1}")
+
+
+def _long_rows(check: Check, table: torch.Tensor, what: str) -> None:
+    """Fail, naming the first wrong position, unless ``table`` (max_len, d_model) follows the formula; the slack
+    grows with the position (a few float32 ulps of the angle)."""
+    max_len, d_model = table.shape
     expected = _reference(max_len, d_model)
-    slack = 1e-5 + 1e-6 * torch.arange(max_len, dtype=torch.float64)[:, None]  # a few float32 ulps of the angle
+    slack = 1e-5 + 1e-6 * torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     bad = ((table - expected).abs() > slack).any(dim=1)
     if not bool(bad.any()):
         return
     first = int(bad.nonzero()[0, 0])
     if first < 64:
-        _diagnose_table(check, table[:64], 64, d_model, f"your table for max_len={max_len}, d_model={d_model}")
+        _diagnose_table(check, table[:64], 64, d_model, what)
     worst = float((table - expected).abs().max())
     check.fail(
-        f"Your table for max_len={max_len}, d_model={d_model} is right up to position {first - 1} but wrong from "
+        f"{what[0].upper()}{what[1:]} is right up to position {first - 1} but wrong from "
         f"position {first} on (largest difference {worst:.2g}).\n"
         f"Likely causes: positions or angles kept in float16 or bfloat16 (exact whole numbers only up to 2048 and "
         f"256), an integer dtype too small for the positions, or a table built for fewer positions. Compute the "

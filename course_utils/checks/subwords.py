@@ -22,10 +22,11 @@ step, recounts the pairs itself from the definition above: each merge must be
 a most frequent pair at its point, ties broken as the contract says. When a
 merge is wrong it names the first one, shows the counts, and, when it can,
 the likely cause: it compares the whole answer with what the usual mistakes
-produce (counting each word once, not recounting after a merge, another
-tie-break: largest, first seen, concatenated strings, first symbol only;
-merging only the first occurrence in a word, merging runs from the right,
-replacing text across the boundaries of symbols).
+produce (stopping at pairs seen once, lowercasing, counting each word once,
+not recounting after a merge, another tie-break: largest, first seen,
+concatenated strings, first symbol only; merging only the first occurrence in
+a word, merging runs from the right, replacing text across the boundaries of
+symbols; an end-of-word marker).
 """
 
 from __future__ import annotations
@@ -103,8 +104,13 @@ def _best(counts: Counter, tie: str = "smallest") -> Pair:
 
 
 def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, recount: bool = True,
-           tie: str = "smallest", **mistake: bool) -> list[Pair]:
+           tie: str = "smallest", min_count: int = 1, lowercase: bool = False, **mistake: bool) -> list[Pair]:
     """The contract (all defaults) or one of the usual mistakes."""
+    if lowercase:
+        lowered: Counter = Counter()
+        for word, count in word_counts.items():
+            lowered[word.lower()] += count
+        word_counts = dict(lowered)
     words = {tuple(w): c for w, c in word_counts.items()}
     frozen = _pair_counts(words, weighted)
     merges: list[Pair] = []
@@ -114,7 +120,7 @@ def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, 
         if not recount:  # stale counts: only pairs still present in the words can be merged
             present = _pair_counts(words)
             counts = Counter({p: c for p, c in counts.items() if p in present})
-        if not counts:
+        if not counts or max(counts.values()) < min_count:
             break
         pair = _best(counts, tie)
         merges.append(pair)
@@ -123,6 +129,13 @@ def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, 
 
 
 _MISTAKES = (
+    (dict(whole_symbols=False),
+     "Your merge joins text across the boundaries of symbols: replacing the text 'first second' in a "
+     "space-joined word (with str.replace, or a regex without a guard at each end) also matches where `first` is only the end "
+     "of a longer symbol, or `second` only the start of one (merging ('b', 'c') turns `ab c` into `abc`, joining "
+     "('ab', 'c'), a pair that was never chosen). Merge whole symbols: walk the list of symbols and join symbols[i] "
+     "and symbols[i + 1] only when they equal (first, second); with a regex, guard both ends, "
+     "r'(?<!\\S)' + re.escape('b c') + r'(?!\\S)'."),
     (dict(weighted=False),
      "Your pair counts look like one per word, not weighted by how often the word occurs.\n"
      "Add the word's count (`counts[pair] += freq`) for every pair it holds, not 1."),
@@ -144,13 +157,6 @@ _MISTAKES = (
      "so `a a a` with ('a', 'a') becomes ['aa', 'a'], not ['a', 'aa'], and the next step then counts the pair "
      "('aa', 'a'), not ('a', 'aa'). Walk each word from its first symbol, and after a merge go on after the "
      "merged pair."),
-    (dict(whole_symbols=False),
-     "Your merge joins text across the boundaries of symbols: replacing the text 'first second' in a "
-     "space-joined word (with str.replace, or a regex without guards) also matches where `first` is only the end "
-     "of a longer symbol, or `second` only the start of one (merging ('b', 'c') turns `ab c` into `abc`, joining "
-     "('ab', 'c'), a pair that was never chosen). Merge whole symbols: walk the list of symbols and join symbols[i] "
-     "and symbols[i + 1] only when they equal (first, second); with a regex, guard both ends, "
-     "r'(?<!\\S)' + re.escape('b c') + r'(?!\\S)'."),
     (dict(tie="concatenated"),
      "Ties are broken by comparing the concatenated pairs (first + second) instead of the pairs: as tuples, "
      "('a', 'c') comes before ('aa', 'b') because 'a' < 'aa', although 'ac' > 'aab'. Compare the tied pairs "
@@ -159,6 +165,13 @@ _MISTAKES = (
      "Ties are broken by the first symbol only: among tied pairs with the same first symbol, such as ('ab', 'e') "
      "and ('ab', 'c'), yours takes the one seen first. Compare whole pairs, (first, second): "
      "`min(pairs, key=lambda p: (-counts[p], p))`."),
+    # Last: on some corpora a mistake above stops early too, and its own cause is the one to name.
+    (dict(min_count=2),
+     "Your loop stops when the most frequent pair occurs only once (a habit of some BPE tools). The contract "
+     "merges until it has made num_merges merges or no pair is left, pairs seen once included."),
+    (dict(lowercase=True),
+     "Your learn_bpe lowercases the words: 'The' and 'the' are different words here. Learn the merges from the "
+     "words exactly as they are given."),
 )
 
 
@@ -185,6 +198,10 @@ _CORPORA: list[tuple[str, dict[str, int], int]] = [
     # then ('a', 'c') < ('aa', 'b') as tuples, but "aab" < "ac" as strings.
     ("a corpus with ties between pairs that share their first symbol", {"cd": 3, "abe": 3, "abc": 3, "ab": 4}, 5),
     ("a corpus with ties between longer symbols", {"ac": 6, "aab": 6}, 4),
+    ("a corpus with capital letters", {"The": 5, "the": 1, "They": 2, "then": 1}, 4),
+    # After ('c', 'd') and ('b', 'c'), the word `b cd` holds the text "b c" followed by "d": a regex merge guarded
+    # only on its left joins it.
+    ("a corpus where a merged symbol starts a pair", {"cd": 10, "bcd": 1, "bc": 5}, 3),
 ]
 
 
@@ -239,6 +256,12 @@ def _replay(check: Check, merges: list[Pair], word_counts: dict[str, int], num_m
 
 
 def _likely_cause(merges: list[Pair], word_counts: dict[str, int], num_merges: int) -> str:
+    letters = set("".join(word_counts))
+    foreign = sorted({symbol for pair in merges for symbol in pair if not set(symbol) <= letters})
+    if foreign:
+        return (f"\nLikely cause: your merges hold symbols made of characters that are in none of the words "
+                f"({', '.join(map(repr, foreign[:3]))}): an end-of-word marker such as '</w>', or a separator. "
+                f"Each word starts as the sequence of its own characters, nothing added.")
     for options, cause in _MISTAKES:
         if merges == _learn(word_counts, num_merges, **options):
             return "\nLikely cause: " + cause

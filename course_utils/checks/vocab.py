@@ -161,7 +161,8 @@ _SHARED_STATE = (
 
 
 # Checked last, once the rest holds: a sentence of 13 tokens with two specials written as words.
-_LONG_SENTENCE = ["ein", "<unk>", "steht", "im", "text", ",", "und", "ein", "<eos>", "mitten", "im", "satz", ":"]
+_LONG_SENTENCE = ["ein", "<unk>", "steht", "im", "text", ",", "und", "ein", "<eos>", "mitten", "im", "satz", ":",
+                  "<br>"]  # '<br>' only looks like a special
 _LITERAL_SPECIALS = {t for t in _LONG_SENTENCE if t in _SPECIAL_IDS}
 
 
@@ -216,13 +217,20 @@ def _check_literal_specials(check: Check, build_vocab: Callable) -> None:
     vocab = _vocab_result(check, _guarded(check, build_vocab, (sentences,), "build_vocab"), "build_vocab(token_lists)")
     _specials_in_place(check, vocab, when)
     missing = _expected_tokens(1, sentences) - set(vocab)
+    if missing == {"<br>"}:
+        check.fail(
+            "build_vocab(token_lists) leaves out '<br>', a word of the data that only looks like a special token.\n"
+            "Only the four specials are special: skip a token when it is already in vocab (`if token not in vocab`), "
+            "not because of how it is written."
+        )
     if missing:
         check.fail(
             f"build_vocab(token_lists) misses tokens of a sentence of {len(_LONG_SENTENCE)} tokens: "
             f"{_show(sorted(missing))}.\nKeep every token of every sentence, whatever its length."
         )
     _ids_contiguous(check, vocab, when)
-    check.ok("specials written as words in the data keep their ids; sentences longer than 10 tokens are counted whole")
+    check.ok("specials written as words in the data keep their ids, other words in <...> get their own; sentences "
+             "longer than 10 tokens are counted whole")
 
 
 def _no_growth_on_lookup(check: Check, vocab: Any, call: str) -> None:
@@ -601,6 +609,7 @@ def _encode_unknown_tokens(check: Check, encode: Callable) -> None:
 
 
 _LONG_TOKENS = ["der", "hund", "schläft", "nicht", "und", "die", "katze", "sieht", "die", "maus", "nicht", "im", "garten", "."]
+_VERY_LONG_TOKENS = _LONG_TOKENS * 11  # 154 tokens: longer than any fixed cut at 64, 100 or 128
 # Each special written as a word inside a sentence, then all four at once in a sentence that itself starts
 # with '<bos>' and ends with '<eos>': each is a token like any other, looked up with vocab[token].
 _SPECIAL_WORD_SENTENCES = [
@@ -613,17 +622,13 @@ _SPECIAL_WORD_SENTENCES = [
 
 
 def _encode_edge_cases(check: Check, encode: Callable) -> None:
-    """An empty sentence, a sentence of 14 tokens, and each special token written as a word."""
+    """An empty sentence, sentences of 14 and 154 tokens, and each special token written as a word."""
     v = _VOCAB
     got = _ids_result(check, _guarded(check, encode, ([], dict(v)), "encode"), "encode([], vocab)")
     if got != [v[_BOS], v[_EOS]]:
         check.fail(f"encode([], vocab) should be [{v[_BOS]}, {v[_EOS]}] (just <bos> and <eos>), but it is {got}.")
     check.ok("an empty sentence becomes [<bos>, <eos>]")
-    long_cause = (
-        f"A sentence of {len(_LONG_TOKENS)} tokens: encode every token, however long the sentence "
-        f"(no fixed length, no cut)."
-    )
-    for tokens in [_LONG_TOKENS, *_SPECIAL_WORD_SENTENCES]:
+    for tokens in [_LONG_TOKENS, _VERY_LONG_TOKENS, *_SPECIAL_WORD_SENTENCES]:
         want = [v[_BOS]] + [v.get(t, v[_UNK]) for t in tokens] + [v[_EOS]]
         got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
         if got == want:
@@ -639,8 +644,13 @@ def _encode_edge_cases(check: Check, encode: Callable) -> None:
                 f"encode returned the right number of ids ({len(got)}) for {len(tokens)} tokens, but the wrong ids at "
                 f"position{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))}."
             )
-        cause = long_cause if tokens is _LONG_TOKENS else _special_word_cause(tokens, got, v)
-        check.fail(f"{head}\n  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}\n{cause}")
+        if tokens in (_LONG_TOKENS, _VERY_LONG_TOKENS):
+            cause = (f"A sentence of {len(tokens)} tokens: encode every token, however long the sentence "
+                     f"(no fixed length, no cut).")
+        else:
+            cause = _special_word_cause(tokens, got, v)
+        shown = f"  tokens:   {_show(tokens, 16)}\n  expected: {_show(want, 16)}\n  actual:   {_show(got, 16)}"
+        check.fail(f"{head}\n{shown}\n{cause}")
     # one line, as the lesson's stored output shows it; it covers all four specials written as words
     check.ok("encodes sentences of any length, and special tokens written as words like any other token")
 
@@ -718,6 +728,7 @@ def _check_decode(check: Check, decode: Callable) -> None:
         ([1, 5, 11, 2, 10, 9, 7, 2], "more ids after the first <eos>"),
         ([1, 3, 11, 7, 2], "an <unk> in the sentence"),
         ([1, 2, 0], "an empty sentence"),
+        ([1, 2, 5, 11, 0], "<eos> right after <bos>, more ids after it"),
         ([], "no ids at all"),
         ([1, 5, 0, 11, 7, 4, 2, 0], "a <pad> in the middle"),
         ([1, 10, 9, 1, 6, 10, 12, 2], "a second <bos> in the middle"),
@@ -811,12 +822,21 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
             f"embedding layers only accept integer ids.\nPass dtype=torch.long when you create the tensor."
         )
     _pad_values(check, out, sequences, pad_id)
+    first = out.clone()
     _check_more_batches(check, pad_batch)
+    if not torch.equal(out, first):
+        check.fail(
+            f"The batch pad_batch returned first ({_show(first.tolist(), 4)}) changed when pad_batch was called "
+            f"again: it is now {_show(out.tolist(), 4)}.\nEach call must return a new tensor: no buffer, global or "
+            f"cache shared between calls (lesson 06 keeps many batches at once)."
+        )
     # recorded last: every batch above could still have broken them
     check.ok("returns a tensor of shape (B, L_max): one row per sequence, as wide as the longest")
     check.ok("dtype is torch.long")
     check.ok("keeps every id in place and pads on the right with pad_id (also when pad_id is not 0 and 0 is a real id)")
-    check.ok("handles pad_id = 0, an empty sequence, equal lengths, a single sequence of length 1, and 70 ids")
+    check.ok("handles pad_id = 0, an empty sequence, equal lengths, a single sequence of length 1, 70 ids, and "
+             "150 ids as large as 69,586")
+    check.ok("returns a new tensor at every call (a batch is not changed by the next call)")
     check.ok("leaves the input lists unchanged")
 
 
@@ -897,12 +917,15 @@ def _check_more_batches(check: Check, pad_batch: Callable) -> None:
     """pad_id 0; an empty sequence (first: a dtype taken from the first row is float then); equal lengths;
     a single sequence of length 1; lesson 06's lengths."""
     long = [list(range(3, 73)), [5, 6]]  # 70 ids: lesson 06 pads sentences up to max_len = 64 and beyond
+    # 150 ids up to 69,586 (a BPE vocabulary of lesson 08 has thousands of ids): no cut at 128, no narrow dtype
+    very_long = [[5, 300], [3 + 467 * i for i in range(150)]]
     for seqs, pid, what in (
         ([[4, 5], [6]], 0, "pad_id = 0"),
         ([[], [3, 4], [5]], 9, "an empty sequence"),
         ([[1, 2, 3], [4, 5, 6]], 7, "sequences of equal length"),
         ([[6]], 2, "a single sequence of length 1"),
         (long, 1, "a sequence of 70 ids"),
+        (very_long, 1, "a sequence of 150 ids up to 69,586"),
     ):
         out = _pad(check, pad_batch, seqs, pid, what)
         if not isinstance(out, torch.Tensor):
@@ -928,7 +951,8 @@ def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, w
     want = [list(s) + [pad_id] * (L - len(s)) for s in sequences]
     if rows == want:
         return
-    shown = f"  sequences: {sequences}, pad_id = {pad_id}" + (f" ({what})" if what else "") + f"\n  expected: {want}\n  actual:   {rows}"
+    shown = (f"  sequences: {_show(sequences, 6)}, pad_id = {pad_id}" + (f" ({what})" if what else "")
+             + f"\n  expected: {_show(want, 6)}\n  actual:   {_show(rows, 6)}")
     fills = {x for r, s in zip(rows, sequences) for x in r[len(s):]}
     if rows == [[pad_id] * (L - len(s)) + list(s) for s in sequences]:
         cause = "The padding is on the left. Put the ids first and the pad ids after them (right padding)."
@@ -942,6 +966,12 @@ def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, w
         )
     elif sorted(map(tuple, rows)) == sorted(map(tuple, want)):
         cause = "The rows are in a different order from the sequences: row i must hold sequence i (do not sort them)."
+    elif all(a == b for r, w in zip(rows, want) for a, b in zip(r, w) if b < 256):
+        cause = (
+            "Only the ids of 256 and more are wrong: they passed through a dtype too narrow to hold them (uint8, "
+            "int16, a numpy array of small integers) before becoming torch.long. Build the batch in torch.long "
+            "from the start; a vocabulary of real text has thousands of ids."
+        )
     else:
         cause = "Row i should hold sequence i, followed by pad_id up to the longest length."
     check.fail(f"pad_batch returned the wrong values.\n{shown}\n{cause}")
