@@ -441,6 +441,11 @@ def negative(step, d_model, warmup_steps):
     return -noam_lr(step, d_model, warmup_steps)
 
 
+def both_terms_as_an_array(step, d_model, warmup_steps):
+    """The two terms of the min, returned side by side: the min itself is forgotten."""
+    return d_model ** -0.5 * np.array([step ** -0.5, step * warmup_steps ** -1.5])
+
+
 @pytest.mark.parametrize(
     "fn, phrases",
     [
@@ -453,6 +458,7 @@ def negative(step, d_model, warmup_steps):
         (step_and_d_model_swapped, ["step and d_model swapped", "(step, d_model, warmup_steps)"]),
         (clamped_to_warmup, ["after warmup the rate should fall like step ** -0.5"]),
         (negative, ["0 or negative", "always positive"]),
+        (both_terms_as_an_array, ["one number", "holding 2 values", "min(...)"]),
     ],
 )
 def test_noam_lr_diagnoses_unusual_mistakes(fn, phrases):
@@ -600,6 +606,13 @@ def returns_scheduler_and_rate(optimizer, d_model, warmup_steps):
     return LambdaLR(optimizer, rate), rate
 
 
+def steps_again_after_each_optimizer_step(optimizer, d_model, warmup_steps):
+    """A convenience that backfires: the optimizer steps the scheduler, and so does the training loop."""
+    scheduler = LambdaLR(optimizer, lambda n: noam_lr(n + 1, d_model, warmup_steps))
+    optimizer.register_step_post_hook(lambda *_: scheduler.step())
+    return scheduler
+
+
 @pytest.mark.parametrize(
     "fn, phrases",
     [
@@ -616,6 +629,7 @@ def returns_scheduler_and_rate(optimizer, d_model, warmup_steps):
         (writes_the_rate_and_returns_one, ["writes the rate into `optimizer.param_groups` itself", "returns 1",
                                            "overwrites your write"]),
         (writes_the_lr_and_returns_nothing, ["returned None", "multiplies", "return the factor"]),
+        (steps_again_after_each_optimizer_step, ["two steps at every step", "noam_lr(2n + 1)", "hook"]),
     ],
 )
 def test_noam_scheduler_diagnoses_unusual_mistakes(fn, phrases):

@@ -158,12 +158,19 @@ _GRIDS = [
 
 def _number(check: Check, value: Any, where: str) -> tuple[float, bool]:
     """The learner's learning rate as a float, and whether it came out as an integer."""
+    if isinstance(value, (list, tuple)):
+        several = len(value)
+    elif isinstance(value, torch.Tensor):
+        several = value.numel()
+    else:  # a numpy array has a size; a number has none
+        several = getattr(value, "size", 1) if type(value).__module__ == "numpy" else 1
+    if several != 1:
+        check.fail(
+            f"noam_lr should return one number (a float or a 0-d tensor), but {where} it returned {describe(value)}"
+            + (" holding 2 values. The rate is the SMALLER of the two terms: return `min(...)` of them, not both."
+               if several == 2 else ".")
+        )
     if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            check.fail(
-                f"noam_lr should return one number (a float or a 0-d tensor), but {where} it returned a "
-                f"{describe(value)}."
-            )
         if value.requires_grad:
             check.fail(
                 f"noam_lr returned a tensor that requires grad {where}. A learning rate is a plain number, not "
@@ -565,6 +572,11 @@ def _scheduler_slips(observed, lrs, factor, table) -> list[tuple[bool, str]]:
          "initial lr * noam_lr(n + 2), but it should be noam_lr(n + 1). Did you add 1 twice "
          "(in the scheduler and in noam_lr), or call scheduler.step() once inside make_noam_scheduler? "
          "The training loop makes every call of scheduler.step()."),
+        (n_rows > 2 and _near(observed, table(lambda n, g: lrs[g] * factor(2 * n + 1))),
+         "Your scheduler moves two steps at every step: after n calls of scheduler.step() the lr is "
+         "initial lr * noam_lr(2n + 1). Something steps it a second time: a hook on the optimizer that calls "
+         "scheduler.step(), or a step inside the schedule function. make_noam_scheduler only builds the "
+         "scheduler; the training loop calls scheduler.step() once per step, after optimizer.step()."),
         (first_row_initial and later_rows_right,
          "Before the first scheduler.step() the lr is still the initial lr: it should already be "
          "initial lr * noam_lr(1). Set the lr when the scheduler is built (LambdaLR does this in its constructor)."),
