@@ -301,9 +301,16 @@ def divides_by_vocab_size(logits, target, smoothing, pad_id):
     return per_token.sum() / logits.shape[-1]
 
 
+def smoothing_term_over_every_position(logits, target, smoothing, pad_id):
+    """The two terms apart: the cross entropy skips the pads, the smoothing term averages over them too."""
+    uniform = -F.log_softmax(logits, dim=-1).mean(-1)  # (N,)
+    return (1 - smoothing) * F.cross_entropy(logits, target, ignore_index=pad_id) + smoothing * uniform.mean()
+
+
 @pytest.mark.parametrize(
     "fn, phrases",
     [
+        (smoothing_term_over_every_position, ["right when smoothing is 0", "which positions its average covers"]),
         (half_precision, ["dtype float16", "significant digits"]),
         (bfloat16, ["dtype bfloat16"]),
         (true_class_overwritten, ["1-smoothing+smoothing/v", "overwritten"]),

@@ -340,7 +340,11 @@ def _check_values(check: Check, cases: list[dict], values: list[torch.Tensor], l
             check.fail(head + "It matches a loss with these differences:\n" + "\n".join(f"- {m}" for m in messages))
     hint = ""
     if 1 not in wrong:  # the case with smoothing 0.0 is right
-        hint = "It is right when smoothing is 0, so look at how the smoothing mass is spread.\n"
+        hint = (
+            "It is right when smoothing is 0, so the difference is in the smoothing term: how its mass is spread "
+            "over the classes, or which positions its average covers (if you compute it apart from the cross "
+            "entropy, it too counts only the positions where target != pad_id).\n"
+        )
     check.fail(
         head
         + hint
