@@ -220,7 +220,8 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
                 for j in range(k):
                     n = ys.size(1) - 1
                     raw = at_max_len == "raw" or every_step
-                    value = scores[b, j].item() if raw else scores[b, j].item() / penalty(n, length_penalty)
+                    end_penalty = (lambda n_, a: (5 + n_) / 6) if at_max_len == "no power" else penalty
+                    value = scores[b, j].item() if raw else scores[b, j].item() / end_penalty(n, length_penalty)
                     finished[b].append((value, ys[b * k + j].tolist()))
         if pick == "raw":  # the raw sum: the normalised score times the penalty
             best = [max(f, key=lambda x: x[0] * penalty(len(x[1]) - 1, length_penalty))[1] for f in finished]
@@ -340,6 +341,11 @@ WRONG = [
     (_variant_of(pick="raw"), ["picks the answer by the raw sum"]),
     (drops_bos, ["column 0"]),
     (all_beams, ["only the best of the beam_size hypotheses"]),
+    # a second hidden set: the open hypotheses at max_len divided by (5 + n) / 6 without its power (equal to the
+    # contract for alpha = 1, and for alpha < 1 on every case tried), and a default penalty other than the paper's
+    (_variant_of(at_max_len="no power"), ["length_penalty=2.0", "reaches max_len", "open"]),
+    (lambda model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0: beam_search(
+        model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty), ["default of length_penalty is 1.0"]),
 ]
 
 
@@ -556,6 +562,13 @@ def decode_step_functional(model, y_last, memory, src, cache):
     return model.generator(x)[:, -1], {"keys": keys, "values": values, "memory": memory_kv}
 
 
+def steps_as_a_scalar_tensor(model, y_last, memory, src, cache):
+    """Counts its steps in a 0-d tensor kept in the cache, which beam search cannot reorder."""
+    logits, cache = decode_step(model, y_last, memory, src, cache)
+    cache["steps"] = cache.get("steps", torch.tensor(0)) + 1
+    return logits, cache
+
+
 KV_CORRECT = [decode_step, decode_step_tuples, decode_step_preallocated, decode_step_stacked, decode_step_functional]
 KV_WRONG = [
     (_kv_variant(position_zero=True), ["position 0"]),
@@ -579,6 +592,7 @@ KV_WRONG = [
     (_kv_variant(cross_from_self=True), ["cross-attention", "memory"]),
     (_kv_variant(self_excluded=True), ["self-attention", "itself"]),
     (_kv_variant(scale_d_model=True), ["self-attention", "sqrt(d_k)"]),
+    (steps_as_a_scalar_tensor, ["cache['steps']", "shape ()", "rows first", "python int"]),
 ]
 
 
@@ -804,7 +818,15 @@ def shares_the_embeddings(model):
     return converted
 
 
-TT_CORRECT = [to_torch_transformer, float_causal_mask, separate_stacks, subclassed]
+def relu_as_a_lambda(model):
+    """A ReLU given as a function of its own: what it computes is what counts."""
+    converted = _convert(model)
+    for layer in [*converted.core.encoder.layers, *converted.core.decoder.layers]:
+        layer.activation = lambda x: F.relu(x)
+    return converted
+
+
+TT_CORRECT = [to_torch_transformer, float_causal_mask, separate_stacks, subclassed, relu_as_a_lambda]
 TT_WRONG = [
     (_conversion(order=("W_k", "W_q", "W_v")), ["wrong order"]),
     (_conversion(transpose=True), ["transposed"]),

@@ -105,6 +105,8 @@ _CASES = [
     {"vocab_size": 11, "bos_id": 4, "eos_id": 8, "pad_id": 5, "max_len": 12, "stops": [7, 4]},
     # the model chooses pad_id as the third token: the sentences go on until EOS
     {"vocab_size": 10, "bos_id": 6, "eos_id": 2, "pad_id": 4, "max_len": 9, "stops": [6, 5], "pad_at": 3},
+    # max_len = 1: <bos> alone, no step at all (a loop that tests its bound after its first step goes one too far)
+    {"vocab_size": 10, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 1, "stops": [5, 3]},
 ]
 
 

@@ -37,9 +37,10 @@ eos_id, pad_id, length_penalty=0.6) -> (B, T)`` LongTensor.
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import warnings
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -256,6 +257,10 @@ _CASES = [
     # the best by raw sum is not the best by score: the final pick shows
     {"vocab_size": 9, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 9, "beam_size": 3, "alpha": 0.6,
      "sentences": [(0, 28, 7)]},
+    # a strong penalty (lesson 07 plots alpha = 2): the open hypotheses at max_len need the whole penalty, its
+    # power included (found by search)
+    {"vocab_size": 9, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 4, "beam_size": 4, "alpha": 2.0,
+     "sentences": [(0, 26, 8), (0, 20, 5)]},
 ]
 
 
@@ -353,6 +358,7 @@ def _run(check: Check, beam_search: Callable, case: dict, beam_size: int | None 
 
 def _check_beam_search(check: Check, beam_search: Callable) -> None:
     check.callable_(beam_search, "beam_search")
+    _default_penalty(check, beam_search)
 
     # 1. One sentence: it runs and returns a (1, T) LongTensor.
     case = _CASES[0]
@@ -403,27 +409,43 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
             )
     check.ok("with beam_size=1 and no length penalty it equals greedy decoding")
 
-    # 5. A beam as wide as every hypothesis is exhaustive search.
-    wide = {"vocab_size": 5, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 5, "alpha": 0.6,
-            "sentences": [(0, 3, 3), (0, 14, 2)]}
-    wide["beam_size"] = 5 ** 3
-    model, src, out, k, alpha, max_len = _run(check, beam_search, wide)
-    out = _output(check, out, wide, src, max_len)
-    for b, sentence in enumerate(model.sentence(row) for row in src.tolist()):
-        value, best = _exhaustive(model.script, sentence, max_len, alpha)
-        got = _strip(out[b].tolist(), wide)
-        if got != best:
-            check.fail(
-                f"With beam_size={k}, wider than the number of hypotheses, beam search must find the best "
-                f"sequence of all (exhaustive search), but for sentence {b} it does not "
-                f"{_setup(wide, src)}:\n  best:  {_row(best)} (score {value:.4f})\n  yours: {_row(got)}\n"
-                f"Check that every candidate ending in EOS among the beam_size best is kept as finished, and "
-                f"that the search stops only when no open hypothesis can still beat the best finished one."
-            )
-    check.ok("with a beam wider than all hypotheses it finds the best sequence (exhaustive search)")
+    # 5. A beam as wide as every hypothesis is exhaustive search, with the paper's penalty and a strong one.
+    for alpha in (0.6, 2.0):
+        wide = {"vocab_size": 5, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 5, "alpha": alpha,
+                "sentences": [(0, 3, 3), (0, 14, 2)], "beam_size": 5 ** 3}
+        model, src, out, k, alpha, max_len = _run(check, beam_search, wide)
+        out = _output(check, out, wide, src, max_len)
+        for b, sentence in enumerate(model.sentence(row) for row in src.tolist()):
+            value, best = _exhaustive(model.script, sentence, max_len, alpha)
+            got = _strip(out[b].tolist(), wide)
+            if got != best:
+                check.fail(
+                    f"With beam_size={k}, wider than the number of hypotheses, beam search must find the best "
+                    f"sequence of all (exhaustive search), but for sentence {b} it does not "
+                    f"{_setup(wide, src)}:\n  best:  {_row(best)} (score {value:.4f})\n  yours: {_row(got)}\n"
+                    f"Check that every candidate ending in EOS among the beam_size best is kept as finished, that "
+                    f"the search stops only when no open hypothesis can still beat the best finished one, and that "
+                    f"every score is divided by the whole penalty, ((5 + n) / 6) ** length_penalty, the open "
+                    f"hypotheses' at max_len too."
+                )
+    check.ok("with a beam wider than all hypotheses it finds the best sequence (exhaustive search), with "
+             "length_penalty 0.6 and 2.0")
 
     # 6. The device: tensors it creates follow src.device (caught on a pretend GPU on a CPU-only machine).
     _device(check, beam_search)
+
+
+def _default_penalty(check: Check, beam_search: Callable) -> None:
+    """length_penalty defaults to the paper's 0.6: lesson 07 also calls beam_search without it."""
+    try:
+        parameter = inspect.signature(beam_search).parameters.get("length_penalty")
+    except (TypeError, ValueError):
+        return
+    if parameter is not None and parameter.default not in (inspect.Parameter.empty, 0.6):
+        check.fail(
+            f"The default of length_penalty is {parameter.default!r}; the exercise's signature gives the paper's "
+            f"0.6 (`length_penalty=0.6`), and lesson 07 calls beam_search without it."
+        )
 
 
 def _strip(row: list[int], case: dict) -> tuple[int, ...]:
@@ -875,6 +897,15 @@ def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: t
         cache = {}
         for t in range(3):
             _, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
+        misfits = _not_rows_first(cache, tgt.shape[0])
+        if misfits:
+            path, shape = misfits[0]
+            check.fail(
+                f"Your cache holds `{path}`, a tensor of shape {fmt_shape(shape)}, whose first dimension is not the "
+                f"batch's {tgt.shape[0]} rows. Beam search reorders the rows of every tensor in the cache along its "
+                f"first dimension (lesson 07's reorder_cache), so each needs the rows first: (B, H, t, d_k) for keys "
+                f"and values. Keep a step count as a plain Python int (or as a (B,) tensor, one per row)."
+            )
         cache = select_rows(cache, rows)
         tgt2, memory2, src2 = tgt[rows], memory[rows], src[rows]
         expected = model.decode(tgt2[:, :4], memory2, src2)[:, -1]
@@ -897,6 +928,17 @@ def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: t
     check.ok("the cache follows the rows when beam search reorders them")
 
 
+def _not_rows_first(cache: Any, rows: int, path: str = "cache") -> list[tuple[str, tuple]]:
+    """(where, shape) of every tensor in ``cache`` whose first dimension is not ``rows``."""
+    if isinstance(cache, torch.Tensor):
+        return [] if cache.dim() and cache.shape[0] == rows else [(path, tuple(cache.shape))]
+    if isinstance(cache, dict):
+        return [m for key, value in cache.items() for m in _not_rows_first(value, rows, f"{path}[{key!r}]")]
+    if isinstance(cache, (list, tuple)):
+        return [m for i, value in enumerate(cache) for m in _not_rows_first(value, rows, f"{path}[{i}]")]
+    return []
+
+
 def _heads_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """Merged multi-head attention of one query per row: q (B, d), k and v (B, L, d) -> (B, d)."""
     B, L, D = k.shape
@@ -914,7 +956,8 @@ def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) ->
             continue
         want = trace[name][0]
         cross_kv = ".cross_attn.W_k" in name or ".cross_attn.W_v" in name
-        got = mine[name] if cross_kv else mine[name].reshape(y_last.shape[0], -1, D_MODEL)[:, -1]
+        width = mine[name].shape[-1]  # d_model, or d_ff for the second linear map of a feed-forward network
+        got = mine[name] if cross_kv else mine[name].reshape(y_last.shape[0], -1, width)[:, -1]
         want = want if cross_kv else want[:, t]
         if not close_enough(got, want, 1e-4, 1e-4):
             return _departure_cause(model, name, got, trace, t, y_last)
@@ -1076,10 +1119,19 @@ def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: l
         return (f"{where} has norm_first=True, the pre-LN variant. The paper's layers (and yours) are post-LN: "
                 f"build PyTorch's layers with norm_first=False (the default).")
     activation = getattr(theirs, "activation", None)
-    if activation is not None and activation not in (torch.relu, torch.nn.functional.relu) and \
-            not isinstance(activation, nn.ReLU):
+    if activation is not None and not _computes_relu(activation):
         return f"{where} uses the activation {getattr(activation, '__name__', type(activation).__name__)}; yours is ReLU."
     return None
+
+
+def _computes_relu(activation: Any) -> bool:
+    """Whether ``activation`` is ReLU by what it computes (F.relu, nn.ReLU(), a lambda around either...)."""
+    probe = torch.linspace(-3.0, 3.0, 13)
+    try:
+        out = activation(probe.clone())
+    except Exception:  # noqa: BLE001  (a string such as "relu" is not called by nn.Transformer either)
+        return activation == "relu"
+    return isinstance(out, torch.Tensor) and out.shape == probe.shape and torch.equal(out, probe.clamp(min=0))
 
 
 def _dense(out):
