@@ -826,6 +826,27 @@ def relu_as_a_lambda(model):
     return converted
 
 
+def positions_without_dropout(model):
+    """The positional encoding's dropout left out of the copy (as when pe is added by hand)."""
+    converted = _convert(model)
+    converted.positional_encoding.dropout = nn.Identity()
+    return converted
+
+
+def positions_with_a_new_dropout(model):
+    converted = _convert(model)
+    converted.positional_encoding.dropout = nn.Dropout(0.1)  # the usual rate, not the model's
+    return converted
+
+
+def delegates_to_a_copy(model):
+    """Fills nn.Transformer, then computes with a copy of the learner's model: nn.Transformer never runs."""
+    converted = _convert(model)
+    twin = copy.deepcopy(model)
+    converted.forward = lambda src, tgt: twin(src, tgt)
+    return converted
+
+
 TT_CORRECT = [to_torch_transformer, float_causal_mask, separate_stacks, subclassed, relu_as_a_lambda]
 TT_WRONG = [
     (_conversion(order=("W_k", "W_q", "W_v")), ["wrong order"]),
@@ -844,6 +865,10 @@ TT_WRONG = [
     (shares_the_embeddings, ["shares", "src_embed.weight", "copy"]),
     (_conversion(heads_from="d_k"), ["num_heads", "6", "4"]),
     (_conversion(dropout=0.1), ["dropout", "0.25"]),
+    # a second hidden set
+    (positions_without_dropout, ["training mode", "0% of its entries dropped", "positional encoding's dropout"]),
+    (positions_with_a_new_dropout, ["training mode", "drops 25%", "new nn.Dropout"]),
+    (delegates_to_a_copy, ["ran 0 times", "not a copy of your model"]),
 ]
 
 

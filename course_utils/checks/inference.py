@@ -1164,7 +1164,57 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
     enc, dec = _copied_layers(check, model, theirs)
     _shares_nothing(check, model, theirs)
     src, tgt, expected, got, inputs, seen = _traced_run(check, model, theirs, enc, dec)
+    if (len(seen["their_enc"]), len(seen["their_dec"])) != (LAYERS, LAYERS):
+        check.fail(
+            f"The module's forward does not compute with the PyTorch layers it holds: in one call its "
+            f"nn.TransformerEncoderLayers ran {len(seen['their_enc'])} times and its nn.TransformerDecoderLayers "
+            f"{len(seen['their_dec'])} times, where each of the {LAYERS} + {LAYERS} should run once. Run the "
+            f"embeddings and positional encoding, then nn.Transformer, then your generator; not a copy of your model."
+        )
     _first_mismatch(check, src, tgt, expected, got, inputs, seen)
+    _input_dropout(check, theirs, enc[0], dec[0])
+
+
+_BATCH_FIRST = ("Our tensors are (B, L, d_model): build nn.Transformer with batch_first=True, or it reads the first "
+                "axis as the positions.")
+
+
+def _input_dropout(check: Check, theirs: nn.Module, first_enc: nn.Module, first_dec: nn.Module) -> None:
+    """In training mode the first layers' inputs show the positional encoding's dropout, at the model's rate."""
+    g = torch.Generator().manual_seed(9)
+    src = torch.randint(1, SRC_VOCAB, (16, 12), generator=g)  # no padding: every entry counts
+    tgt = torch.randint(1, TGT_VOCAB, (16, 10), generator=g)
+    captured: dict[str, torch.Tensor] = {}
+
+    def remember(module, args, key):  # returns None: the layer's inputs stay as they are
+        captured.setdefault(key, _dense(args[0]))
+
+    handles = [layer.register_forward_pre_hook(lambda m, args, key=key: remember(m, args, key))
+               for key, layer in (("encoder", first_enc), ("decoder", first_dec))]
+    try:
+        theirs.train()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*nested tensors.*")
+            check.call(theirs, src, tgt, what="to_torch_transformer module's forward(src, tgt), in training mode",
+                       hint=_BATCH_FIRST)
+    finally:
+        theirs.eval()
+        for h in handles:
+            h.remove()
+    for side in ("encoder", "decoder"):
+        x = captured.get(side)
+        if not isinstance(x, torch.Tensor):
+            continue
+        dropped = float((x == 0).double().mean())  # (B, L, d_model) entries set to 0 by dropout
+        if abs(dropped - DROPOUT) > 0.06:
+            check.fail(
+                f"In training mode, the input of the first {side} layer has {dropped:.0%} of its entries dropped, "
+                f"where your model drops {DROPOUT:.0%}: the positional encoding's dropout "
+                f"(`model.positional_encoding.dropout`, p={DROPOUT} here) must act on the embeddings plus positions "
+                f"in the copy too. Reuse a copy of your model's positional_encoding module (its dropout comes with "
+                f"it), rather than adding `pe` by hand or building a new nn.Dropout."
+            )
+    check.ok(f"in training mode, the embeddings plus positions are dropped at your model's rate ({DROPOUT})")
 
 
 def _shares_nothing(check: Check, model: nn.Module, theirs: nn.Module) -> None:
@@ -1237,7 +1287,7 @@ def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, de
         with torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*nested tensors.*")  # PyTorch's note on its fast path
             expected = model(src, tgt)  # (B, L_tgt, V)
-            got = check.call(theirs, src, tgt, what="the module's forward(src, tgt)")
+            got = check.call(theirs, src, tgt, what="to_torch_transformer module's forward(src, tgt)", hint=_BATCH_FIRST)
     finally:
         for h in handles:
             h.remove()
