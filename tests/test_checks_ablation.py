@@ -55,6 +55,8 @@ PositionNorm = variant(OwnLayerNorm, "PositionNorm", forward=lambda s, x: s.gain
     x.var(1, keepdim=True, unbiased=False) + s.eps) + s.shift)  # over the positions (dim 1), not the features
 AnnotatedNorm = variant(OwnLayerNorm, "AnnotatedNorm", forward=lambda s, x: s.gain * (x - x.mean(-1, True)) / (
     x.std(-1, keepdim=True) + 1e-6) + s.shift)  # the Annotated Transformer's: unbiased std, eps added to it
+CentredNorm = variant(OwnLayerNorm, "CentredNorm", forward=lambda s, x: s.gain * (x - x.mean(-1, True)) * torch.rsqrt(
+    (x - x.mean(-1, True)).pow(2).mean(-1, True) + s.eps) + s.shift)  # nn.LayerNorm's statistics, written out
 InvertedMaskAttention = variant(MultiHeadAttention, "InvertedMaskAttention", forward=lambda s, q, k, v, mask=None:
                                 MultiHeadAttention.forward(s, q, k, v, None if mask is None else ~mask))
 NoAffineNorm = functools.partial(nn.LayerNorm, elementwise_affine=False)
@@ -262,7 +264,9 @@ WRONG_ENCODER_LAYERS = {
     "mask polarity inverted": (enc(parts(self_attn=InvertedMaskAttention)), ["InvertedMaskAttention", "fix that first"]),
     "GELU": (enc(act=F.gelu), ["GELU"]),
     "LayerNorm without gain and bias": (enc(parts(norm1=NoAffineNorm, norm2=NoAffineNorm)), ["no learned gain and bias"]),
-    "RMSNorm": (enc(parts(norm1=RMSNorm, norm2=RMSNorm)), ["`norm1`", "mean 0 and variance 1", "RMSNorm"]),
+    "RMSNorm": (enc(parts(norm1=RMSNorm, norm2=RMSNorm)), ["`norm1`", "does not subtract the mean", "RMSNorm"]),
+    "the Annotated Transformer's norm": (enc(parts(norm1=AnnotatedNorm, norm2=AnnotatedNorm)),
+                                         ["`norm1`", "d_model - 1", "Bessel"]),
     "norm over the positions": (enc(parts(norm1=PositionNorm, norm2=PositionNorm)), ["normalises over the positions"]),
     "norms under other names": (enc(lambda s, **_: [s.add_module(new, s._modules.pop(old)) for old, new in (
         ("norm1", "ln_attn"), ("norm2", "ln_ffn"))], lambda s, x, m=None: s.steps(x, m, n1=s.ln_attn, n2=s.ln_ffn)),
@@ -341,8 +345,8 @@ CORRECT_DECODER_LAYERS = [
     PreLNDecoderLayer, variant(PreLNDecoderLayer, "FusedPreLNDecoderLayer", lambda s, dropout, **a: (parts(
         self_attn=FusedAttention, cross_attn=FusedAttention)(s, dropout=dropout, **a), setattr(s, "drops", nn.ModuleList(
             nn.Dropout(dropout) for _ in range(3)))), forward=_fused_decoder),
-    variant(PreLNDecoderLayer, "OwnNormPreLNDecoderLayer", parts(norm1=AnnotatedNorm, norm2=AnnotatedNorm,
-                                                                 norm3=AnnotatedNorm), forward=_loop_decoder),
+    variant(PreLNDecoderLayer, "OwnNormPreLNDecoderLayer", parts(norm1=CentredNorm, norm2=CentredNorm,
+                                                                 norm3=CentredNorm), forward=_loop_decoder),
     variant(PreLNDecoderLayer, "EinsumPreLNDecoderLayer", parts(self_attn=EinsumAttention, cross_attn=BiasFreeAttention),
             forward=_einsum_decoder),
     variant(PreLNDecoderLayer, "HelperPreLNDecoderLayer", parts(  # norms registered first, in reverse order

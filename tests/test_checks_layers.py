@@ -370,6 +370,25 @@ class RMSNormEncoderLayer(EncoderLayer):
         self.norm1, self.norm2 = RMSNorm(d_model), RMSNorm(d_model)
 
 
+class BesselNorm(nn.Module):
+    """The Annotated Transformer's LayerNorm: unbiased std (divided by d_model - 1), eps added to it."""
+
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.a_2 = nn.Parameter(torch.ones(features))
+        self.b_2 = nn.Parameter(torch.zeros(features))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.a_2 * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.b_2
+
+
+class BesselNormDecoderLayer(DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = (BesselNorm(d_model) for _ in range(3))
+
+
 def _own_enc(forward):
     class Variant(OwnNormEncoderLayer):
         pass
@@ -449,7 +468,7 @@ WRONG_ENCODER_LAYERS = {
             self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
         ["GELU"],
     ),
-    "RMSNorm": (RMSNormEncoderLayer, ["not layer-normalised", "RMSNorm"]),
+    "RMSNorm": (RMSNormEncoderLayer, ["does not subtract the mean", "RMSNorm"]),
     "own LayerNorm, used twice": (
         _own_enc(lambda self, x, mask=None: (lambda y: self.norm1(y + self.dropout(self.feed_forward(y))))(
             self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
@@ -671,6 +690,7 @@ WRONG_DECODER_LAYERS = {
             (lambda z: s.norm2(z + s.cross_attn(z, m, m, sm)))(s.norm1(x + s.self_attn(x, x, x, tm))))),
         ["GELU"],
     ),
+    "the Annotated Transformer's LayerNorm": (BesselNormDecoderLayer, ["`norm1`", "d_model - 1", "lesson 07"]),
     "own LayerNorm, no residual around cross-attention": (
         _own_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, res=(1, 0, 1))),
         ["residual connection around the cross-attention"],

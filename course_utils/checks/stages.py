@@ -56,6 +56,7 @@ import weakref
 from typing import Any, Callable, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .. import contracts
@@ -145,6 +146,46 @@ def _arguments(text: str, sizes: dict[str, Any]) -> list[Any]:
     return values
 
 
+def _own_norm_problem(norm: nn.Module, shown: str, d_model: int) -> str:
+    """"" if a layer norm of the learner's own class computes nn.LayerNorm's values with its parameters (gain first,
+    then bias, as lesson 07 copies them); else what differs."""
+    params = list(norm.parameters())
+    if len(params) != 2 or not isinstance(d_model, int):
+        return ""
+    gain, bias = params
+    x = torch.randn(2, 3, d_model, generator=torch.Generator().manual_seed(4)) * 3 + 1  # (2, 3, d_model)
+    eps = getattr(norm, "eps", 1e-5)
+    eps = eps if isinstance(eps, float) and 0 < eps < 1e-3 else 1e-5
+    try:
+        with torch.no_grad():
+            got = norm(x.clone())
+            want = F.layer_norm(x, (d_model,), gain, bias, eps)
+    except Exception:  # noqa: BLE001  (the layer's own stages run it, and report a crash with its line)
+        return ""
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape or torch.allclose(got, want, atol=1e-4, rtol=1e-4):
+        return ""
+    centred, var = x - x.mean(-1, keepdim=True), x.var(-1, keepdim=True)  # var with Bessel's correction
+    bessel = [centred / torch.sqrt(var + eps) * gain + bias, centred / (var.sqrt() + eps) * gain + bias]
+    rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gain + bias
+    over_positions = F.layer_norm(x.transpose(1, 2), (x.shape[1],), eps=eps).transpose(1, 2) * gain + bias
+    close = lambda other: torch.allclose(got, other, atol=1e-3, rtol=1e-3)  # noqa: E731
+    if any(close(b) for b in bessel):
+        cause = ("It divides the variance by d_model - 1: `x.std()` and `x.var()` apply Bessel's correction by "
+                 "default. Use `x.var(-1, unbiased=False, keepdim=True)` (or correction=0), as nn.LayerNorm does; "
+                 "lesson 07 compares your model with PyTorch's layers, which do.")
+    elif close(rms):
+        cause = ("It does not subtract the mean: that is RMSNorm. The paper's layers use layer normalisation, "
+                 "(x - mean) / sqrt(var + eps), with the mean and variance of each vector's d_model features.")
+    elif close(over_positions):
+        cause = ("It normalises over the positions (dim 1) instead of each vector's d_model features: take the "
+                 "statistics along the last axis, `x.mean(-1, keepdim=True)`.")
+    else:
+        cause = "Run check_layer_norm on it: it names what differs."
+    return (f"{shown} is your {type(norm).__name__}, but it does not compute a layer norm: on inputs of shape "
+            f"(2, 3, {d_model}) it differs from nn.LayerNorm with the same gain and bias by up to "
+            f"{float((got - want).abs().max()):.2g}. {cause}")
+
+
 def _part_problem(part: Any, name: str, kind: str, text: str, sizes: dict[str, Any], module: nn.Module,
                   owner: str) -> str:
     """What is wrong with one part ('' when it fits its spec ``kind(text)``, ``text`` read with ``sizes``)."""
@@ -200,6 +241,8 @@ def _part_problem(part: Any, name: str, kind: str, text: str, sizes: dict[str, A
                         f"nn.LayerNorm({args[0]}) normalises each position's d_model features on its own.")
         elif any(tuple(p.shape) != tuple(args) for p in part.parameters()):
             return f"{shown} is {describe(part)}, whose parameters do not have the shape ({args[0]},) of a layer norm's gain and bias."
+        else:
+            return _own_norm_problem(part, shown, args[0])
     elif kind == "Dropout":
         if not isinstance(part, nn.Dropout):
             return f"{shown} is {describe(part)}, not an nn.Dropout."
