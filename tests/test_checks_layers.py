@@ -383,6 +383,14 @@ class BesselNorm(nn.Module):
         return self.a_2 * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.b_2
 
 
+def _memory_detached():
+    class MemoryDetachedDecoderLayer(DecoderLayer):
+        def forward(self, x, memory, src_mask=None, tgt_mask=None):
+            return DecoderLayer.forward(self, x, memory.detach(), src_mask, tgt_mask)
+
+    return MemoryDetachedDecoderLayer
+
+
 class BesselNormDecoderLayer(DecoderLayer):
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
@@ -691,6 +699,7 @@ WRONG_DECODER_LAYERS = {
         ["GELU"],
     ),
     "the Annotated Transformer's LayerNorm": (BesselNormDecoderLayer, ["`norm1`", "d_model - 1", "lesson 07"]),
+    "memory detached": (_memory_detached(), ["no gradient reaches `memory`", "detach"]),
     "own LayerNorm, no residual around cross-attention": (
         _own_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, res=(1, 0, 1))),
         ["residual connection around the cross-attention"],

@@ -381,6 +381,46 @@ class UnscaledTorchTransformer(TorchTransformer):
         return self.positional_encoding(embedding(tokens))
 
 
+class ReencodingTransformer(Transformer):
+    """decode encodes src again and ignores the memory it is given."""
+
+    def decode(self, tgt, memory, src):
+        return Transformer.decode(self, tgt, Transformer.encode(self, src), src)
+
+
+class CachedMaskTransformer(Transformer):
+    """encode keeps its source mask on the model, and decode uses it: right only after encoding the same batch."""
+
+    def encode(self, src):
+        self._kept = self.src_mask(src)
+        return Transformer.encode(self, src)
+
+    def src_mask(self, src):
+        return getattr(self, "_kept", None) if getattr(self, "_decoding", False) else Transformer.src_mask(self, src)
+
+    def decode(self, tgt, memory, src):
+        self._decoding = True
+        try:
+            return Transformer.decode(self, tgt, memory, src)
+        finally:
+            self._decoding = False
+
+
+class TargetPositionsApartTransformer(Transformer):
+    """A second PositionalEncoding for the target: swapping model.positional_encoding never reaches it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.tgt_positions = PositionalEncoding(self.d_model, self.positional_encoding.dropout.p, 5000)
+
+    def decode(self, tgt, memory, src):
+        kept, self.positional_encoding = self.positional_encoding, self.tgt_positions
+        try:
+            return Transformer.decode(self, tgt, memory, src)
+        finally:
+            self.positional_encoding = kept
+
+
 WRONG = {
     "softmax at the end": (_variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).softmax(-1)), ["probabilities", "softmax"]),
     "log_softmax at the end": (_variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).log_softmax(-1)), ["log-probabilities"]),
@@ -440,6 +480,10 @@ WRONG = {
     ),
     "own LayerNorms, no sqrt(d_model)": (OwnNormUnscaledTransformer, ["not multiplied by sqrt(d_model)"]),
     "memory from each encoder layer": (LayerwiseMemoryTransformer, ["wrong values", "output of the last encoder layer"]),
+    "decode encodes again": (ReencodingTransformer, ["ignores its memory argument"]),
+    "decode reuses encode's mask": (CachedMaskTransformer, ["after encode() of another batch", "its own arguments"]),
+    "target positions from a module of their own": (TargetPositionsApartTransformer,
+                                                     ["does not run `model.positional_encoding`", "lesson 09"]),
     "nn.Transformer without sqrt(d_model)": (UnscaledTorchTransformer, ["no submodules `encoder_layers`, `decoder_layers`"]),
     "nn.Transformer pre-LN": (_torch_transformer(norm_first=True), ["no submodules `encoder_layers`, `decoder_layers`"]),
     "nn.Transformer with GELU": (_torch_transformer(activation="gelu"), ["no submodules `encoder_layers`, `decoder_layers`"]),

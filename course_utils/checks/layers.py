@@ -192,6 +192,7 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     out = run(layer, x, memory, src_keep, causal)
     check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
     _decoder_properties(check, run, layer, x, memory, src_keep, causal, plain, out, g, name, wiring)
+    _memory_learns(check, run, layer, x, memory, src_keep, causal, name)
     layout = _values(check, layer, "decoder", wiring, out, lambda layer_: run(layer_, x, memory, src_keep, causal), g,
                      x, memory, (twins.torch_mask(causal, B, _NUM_HEADS, T, T), twins.torch_mask(src_keep, B, _NUM_HEADS, T, S)))
     _dropout(check, build, lambda layer_: run(layer_, x, memory, src_keep, causal), (x, memory, src_keep, causal),
@@ -200,6 +201,21 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     _check_layer_sizes(check, build, "decoder", wiring)
     if layout.missing:
         check.ok(_layout_unused(layout, name))
+
+
+def _memory_learns(check: Check, run: Callable, layer: nn.Module, x: torch.Tensor, memory: torch.Tensor,
+                   src_keep: torch.Tensor, causal: torch.Tensor, name: str) -> None:
+    """The loss reaches memory through the cross-attention: the encoder learns from the decoder's loss."""
+    memory = memory.clone().requires_grad_(True)
+    out = run(layer, x, memory, src_keep, causal)
+    grad = torch.autograd.grad(out.sum(), memory, allow_unused=True)[0] if out.requires_grad else None
+    if grad is None or not bool(grad.abs().sum() > 0):
+        check.fail(
+            f"No gradient reaches `memory` through your {name}: it is detached on the way (`.detach()`, "
+            f"`.data`, a copy under torch.no_grad()). The encoder then never learns from the translation's loss, "
+            f"which reaches it only through the cross-attention's keys and values. Pass memory to cross_attn as it is."
+        )
+    check.ok("gradients reach memory (the encoder learns through the cross-attention)")
 
 
 # --------------------------------------------------------------------------

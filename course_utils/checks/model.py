@@ -93,6 +93,7 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
     _gradients(check, model, m, src, tgt)
     _compare_with_oracle(check, model, m, g)
     _dropout(check, build, src, tgt)
+    _decode_uses_its_arguments(check, model, src, tgt)
     _dropout_measured(check, build, src, tgt)
     _long_sentences(check, build, g)
     _moves(check, build, src, tgt)
@@ -168,6 +169,46 @@ def _encode_decode(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch
             "computes exactly what training does.",
         )
     check.ok("decode(tgt, encode(src), src) equals forward(src, tgt)")
+
+
+def _decode_uses_its_arguments(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> None:
+    """decode computes from the memory and src it is given, whatever encode saw last, and through the model's one
+    positional_encoding (the module lesson 09 swaps). Run last: the stages before name the usual causes first."""
+    model.eval()
+    memory = check.call(model.encode, src, what="Transformer.encode")
+    out = check.call(model.decode, tgt, memory, src, what="Transformer.decode")
+    moved = check.call(model.decode, tgt, memory * 1.5 + 0.25, src, what="Transformer.decode")
+    if isinstance(moved, torch.Tensor) and moved.shape == out.shape and close_enough(moved, out, 1e-6, _RTOL):
+        check.fail(
+            "decode(tgt, memory, src) gives the same logits whatever memory it is given: it ignores its memory "
+            "argument (it encodes src again, or keeps what encode computed). Beam search and lesson 07's cache "
+            "pass their own memory: the decoder layers' cross-attention must read the memory decode receives."
+        )
+    check.call(model.encode, src[:1, :3], what="Transformer.encode")  # another batch, of another size
+    again = check.attempt(model.decode, tgt, memory, src, what="Transformer.decode")
+    if isinstance(again, Raised) or not (isinstance(again, torch.Tensor) and close_enough(again, out, _ATOL, _RTOL)):
+        found = (f"it raised {type(again.exception).__name__}: {str(again.exception).splitlines()[0]}"
+                 if isinstance(again, Raised) else "it gave other logits")
+        check.fail(
+            f"After encode() of another batch (1 sentence of 3 tokens), decode(tgt, memory, src) for the first "
+            f"batch changed: {found}. decode depends on something encode left behind (a source mask kept on the "
+            f"model, say): build everything decode needs from its own arguments, the source mask from its `src`."
+        )
+    pe = getattr(model, "positional_encoding", None)
+    if isinstance(pe, nn.Module):
+        calls = []
+        handle = pe.register_forward_hook(lambda *_: calls.append(1))
+        try:
+            check.call(model.decode, tgt, memory, src, what="Transformer.decode")
+        finally:
+            handle.remove()
+        if not calls:
+            check.fail(
+                "decode does not run `model.positional_encoding`: the target side gets its positions elsewhere (a "
+                "second PositionalEncoding, or none). Use the one module for both sides, as the exercise says: "
+                "lesson 09 swaps `model.positional_encoding` to compare encodings, and the swap must reach the target."
+            )
+    check.ok("decode reads the memory and src it is given, and the target passes through model.positional_encoding")
 
 
 def _causality(check: Check, m: _Model, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
