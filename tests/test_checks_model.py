@@ -381,6 +381,16 @@ class UnscaledTorchTransformer(TorchTransformer):
         return self.positional_encoding(embedding(tokens))
 
 
+class LayersDiscardedTransformer(Transformer):
+    """The encoder loop calls each layer but never keeps its output."""
+
+    def encode(self, src):
+        x = self.embed(self.src_embed, src)
+        for layer in self.encoder_layers:
+            layer(x, self.src_mask(src))
+        return x
+
+
 class ReencodingTransformer(Transformer):
     """decode encodes src again and ignores the memory it is given."""
 
@@ -480,6 +490,7 @@ WRONG = {
     ),
     "own LayerNorms, no sqrt(d_model)": (OwnNormUnscaledTransformer, ["not multiplied by sqrt(d_model)"]),
     "memory from each encoder layer": (LayerwiseMemoryTransformer, ["wrong values", "output of the last encoder layer"]),
+    "encoder outputs thrown away": (LayersDiscardedTransformer, ["returns the embedded source itself", "x = layer(x, src_mask)"]),
     "decode encodes again": (ReencodingTransformer, ["ignores its memory argument"]),
     "decode reuses encode's mask": (CachedMaskTransformer, ["after encode() of another batch", "its own arguments"]),
     "target positions from a module of their own": (TargetPositionsApartTransformer,

@@ -738,6 +738,13 @@ def _encoder_sees_everything(check: Check, m: "_Model", src: torch.Tensor) -> No
     changed[changed == _PAD] = _PAD + 1
     other = check.call(m.model.encode, changed, what="Transformer.encode")
     if isinstance(memory, torch.Tensor) and isinstance(other, torch.Tensor) and close_enough(memory[:, 0], other[:, 0], atol=1e-6, rtol=_RTOL):
+        embedded = _embedded_source(m.model, src)
+        if embedded is not None and embedded.shape == memory.shape and close_enough(memory, embedded, 1e-6, _RTOL):
+            check.fail(
+                "encode(src) returns the embedded source itself (embeddings times sqrt(d_model), plus positions): "
+                "the encoder layers run, but their outputs are thrown away. Keep each layer's output, "
+                "`x = layer(x, src_mask)`, so that the next layer, and memory, are built on it."
+            )
         check.fail(
             "Changing the last source word does not change encode(src) at the first position: your encoder "
             "cannot see later source words, as if it used a causal mask.\nThe encoder reads the whole source "
@@ -745,6 +752,15 @@ def _encoder_sees_everything(check: Check, m: "_Model", src: torch.Tensor) -> No
             "mask belongs to the decoder (make_target_mask)."
         )
     check.ok("the encoder sees the whole source sentence (no causal mask in encode)")
+
+
+def _embedded_source(model: nn.Module, src: torch.Tensor) -> torch.Tensor | None:
+    """positional_encoding(src_embed(src) * sqrt(d_model)), in eval mode; None where the model lacks a part."""
+    try:
+        with torch.no_grad():
+            return model.positional_encoding(model.src_embed(src) * math.sqrt(model.d_model))
+    except Exception:  # noqa: BLE001  (a model without these parts gets the general message)
+        return None
 
 
 def _long_sentences(check: Check, build: Callable, g: torch.Generator) -> None:
