@@ -539,12 +539,14 @@ def _kv_variant(**options):
     return fn
 
 
-def decode_step_functional(model, y_last, memory, src, cache):
-    """Every projection applied as F.linear(x, W.weight, W.bias), keys and values per layer in a list."""
+def decode_step_functional(model, y_last, memory, src, cache, position=None):
+    """Every projection applied as F.linear(x, W.weight, W.bias), keys and values per layer in a list.
+
+    ``position(model, cache)``, if given, replaces the count of cached tokens (for a wrong variant)."""
     def project(x, linear):
         return F.linear(x, linear.weight, linear.bias)
 
-    t = len(cache.get("keys", [[]])[0]) if cache else 0
+    t = position(model, cache) if position else len(cache.get("keys", [[]])[0]) if cache else 0
     x = model.tgt_embed(y_last) * math.sqrt(model.d_model) + model.positional_encoding.pe[t]  # (B, 1, d_model)
     keep = (src != model.pad_id)[:, None, None, :]
     keys, values = cache.get("keys", [[] for _ in model.decoder_layers]), cache.get("values", [[] for _ in model.decoder_layers])
@@ -560,6 +562,15 @@ def decode_step_functional(model, y_last, memory, src, cache):
         x = layer.norm2(x + project(_merge(out), c.W_o))
         x = layer.norm3(x + layer.feed_forward(x))
     return model.generator(x)[:, -1], {"keys": keys, "values": values, "memory": memory_kv}
+
+
+def steps_counted_on_the_model(model, y_last, memory, src, cache):
+    """The position read from a counter on the model, reset by an empty cache: two decodings at once share it."""
+    def counter(m, c):
+        m._steps = (getattr(m, "_steps", 0) if c else 0) + 1
+        return m._steps - 1
+
+    return decode_step_functional(model, y_last, memory, src, cache, position=counter)
 
 
 def steps_as_a_scalar_tensor(model, y_last, memory, src, cache):
@@ -593,6 +604,7 @@ KV_WRONG = [
     (_kv_variant(self_excluded=True), ["self-attention", "itself"]),
     (_kv_variant(scale_d_model=True), ["self-attention", "sqrt(d_k)"]),
     (steps_as_a_scalar_tensor, ["cache['steps']", "shape ()", "rows first", "python int"]),
+    (steps_counted_on_the_model, ["two decodings at once", "step counter on the model"]),
 ]
 
 

@@ -824,6 +824,33 @@ def _check_decode_step(check: Check, decode_step: Callable) -> None:
     oracle, causes, trace = _cache_oracles(model, src, memory, tgt)
     _cache_steps(check, decode_step, model, src, memory, tgt, oracle, causes, trace)
     _cache_reorder(check, decode_step, model, src, memory, tgt)
+    _caches_interleaved(check, decode_step, model, src, memory, tgt)
+
+
+def _caches_interleaved(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor,
+                        memory: torch.Tensor, tgt: torch.Tensor) -> None:
+    """Two searches at once (two batches, two caches, stepped in turn) must not disturb each other: all that a
+    step needs is in its own cache, as lesson 07's wrapper assumes."""
+    halves = [slice(0, 1), slice(1, None)]
+    caches: list[dict] = [{}, {}]
+    with torch.no_grad():
+        for t in range(3):
+            for i, rows in enumerate(halves):
+                expected = model.decode(tgt[rows, : t + 1], memory[rows], src[rows])[:, -1]
+                out = check.attempt(decode_step, model, tgt[rows, t : t + 1], memory[rows], src[rows], caches[i],
+                                    what="decode_step")
+                logits = out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
+                if isinstance(out, Raised) or not isinstance(logits, torch.Tensor) or not close_enough(logits, expected):
+                    check.fail(
+                        f"Two decodings at once go wrong: with two caches stepped in turn (sentence 0 in one, the "
+                        f"others in the other, as when two batches are translated side by side), step {t} of the "
+                        f"{'first' if i == 0 else 'second'} differs from model.decode on its whole prefix. Something a "
+                        f"step needs lives outside its cache (a step counter on the model, keys and values in a "
+                        f"global or in a dict keyed by the memory tensor): keep all of it in the cache, which each "
+                        f"decoding owns."
+                    )
+                caches[i] = out[1]
+    check.ok("two decodings stepped in turn, each with its own cache, do not disturb each other")
 
 
 def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tgt: torch.Tensor) -> tuple[dict, dict]:
