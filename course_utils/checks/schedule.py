@@ -64,8 +64,8 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
 
 
 def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
-    _optimizer("SGD", (1.0, 1.0))  # torch.optim's first use in a process imports torch._dynamo (seconds): here, not mid-check
     check.callable_(make_noam_scheduler, "make_noam_scheduler")
+    _optimizer("SGD", (1.0, 1.0))  # torch.optim's first use in a process imports torch._dynamo (seconds): here, not mid-check
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, case in enumerate(_SCHEDULER_CASES):
