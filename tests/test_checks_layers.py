@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers import expect
+from test_checks_norm import _annotated, variant as norm_variant
 from course_utils.checks.layers import check_decoder_layer, check_encoder_layer, check_feed_forward
 from reference_modules import (
     BlockDecoderLayer,
@@ -370,19 +371,6 @@ class RMSNormEncoderLayer(EncoderLayer):
         self.norm1, self.norm2 = RMSNorm(d_model), RMSNorm(d_model)
 
 
-class BesselNorm(nn.Module):
-    """The Annotated Transformer's LayerNorm: unbiased std (divided by d_model - 1), eps added to it."""
-
-    def __init__(self, features, eps=1e-6):
-        super().__init__()
-        self.a_2 = nn.Parameter(torch.ones(features))
-        self.b_2 = nn.Parameter(torch.zeros(features))
-        self.eps = eps
-
-    def forward(self, x):
-        return self.a_2 * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + self.eps) + self.b_2
-
-
 def _memory_detached():
     class MemoryDetachedDecoderLayer(DecoderLayer):
         def forward(self, x, memory, src_mask=None, tgt_mask=None):
@@ -392,9 +380,12 @@ def _memory_detached():
 
 
 class BesselNormDecoderLayer(DecoderLayer):
+    """The Annotated Transformer's LayerNorm (unbiased std, eps outside the root) in every sublayer."""
+
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
-        self.norm1, self.norm2, self.norm3 = (BesselNorm(d_model) for _ in range(3))
+        annotated = norm_variant(_annotated)
+        self.norm1, self.norm2, self.norm3 = (annotated(d_model) for _ in range(3))
 
 
 def _own_enc(forward):
