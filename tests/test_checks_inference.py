@@ -851,6 +851,19 @@ def positions_with_a_new_dropout(model):
     return converted
 
 
+def norms_with_a_large_eps(model):
+    converted = _convert(model)
+    for layer in [*converted.core.encoder.layers, *converted.core.decoder.layers]:
+        for norm in (m for m in layer.modules() if isinstance(m, nn.LayerNorm)):
+            norm.eps = 1e-3
+    return converted
+
+
+def puts_the_model_in_training_mode(model):
+    model.train()
+    return _convert(model)
+
+
 def delegates_to_a_copy(model):
     """Fills nn.Transformer, then computes with a copy of the learner's model: nn.Transformer never runs."""
     converted = _convert(model)
@@ -881,6 +894,8 @@ TT_WRONG = [
     (positions_without_dropout, ["training mode", "0% of its entries dropped", "positional encoding's dropout"]),
     (positions_with_a_new_dropout, ["training mode", "drops 25%", "new nn.Dropout"]),
     (delegates_to_a_copy, ["ran 0 times", "not a copy of your model"]),
+    (norms_with_a_large_eps, ["eps = 0.001", "layer_norm_eps"]),
+    (puts_the_model_in_training_mode, ["changed the mode of your model"]),
 ]
 
 

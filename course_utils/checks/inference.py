@@ -1142,6 +1142,12 @@ def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: l
             others = [j for j in range(1, norms + 1) if _same_values(yours.weight, getattr(ours, f"norm{j}").weight)]
             extra = f" (it holds your norm{others[0]})" if others else ""
             return f"{where}.norm{i} should hold your norm{i}{extra}: each sublayer has its own LayerNorm."
+        eps, want = getattr(yours, "eps", None), getattr(mine, "eps", 1e-5)
+        # within a factor of 10 (1e-5 against a hand-written norm's 1e-6) the logits agree to the checker's 1e-5
+        if isinstance(eps, float) and isinstance(want, float) and eps > 0 and want > 0 and \
+                max(eps / want, want / eps) > 10 + 1e-9:
+            return (f"{where}.norm{i} has eps = {eps:g}, where your norm{i} has {want:g}: build the layers with "
+                    f"`layer_norm_eps` equal to your LayerNorms' eps (nn.Transformer's default is 1e-5).")
     if getattr(theirs, "norm_first", False):
         return (f"{where} has norm_first=True, the pre-LN variant. The paper's layers (and yours) are post-LN: "
                 f"build PyTorch's layers with norm_first=False (the default).")
@@ -1179,7 +1185,11 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
     check.callable_(to_torch_transformer, "to_torch_transformer")
     model = CourseTransformer(11, _CACHE_PAD)
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    modes = [m.training for m in model.modules()]
     theirs = check.call(to_torch_transformer, model, what="to_torch_transformer")
+    if [m.training for m in model.modules()] != modes:
+        check.fail("to_torch_transformer changed the mode of your model (model.train() or model.eval() on it): "
+                   "leave your model as it was given, and set the mode of the new module only.")
     if not isinstance(theirs, nn.Module):
         check.fail(f"to_torch_transformer should return an nn.Module, but it returned {describe(theirs)}.")
     if any(not torch.equal(before[k], v) for k, v in model.state_dict().items()):
