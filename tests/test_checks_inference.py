@@ -573,6 +573,15 @@ def steps_counted_on_the_model(model, y_last, memory, src, cache):
     return decode_step_functional(model, y_last, memory, src, cache, position=counter)
 
 
+def memory_projected_again_for_a_new_tensor(model, y_last, memory, src, cache):
+    """Keeps the cross-attention's keys and values only while memory is the same tensor object."""
+    if cache and cache.get("of") is not memory:
+        cache = {key: value for key, value in cache.items() if key != "memory"}
+    logits, cache = decode_step_functional(model, y_last, memory, src, cache)
+    cache["of"] = memory
+    return logits, cache
+
+
 def steps_as_a_scalar_tensor(model, y_last, memory, src, cache):
     """Counts its steps in a 0-d tensor kept in the cache, which beam search cannot reorder."""
     logits, cache = decode_step(model, y_last, memory, src, cache)
@@ -605,6 +614,7 @@ KV_WRONG = [
     (_kv_variant(scale_d_model=True), ["self-attention", "sqrt(d_k)"]),
     (steps_as_a_scalar_tensor, ["cache['steps']", "shape ()", "rows first", "python int"]),
     (steps_counted_on_the_model, ["two decodings at once", "step counter on the model"]),
+    (memory_projected_again_for_a_new_tensor, ["projected memory again", "first step only"]),
 ]
 
 

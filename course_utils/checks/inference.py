@@ -936,7 +936,9 @@ def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: t
         cache = select_rows(cache, rows)
         tgt2, memory2, src2 = tgt[rows], memory[rows], src[rows]
         expected = model.decode(tgt2[:, :4], memory2, src2)[:, -1]
-        out = check.attempt(decode_step, model, tgt2[:, 3:4], memory2, src2, cache, what="decode_step")
+        with WeightUses(_linear_weights(model)) as uses:
+            out = check.attempt(decode_step, model, tgt2[:, 3:4], memory2, src2, cache, what="decode_step")
+        again = sorted({name for name, *_ in uses.calls if ".cross_attn.W_k" in name or ".cross_attn.W_v" in name})
         logits = out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
         if isinstance(out, Raised) or not isinstance(logits, torch.Tensor) or not close_enough(logits, expected):
             found = (f"decode_step raised {type(out.exception).__name__}: {str(out.exception).splitlines()[0]}"
@@ -951,6 +953,14 @@ def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: t
                 "Keep everything a step needs inside the cache (not on the model or in a global), and give "
                 "every tensor in it the rows as its first dimension, (B, H, t, d_k) for keys and values, so "
                 "that reorder_cache can select rows."
+            )
+        if again and not isinstance(out, Raised):
+            check.fail(
+                f"After the rows were reordered as beam search does, decode_step projected memory again "
+                f"({', '.join(again[:2])}): the reordered memory is a new tensor, and your step took that for a new "
+                f"sentence. The cross-attention's keys and values are in the cache, reordered with it: compute them "
+                f"at the first step only (when the cache is empty), whatever tensor memory is at later steps. "
+                f"Lesson 07's wrapper reorders at every step of beam search, so this would recompute them every time."
             )
     check.ok("the cache follows the rows when beam search reorders them")
 
