@@ -391,6 +391,19 @@ class LayersDiscardedTransformer(Transformer):
         return x
 
 
+class DropoutOutsideThePositionsTransformer(Transformer):
+    """The positional encoding built with dropout 0, and one nn.Dropout after it: the same values, not the contract."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)
+        self.positional_encoding = PositionalEncoding(d_model, 0.0, max_len)
+        self.embedding_dropout = nn.Dropout(dropout)
+
+    def embed(self, embedding, tokens):
+        return self.embedding_dropout(Transformer.embed(self, embedding, tokens))
+
+
 class ReencodingTransformer(Transformer):
     """decode encodes src again and ignores the memory it is given."""
 
@@ -492,6 +505,8 @@ WRONG = {
     "memory from each encoder layer": (LayerwiseMemoryTransformer, ["wrong values", "output of the last encoder layer"]),
     "encoder outputs thrown away": (LayersDiscardedTransformer, ["returns the embedded source itself", "x = layer(x, src_mask)"]),
     "decode encodes again": (ReencodingTransformer, ["ignores its memory argument"]),
+    "dropout outside the positional encoding": (DropoutOutsideThePositionsTransformer,
+                                                ["built with dropout 0", "model.positional_encoding.dropout.p"]),
     "decode reuses encode's mask": (CachedMaskTransformer, ["after encode() of another batch", "its own arguments"]),
     "target positions from a module of their own": (TargetPositionsApartTransformer,
                                                      ["does not run `model.positional_encoding`", "lesson 09"]),

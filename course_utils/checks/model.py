@@ -810,7 +810,7 @@ def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: tor
             links.append((out, rec.first_input(first), f"the {side} positional encoding", f"`{first}`"))
         links.append((rec.output(f"decoder_layers.{_NUM_LAYERS - 1}"), rec.first_input("generator"),
                       "the last decoder layer", "`generator`"))
-        _nothing_between(check, links)
+        _nothing_between(check, links, getattr(getattr(pe, "dropout", None), "p", None))
         return found
 
     stages.dropout_measured(check, sites, p, "Transformer", fix=(
@@ -818,12 +818,18 @@ def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: tor
         "nn.Dropout(dropout) does it; build it with the dropout rate."))
 
 
-def _nothing_between(check: Check, links: list) -> None:
+def _nothing_between(check: Check, links: list, pe_rate: float | None = None) -> None:
     """What one part produced is what the next received: no extra dropout in between."""
     for produced, received, source, target in links:
         if isinstance(produced, torch.Tensor) and isinstance(received, torch.Tensor) and not identical(
                 produced.detach(), received.detach()):
             again = drop_pattern(received, produced)
+            if again.exact and again.rate > 0 and pe_rate == 0 and "positional encoding" in source:
+                check.fail(f"In training mode your Transformer's PositionalEncoding drops nothing (it was built with "
+                           f"dropout 0), and a dropout of its own follows it ({round(100 * again.rate)}% of the "
+                           f"entries before {target}). The same values, but not the contract: build "
+                           f"PositionalEncoding(d_model, dropout, max_len) with the model's rate and drop the extra "
+                           f"nn.Dropout, since lesson 07 reads the rate from `model.positional_encoding.dropout.p`.")
             if again.exact and again.rate > 0:
                 check.fail(f"In training mode your Transformer drops entries a second time between {source} and "
                            f"{target} ({round(100 * again.rate)}% of them): an extra dropout. The positional "
