@@ -539,20 +539,22 @@ def _kv_variant(**options):
     return fn
 
 
-def decode_step_functional(model, y_last, memory, src, cache, position=None):
+def decode_step_functional(model, y_last, memory, src, cache, position=None, layers=None, kv_from="cross_attn"):
     """Every projection applied as F.linear(x, W.weight, W.bias), keys and values per layer in a list.
 
-    ``position(model, cache)``, if given, replaces the count of cached tokens (for a wrong variant)."""
+    For the wrong variants: ``position(model, cache)`` replaces the count of cached tokens, ``layers(model)`` the
+    decoder layers run, ``kv_from`` the attention whose W_k and W_v project memory."""
     def project(x, linear):
         return F.linear(x, linear.weight, linear.bias)
 
+    run = list(layers(model) if layers else model.decoder_layers)
     t = position(model, cache) if position else len(cache.get("keys", [[]])[0]) if cache else 0
     x = model.tgt_embed(y_last) * math.sqrt(model.d_model) + model.positional_encoding.pe[t]  # (B, 1, d_model)
     keep = (src != model.pad_id)[:, None, None, :]
-    keys, values = cache.get("keys", [[] for _ in model.decoder_layers]), cache.get("values", [[] for _ in model.decoder_layers])
-    memory_kv = cache.get("memory") or [(_heads(project(memory, l.cross_attn.W_k), l.cross_attn),
-                                         _heads(project(memory, l.cross_attn.W_v), l.cross_attn)) for l in model.decoder_layers]
-    for i, layer in enumerate(model.decoder_layers):
+    keys, values = cache.get("keys", [[] for _ in run]), cache.get("values", [[] for _ in run])
+    memory_kv = cache.get("memory") or [(_heads(project(memory, getattr(l, kv_from).W_k), l.cross_attn),
+                                         _heads(project(memory, getattr(l, kv_from).W_v), l.cross_attn)) for l in run]
+    for i, layer in enumerate(run):
         a, c = layer.self_attn, layer.cross_attn
         keys[i] = keys[i] + [_heads(project(x, a.W_k), a)]
         values[i] = values[i] + [_heads(project(x, a.W_v), a)]
@@ -615,6 +617,10 @@ KV_WRONG = [
     (steps_as_a_scalar_tensor, ["cache['steps']", "shape ()", "rows first", "python int"]),
     (steps_counted_on_the_model, ["two decodings at once", "step counter on the model"]),
     (memory_projected_again_for_a_new_tensor, ["projected memory again", "first step only"]),
+    (lambda *a: decode_step_functional(*a, layers=lambda m: [m.decoder_layers[0]] * len(m.decoder_layers)),
+     ["`decoder_layers[1].self_attn.w_q` was never called", "its own weights"]),
+    (lambda *a: decode_step_functional(*a, layers=lambda m: m.decoder_layers[:-1]), ["`decoder_layers[1]` never ran"]),
+    (lambda *a: decode_step_functional(*a, kv_from="self_attn"), ["cross_attn.w_k` was never called", "its own w_k"]),
 ]
 
 

@@ -986,8 +986,24 @@ def _heads_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
 
 def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) -> str:
     """The first linear map of the step whose input differs from model.decode's: its cause, else where it is."""
-    mine = {name: applied.double() for name, applied, _ in calls}
     model = trace["model"]  # the float64 copy the trace comes from
+    used = [name for name, _, _ in calls]
+    unused = [n for n in _linear_weights(model) if n not in used and not (t > 0 and (".cross_attn.W_k" in n or
+                                                                                  ".cross_attn.W_v" in n))]
+    repeated = sorted({n for n in used if used.count(n) > 1 and ".cross_attn.W_k" not in n})
+    layers_unused = sorted({n.split(".")[0] for n in unused} - {n.split(".")[0] for n in used})
+    if unused and repeated and unused[0].split(".")[0] == repeated[0].split(".")[0]:
+        return (f"Where it goes wrong: `{unused[0]}` was never called, while `{repeated[0]}` ran "
+                f"{used.count(repeated[0])} times in one step: each projection belongs to its own attention (the "
+                f"cross-attention's keys and values come from its own W_k and W_v, applied to memory).")
+    if unused and repeated:
+        return (f"Where it goes wrong: `{unused[0]}` was never called, while `{repeated[0]}` ran "
+                f"{used.count(repeated[0])} times in one step: every decoder layer must run with its own weights "
+                f"(loop over `model.decoder_layers`, each layer with its own part of the cache).")
+    if layers_unused:
+        return (f"Where it goes wrong: {', '.join(f'`{n}`' for n in layers_unused)} never ran in this step: the "
+                f"new token goes through every layer of `model.decoder_layers`, in order.")
+    mine = {name: applied.double() for name, applied, _ in calls}
     for name in _linear_weights(model):
         if name not in mine or name not in trace:
             continue
