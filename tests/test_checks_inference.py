@@ -343,7 +343,7 @@ WRONG = [
     (all_beams, ["only the best of the beam_size hypotheses"]),
     # a second hidden set: the open hypotheses at max_len divided by (5 + n) / 6 without its power (equal to the
     # contract for alpha = 1, and for alpha < 1 on every case tried), and a default penalty other than the paper's
-    (_variant_of(at_max_len="no power"), ["length_penalty=2.0", "reaches max_len", "open"]),
+    (_variant_of(at_max_len="no power"), ["length_penalty=2.0", "length-normalised score", "** length_penalty"]),
     (lambda model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0: beam_search(
         model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty), ["default of length_penalty is 1.0"]),
 ]

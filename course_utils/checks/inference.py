@@ -384,7 +384,7 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
         _mechanics(check, *run)
         _compare(check, *run, evidence=runs)
     for run in runs:
-        _stopping(check, *run)
+        _stopping(check, *run, evidence=runs)
     check.ok("finds the contract's best hypothesis for every sentence of a batch, with other special ids")
 
     # 4. Beam 1 with no length penalty is greedy decoding.
@@ -634,19 +634,28 @@ def _causes(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tu
     for order, (variant, why) in enumerate(_VARIANTS.items()):
         if _search(language, sentences[b], k, max_len, alpha, variant).best != got[b]:
             continue
-        score = 0
-        for run_model, run_src, run_out, run_case, run_k, run_alpha, run_len in runs:
-            if run_src is None:
-                run_sentences, run_got = sentences, got
-            else:
-                run_sentences = run_model.sentences(run_src)
-                run_got = [_strip(row, run_case) for row in run_out.tolist()]
-            replays = [_search(run_model.script, s, run_k, run_len, run_alpha, variant) for s in run_sentences]
-            run_histories = [run_model.history(s) for s in run_sentences]
-            score += sum(r.best == m and _follows(r, h) for r, m, h in zip(replays, run_got, run_histories))
-            score += max(r.steps for r in replays) == max(len(h) for h in run_histories)  # the batch stopped with it
-        ranked.append((-score, order, why))
+        score, possible = _agreement(variant, runs, sentences, got)
+        if score == possible or evidence is None:  # a cause is named only when it explains every run
+            ranked.append((-score, order, why))
     return [why for _, _, why in sorted(ranked)]
+
+
+def _agreement(variant: str, runs: list, sentences: list | None = None, got: list | None = None) -> tuple[int, int]:
+    """How many of the runs' sentences (and batch lengths) the wrong variant replays as the learner's search did,
+    out of how many: each sentence's answer and opened hypotheses, and each batch's number of steps."""
+    score, possible = 0, 0
+    for run_model, run_src, run_out, run_case, run_k, run_alpha, run_len in runs:
+        if run_src is None:
+            run_sentences, run_got = sentences, got
+        else:
+            run_sentences = run_model.sentences(run_src)
+            run_got = [_strip(row, run_case) for row in run_out.tolist()]
+        replays = [_search(run_model.script, s, run_k, run_len, run_alpha, variant) for s in run_sentences]
+        run_histories = [run_model.history(s) for s in run_sentences]
+        score += sum(r.best == m and _follows(r, h) for r, m, h in zip(replays, run_got, run_histories))
+        score += max(r.steps for r in replays) == max(len(h) for h in run_histories)  # the batch stopped with it
+        possible += len(replays) + 1
+    return score, possible
 
 
 def _departure(model: ScriptedModel, sentence: tuple[int, ...], search: _Search, k: int) -> str:
@@ -723,7 +732,7 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
 
 
 def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
-              alpha: float, max_len: int) -> None:
+              alpha: float, max_len: int, evidence: list | None = None) -> None:
     """Early stopping: no more steps than the slowest sentence of the batch needs."""
     setup, sentences, searches, got = _replayed(model, src, out, case, k, alpha, max_len)
     steps = max((len(p) for call in model.rows for _, p in call), default=0)
@@ -733,7 +742,8 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
         for variant, why in _VARIANTS.items():
             replays = [_search(model.script, s, k, max_len, alpha, variant) for s in sentences]
             if (all(r.best == m and _follows(r, model.history(s)) for r, m, s in zip(replays, got, sentences))
-                    and max(r.steps for r in replays) == steps):
+                    and max(r.steps for r in replays) == steps
+                    and (evidence is None or len(set(_agreement(variant, evidence))) == 1)):  # it explains every run
                 named.append(why)
         if named:
             check.fail(f"Your search stops after {steps} decoding steps instead of {needed} {setup}.\n"
