@@ -161,6 +161,10 @@ class NormInsideFeedForward(FeedForward):
 WRONG_FEED_FORWARDS = {
     "no relu": (_ffn(lambda self, x: self.linear2(self.dropout(self.linear1(x)))), ["no ReLU"]),
     "gelu": (_ffn(lambda self, x: self.linear2(self.dropout(F.gelu(self.linear1(x))))), ["GELU"]),
+    "leaky relu": (_ffn(lambda self, x: self.linear2(self.dropout(F.leaky_relu(self.linear1(x))))), ["LeakyReLU"]),
+    "silu": (_ffn(lambda self, x: self.linear2(self.dropout(F.silu(self.linear1(x))))), ["SiLU"]),
+    "relu on the input too": (_ffn(lambda self, x: self.linear2(self.dropout(F.relu(self.linear1(F.relu(x)))))),
+                              ["applied to the input too", "before the first linear layer"]),
     "relu after both": (_ffn(lambda self, x: torch.relu(self.linear2(self.dropout(torch.relu(self.linear1(x)))))), ["after the second linear layer too"]),
     "residual inside": (_ffn(lambda self, x: x + self.linear2(self.dropout(torch.relu(self.linear1(x))))), ["residual"]),
     "ignores d_ff": (_ffn(FeedForward.forward, hidden=lambda d, f: 4 * d), ["nn.Linear(d_model, d_ff) = nn.Linear(16, 24)"]),

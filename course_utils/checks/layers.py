@@ -918,6 +918,20 @@ def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.T
                 lambda c: _ffn_value(x, c, act=lambda h: F.gelu(h, approximate="tanh")),
                 "you used GELU: the paper's feed-forward network uses ReLU, max(0, x W1 + b1).",
             ),
+            "leaky relu": (
+                lambda c: _ffn_value(x, c, act=F.leaky_relu),
+                "you used LeakyReLU (negative values scaled by 0.01, not set to 0): the paper's feed-forward "
+                "network uses ReLU, max(0, x W1 + b1).",
+            ),
+            "silu": (
+                lambda c: _ffn_value(x, c, act=F.silu),
+                "you used SiLU (Swish): the paper's feed-forward network uses ReLU, max(0, x W1 + b1).",
+            ),
+            "relu before": (
+                lambda c: _ffn_value(torch.relu(x), c),
+                "a ReLU is applied to the input too, before the first linear layer: only the hidden layer has a "
+                "ReLU; the input (the output of a LayerNorm, with negative values) goes into linear1 as it is.",
+            ),
             "relu after": (
                 lambda c: _ffn_value(x, c, after=True),
                 "a ReLU is applied after the second linear layer too: only the hidden layer has a ReLU, "
