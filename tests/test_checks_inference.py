@@ -907,8 +907,9 @@ TT_WRONG = [
     (_conversion(heads_from="d_k"), ["num_heads", "6", "4"]),
     (_conversion(dropout=0.1), ["dropout", "0.25"]),
     # a second hidden set
-    (positions_without_dropout, ["training mode", "0% of its entries dropped", "positional encoding's dropout"]),
-    (positions_with_a_new_dropout, ["training mode", "drops 25%", "new nn.Dropout"]),
+    (positions_without_dropout, ["training mode", "applies no dropout on the embeddings plus positions",
+                                 "positional encoding's dropout"]),
+    (positions_with_a_new_dropout, ["1 / (1 - 0.10)", "1 / (1 - 0.25)", "new nn.Dropout"]),
     (delegates_to_a_copy, ["ran 0 times", "not a copy of your model"]),
     (norms_with_a_large_eps, ["eps = 0.001", "layer_norm_eps"]),
     (puts_the_model_in_training_mode, ["changed the mode of your model"]),

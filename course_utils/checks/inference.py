@@ -47,6 +47,7 @@ from torch import nn
 
 from . import _gpu, stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
+from ._dropout import drop_pattern, dropout_problem
 from ._hooks import WeightUses
 from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder
 from ._standins import D_MODEL, DROPOUT, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
@@ -1000,7 +1001,7 @@ def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) ->
     used = [name for name, _, _ in calls]
     unused = [n for n in _linear_weights(model) if n not in used and not (t > 0 and (".cross_attn.W_k" in n or
                                                                                   ".cross_attn.W_v" in n))]
-    repeated = sorted({n for n in used if used.count(n) > 1 and ".cross_attn.W_k" not in n})
+    repeated = sorted({n for n in used if used.count(n) > 1})
     layers_unused = sorted({n.split(".")[0] for n in unused} - {n.split(".")[0] for n in used})
     if unused and repeated and unused[0].split(".")[0] == repeated[0].split(".")[0]:
         return (f"Where it goes wrong: `{unused[0]}` was never called, while `{repeated[0]}` ran "
@@ -1257,36 +1258,36 @@ def _input_dropout(check: Check, theirs: nn.Module, first_enc: nn.Module, first_
     g = torch.Generator().manual_seed(9)
     src = torch.randint(1, SRC_VOCAB, (16, 12), generator=g)  # no padding: every entry counts
     tgt = torch.randint(1, TGT_VOCAB, (16, 10), generator=g)
-    captured: dict[str, torch.Tensor] = {}
+    inputs: dict[bool, dict[str, torch.Tensor]] = {True: {}, False: {}}  # training? -> side -> first layer's input
+    for training in (False, True):
+        def remember(module, args, key, seen=inputs[training]):  # returns None: the layer's inputs stay as they are
+            seen.setdefault(key, _dense(args[0]))
 
-    def remember(module, args, key):  # returns None: the layer's inputs stay as they are
-        captured.setdefault(key, _dense(args[0]))
-
-    handles = [layer.register_forward_pre_hook(lambda m, args, key=key: remember(m, args, key))
-               for key, layer in (("encoder", first_enc), ("decoder", first_dec))]
-    try:
-        theirs.train()
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*nested tensors.*")
-            check.call(theirs, src, tgt, what="to_torch_transformer module's forward(src, tgt), in training mode",
-                       hint=_BATCH_FIRST)
-    finally:
-        theirs.eval()
-        for h in handles:
-            h.remove()
+        handles = [layer.register_forward_pre_hook(lambda m, args, key=key: remember(m, args, key))
+                   for key, layer in (("encoder", first_enc), ("decoder", first_dec))]
+        try:
+            theirs.train(training)
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*nested tensors.*")
+                check.call(theirs, src, tgt, hint=_BATCH_FIRST,
+                           what="to_torch_transformer module's forward(src, tgt)" + ", in training mode" * training)
+        finally:
+            theirs.eval()
+            for h in handles:
+                h.remove()
     for side in ("encoder", "decoder"):
-        x = captured.get(side)
-        if not isinstance(x, torch.Tensor):
+        dropped, plain = inputs[True].get(side), inputs[False].get(side)
+        if not (isinstance(dropped, torch.Tensor) and isinstance(plain, torch.Tensor) and dropped.shape == plain.shape):
             continue
-        dropped = float((x == 0).double().mean())  # (B, L, d_model) entries set to 0 by dropout
-        if abs(dropped - DROPOUT) > 0.06:
-            check.fail(
-                f"In training mode, the input of the first {side} layer has {dropped:.0%} of its entries dropped, "
-                f"where your model drops {DROPOUT:.0%}: the positional encoding's dropout "
-                f"(`model.positional_encoding.dropout`, p={DROPOUT} here) must act on the embeddings plus positions "
-                f"in the copy too. Reuse a copy of your model's positional_encoding module (its dropout comes with "
-                f"it), rather than adding `pe` by hand or building a new nn.Dropout."
-            )
+        where = f"the embeddings plus positions (the input of the first {side} layer)"
+        pattern = drop_pattern(dropped, plain)
+        problem = dropout_problem(pattern, DROPOUT, where, "copy") if pattern.exact else (
+            f"In training mode something other than a dropout changes {where} in your copy.")
+        if problem:
+            check.fail(f"{problem}\nThe positional encoding's dropout (`model.positional_encoding.dropout`, "
+                       f"p={DROPOUT} here) must act on the embeddings plus positions in the copy too: reuse a copy of "
+                       f"your model's positional_encoding module (its dropout comes with it), rather than adding `pe` "
+                       f"by hand or building a new nn.Dropout.")
     check.ok(f"in training mode, the embeddings plus positions are dropped at your model's rate ({DROPOUT})")
 
 
