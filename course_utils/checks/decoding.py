@@ -21,12 +21,12 @@ device exists, the decoding runs there too.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from . import _gpu, stages
-from ._core import Check, CheckResult, Raised, fmt_shape, fmt_values, run_check
+from . import stages
+from ._core import Check, CheckResult, fmt_shape, fmt_values, run_check
 from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder
 _NO_GRAD = (
     "Decoding needs no gradients: decorate greedy_decode with `@torch.no_grad()` (or run its body inside "
@@ -420,21 +420,16 @@ def _check_no_grad(check: Check, models: list[ScriptedModel]) -> None:
 
 def _check_device(check: Check, greedy_decode: Callable, case: dict) -> None:
     """Decode on a pretend GPU (and on a real one, if there is one): every tensor must follow src's device."""
-    _, _, out = _decode(check, greedy_decode, case, probe=True, pretend_device=True)
-    stages.mixed_devices(check, out, "greedy_decode", "src and the model", advice=(
+    def run(device: torch.device | None) -> Any:
+        if device is None:
+            return _decode(check, greedy_decode, case, probe=True, pretend_device=True)[2]
+        src = _source(case).to(device)
+        return check.call(greedy_decode, _model(case, src.shape[0]).to(device), src, case["max_len"],
+                          case["bos_id"], case["eos_id"], case["pad_id"], what="greedy_decode")
+
+    stages.decoder_on_gpu(check, run, "greedy_decode", advice=(
         "Create every tensor on src's device: `torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)`, "
         "`torch.zeros(B, dtype=torch.bool, device=src.device)` (or `src.new_full(...)`, `src.new_zeros(...)`)."))
-    if isinstance(out, Raised):
-        check.fail(f"greedy_decode fails with src and the model on a GPU {_gpu.WHERE}:\n{out.message}")
-    stages.left_on_cpu(check, {"its output": out}, "greedy_decode", "src and the model")
-    device = _gpu.real_gpu()
-    if device is not None:
-        src = _source(case).to(device)
-        model = _model(case, src.shape[0]).to(device)
-        out = check.call(greedy_decode, model, src, case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"],
-                         what="greedy_decode")
-        stages.left_on_cpu(check, {"its output": out}, "greedy_decode", "src and the model", device)
-    check.ok("creates its tensors on src's device, so it runs on a GPU too")
 
 
 __all__ = ["check_greedy_decode"]

@@ -30,7 +30,8 @@ Devices
     pretend one of :mod:`._gpu`, then the real one where there is one), the code
     creates nothing on the CPU and returns its results there.
     ``module_on_gpu(check, module, *inputs, what)``: the same for a module,
-    parameters and buffers moved with it.
+    parameters and buffers moved with it. ``decoder_on_gpu(check, run, what, advice)``:
+    the same for a decoding function that drives a (scripted) model.
 
 Dropout
     ``eval_deterministic(check, module, run, what, p)`` and
@@ -659,6 +660,22 @@ def module_on_gpu(check: Check, module: nn.Module, *inputs: Any, what: str,
         if isinstance(real, Raised) and "device" in str(real.exception):
             check.fail(f"With the module and its input on {device}, your {what} mixes devices:\n{real.message}\n{advice}")
     check.ok("creates its tensors on the device of its input (tried on a pretend GPU"
+             + (" and on the real one)" if device else ")"))
+
+
+def decoder_on_gpu(check: Check, run: Callable[[torch.device | None], Any], what: str, advice: str) -> None:
+    """A decoding function driving a model on a GPU: ``run(None)`` on the pretend one (a probing run), then
+    ``run(device)`` on the machine's own where there is one. Nothing is created on the CPU; the output stays."""
+    inputs = "src and the model"
+    out = run(None)
+    mixed_devices(check, out, what, inputs, advice=advice)
+    if isinstance(out, Raised):
+        check.fail(f"{what} fails with src and the model on a GPU {_gpu.WHERE}:\n{out.message}")
+    left_on_cpu(check, {"its output": out}, what, inputs)
+    device = _gpu.real_gpu()
+    if device is not None:
+        left_on_cpu(check, {"its output": run(device)}, what, inputs, device)
+    check.ok("creates its tensors on src's device, so it runs on a GPU too (tried on a pretend GPU"
              + (" and on the real one)" if device else ")"))
 
 
