@@ -114,7 +114,7 @@ def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     B, L = 2, 5
     build = _builder(check, cls, name)
     layer = build(0.0)
-    _contract(check, layer, "encoder", wiring)
+    _layer_contract(check, layer, "encoder", wiring)
     layer.eval()
     x = torch.randn(B, L, _D_MODEL, generator=g)
     keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
@@ -134,7 +134,7 @@ def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     _encoder_properties(check, run, layer, x, keep, plain, out, g, name, wiring)
     layout = _values(check, layer, "encoder", wiring, out, lambda layer_: run(layer_, x, keep), g, x,
                      masks=(twins.torch_mask(keep, B, _NUM_HEADS, L, L), None))
-    _dropout(check, build, lambda layer_: run(layer_, x, keep), (x, keep), "encoder", wiring)
+    _layer_dropout(check, build, lambda layer_: run(layer_, x, keep), (x, keep), "encoder", wiring)
     stages.module_on_gpu(check, layer, x, keep, what=name)
     _check_layer_sizes(check, build, "encoder", wiring)
     if layout.missing:
@@ -149,7 +149,7 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     B, T, S = 2, 4, 6  # target length T differs from memory length S
     build = _builder(check, cls, name)
     layer = build(0.0)
-    _contract(check, layer, "decoder", wiring)
+    _layer_contract(check, layer, "decoder", wiring)
     layer.eval()
     x = torch.randn(B, T, _D_MODEL, generator=g)
     memory = torch.randn(B, S, _D_MODEL, generator=g)
@@ -195,7 +195,7 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     _memory_learns(check, run, layer, x, memory, src_keep, causal, name)
     layout = _values(check, layer, "decoder", wiring, out, lambda layer_: run(layer_, x, memory, src_keep, causal), g,
                      x, memory, (twins.torch_mask(causal, B, _NUM_HEADS, T, T), twins.torch_mask(src_keep, B, _NUM_HEADS, T, S)))
-    _dropout(check, build, lambda layer_: run(layer_, x, memory, src_keep, causal), (x, memory, src_keep, causal),
+    _layer_dropout(check, build, lambda layer_: run(layer_, x, memory, src_keep, causal), (x, memory, src_keep, causal),
              "decoder", wiring)
     stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what=name)
     _check_layer_sizes(check, build, "decoder", wiring)
@@ -237,7 +237,7 @@ def _builder(check: Check, cls: type[nn.Module], name: str) -> Callable[..., nn.
     return build
 
 
-def _contract(check: Check, layer: nn.Module, kind: str, wiring: Wiring) -> None:
+def _layer_contract(check: Check, layer: nn.Module, kind: str, wiring: Wiring) -> None:
     """The submodules later code reads, the components' own checkers, their kinds and sizes; norms over d_model."""
     from .multi_head import check_multi_head_attention
 
@@ -644,9 +644,22 @@ def _layout_unused(layout: twins.LayerLayout, name: str) -> str:
 # The wiring and the dropout, seen by hooks on the checker's own instances.
 
 
-def _trace(layer: nn.Module, kind: str, run: Callable) -> tuple[list[dict], torch.Tensor] | None:
-    """Per sublayer: its LayerNorm's input (z) and output (h), the sublayer's query input (q), output (s) and
-    arguments; None when a sublayer is called twice or not at all (then the values alone judge)."""
+@dataclasses.dataclass
+class _Step:
+    """What one sublayer saw in a traced call of a layer (float64, detached)."""
+
+    sub: str  # the sublayer's name: self_attn, cross_attn, feed_forward
+    norm: str  # the name of its LayerNorm
+    norm_in: torch.Tensor
+    norm_out: torch.Tensor
+    sub_in: torch.Tensor  # the sublayer's first argument (the query, for attention)
+    sub_out: torch.Tensor
+    args: tuple  # every argument it received
+
+
+def _trace(layer: nn.Module, kind: str, run: Callable) -> tuple[list[_Step], torch.Tensor] | None:
+    """Per sublayer: its LayerNorm's input and output, the sublayer's first input, output and arguments; None when
+    a sublayer is called twice or not at all (then the values alone judge)."""
     names = [n for pair in _SUBLAYERS[kind] for n in pair]
     with Recorder(layer, names) as rec:
         out = run(layer)
@@ -655,9 +668,8 @@ def _trace(layer: nn.Module, kind: str, run: Callable) -> tuple[list[dict], torc
         seen = (*_norm_call(rec.calls[norm]), rec.first_input(sub), rec.output(sub))
         if any(t is None for t in seen):
             return None
-        z, h, q, s = (t.detach().double() for t in seen)
         args, kwargs, _ = rec.only(sub)
-        steps.append({"sub": sub, "norm": norm, "z": z, "h": h, "q": q, "s": s, "args": args + tuple(kwargs.values())})
+        steps.append(_Step(sub, norm, *(t.detach().double() for t in seen), args + tuple(kwargs.values())))
     return steps, out.detach().double()
 
 
@@ -687,40 +699,40 @@ def _check_wiring(check: Check, layer: nn.Module, kind: str, wiring: Wiring, run
     current, label = x.double(), "x, the layer's input"
     known = {label: current}
     for i, step in enumerate(steps):
-        role, norm, sub = _ROLES[(kind, step["sub"])], step["norm"], step["sub"]
-        if pre and not close_enough(step["z"], current, atol=1e-4, rtol=1e-4):
-            which = _which(step["z"], known)
+        role, norm, sub = _ROLES[(kind, step.sub)], step.norm, step.sub
+        if pre and not close_enough(step.norm_in, current, atol=1e-4, rtol=1e-4):
+            which = _which(step.norm_in, known)
             if which:
                 check.fail(f"In your {name}, `{norm}` normalises {which} instead of {label}: each LayerNorm reads "
                            f"the residual stream as it stands when its sublayer begins.")
             return
-        total = (steps[i + 1]["z"] if i + 1 < len(steps) else out) if pre else step["z"]  # stream + sublayer
-        if not close_enough(total - step["s"], current, atol=1e-4, rtol=1e-4):
-            mistaken = ({f"the normalised stream (the output of `{norm}`)": step["h"]} if pre else
-                        {"the sublayer's own output a second time": step["s"]})
-            which = _which(total - step["s"], dict(known, **{"nothing (the residual is missing)": torch.zeros_like(current)},
+        total = (steps[i + 1].norm_in if i + 1 < len(steps) else out) if pre else step.norm_in  # stream + sublayer
+        if not close_enough(total - step.sub_out, current, atol=1e-4, rtol=1e-4):
+            mistaken = ({f"the normalised stream (the output of `{norm}`)": step.norm_out} if pre else
+                        {"the sublayer's own output a second time": step.sub_out})
+            which = _which(total - step.sub_out, dict(known, **{"nothing (the residual is missing)": torch.zeros_like(current)},
                                                    **mistaken))
             if which:
                 check.fail(f"The residual connection around {role} in your {name} adds {which} instead of {label}: "
                            + wiring.residual_note.format(norm=norm, sub=sub))
             return
-        read, read_label = (step["h"], f"the output of `{norm}`") if pre else (current, label)
-        if not close_enough(step["q"], read, atol=1e-4, rtol=1e-4):
-            which = _which(step["q"], known)
+        read, read_label = (step.norm_out, f"the output of `{norm}`") if pre else (current, label)
+        if not close_enough(step.sub_in, read, atol=1e-4, rtol=1e-4):
+            which = _which(step.sub_in, known)
             if which:
                 check.fail(f"In your {name}, {role} receives {which} instead of {read_label}: {wiring.read_note}")
             return
         if sub == "cross_attn" and any(isinstance(t, torch.Tensor) and t.shape == memory.shape
-                                       and not close_enough(t, memory) for t in step["args"][1:3]):
+                                       and not close_enough(t, memory) for t in step.args[1:3]):
             check.fail(f"In your {name}, the cross-attention does not read memory as it is given: its keys and "
                        f"values are memory itself, {wiring.cross_attn}.")
-        current = total if pre else step["h"]
+        current = total if pre else step.norm_out
         label = f"the stream after {role}" if pre else f"the output of `{norm}` (the previous sublayer)"
         known[label] = current
     check.ok(wiring.wired.format(norms=", ".join(_NORMS[kind])) + " (seen on the submodules' inputs and outputs)")
 
 
-def _dropout(check: Check, build: Callable[..., nn.Module], run: Callable, args: tuple, kind: str,
+def _layer_dropout(check: Check, build: Callable[..., nn.Module], run: Callable, args: tuple, kind: str,
              wiring: Wiring) -> None:
     """Eval mode deterministic, train mode random; the rate measured on each sublayer's output (before the residual
     addition) and inside the attentions, nowhere else; with dropout=1.0 only the residual path is left."""
@@ -731,8 +743,8 @@ def _dropout(check: Check, build: Callable[..., nn.Module], run: Callable, args:
         f"Create nn.Dropout(dropout) in __init__ and apply it to the output of each sublayer: {wiring.sublayer}."))
     if not wiring.norm_first:
         _dropped_before_the_norm(check, first, name)
-    _dropout_measured(check, build(0.5), run, kind, wiring, args[0], args[1] if kind == "decoder" else None)
-    _everything_dropped(check, build, args, kind, wiring)
+    _layer_dropout_measured(check, build(0.5), run, kind, wiring, args[0], args[1] if kind == "decoder" else None)
+    _layer_everything_dropped(check, build, args, kind, wiring)
 
 
 def _dropped_before_the_norm(check: Check, first: torch.Tensor, name: str) -> None:
@@ -760,7 +772,7 @@ def _dropped_before_the_norm(check: Check, first: torch.Tensor, name: str) -> No
     check.ok("applies dropout to the sublayer outputs, not to the residual or to the normalised output")
 
 
-def _dropout_measured(check: Check, layer: nn.Module, run: Callable, kind: str, wiring: Wiring, x: torch.Tensor,
+def _layer_dropout_measured(check: Check, layer: nn.Module, run: Callable, kind: str, wiring: Wiring, x: torch.Tensor,
                       memory: torch.Tensor | None, p: float = 0.5) -> None:
     """Train mode: rate p on each sublayer's output before the residual and inside each attention (on its
     weights), nowhere else (memory untouched), fresh masks, global RNG."""
@@ -779,23 +791,23 @@ def _dropout_measured(check: Check, layer: nn.Module, run: Callable, kind: str, 
         steps, out = traced
         found, current = [], x.double()
         for i, step in enumerate(steps):
-            role = _ROLES[(kind, step["sub"])]
-            read = step["h"] if pre else current
-            if not close_enough(step["q"], read):
-                fed = drop_pattern(step["q"], read)
+            role = _ROLES[(kind, step.sub)]
+            read = step.norm_out if pre else current
+            if not close_enough(step.sub_in, read):
+                fed = drop_pattern(step.sub_in, read)
                 if fed.exact and fed.rate > 0:
                     check.fail(f"In training mode your {name} applies dropout to the input of {role} (to "
                                f"{wiring.reads}). The paper drops the sublayer's output instead: {wiring.sublayer}.")
                 return None  # something else: the checks above have judged it
-            if step["sub"] == "cross_attn" and memory is not None:
-                _memory_untouched(check, step["args"], memory, name, wiring)
-            if pre and not close_enough(step["z"], current):
+            if step.sub == "cross_attn" and memory is not None:
+                _memory_untouched(check, step.args, memory, name, wiring)
+            if pre and not close_enough(step.norm_in, current):
                 return None
-            total = (steps[i + 1]["z"] if i + 1 < len(steps) else out) if pre else step["z"]
+            total = (steps[i + 1].norm_in if i + 1 < len(steps) else out) if pre else step.norm_in
             found.append(stages.Site(f"the output of {role} (before the residual addition)", total - current,
-                                     step["s"], {"position": 1, "sentence of the batch": 0, "feature": 2}))
-            current = total if pre else step["h"]
-        if not pre and not torch.equal(out, steps[-1]["h"]):
+                                     step.sub_out, {"position": 1, "sentence of the batch": 0, "feature": 2}))
+            current = total if pre else step.norm_out
+        if not pre and not torch.equal(out, steps[-1].norm_out):
             check.fail(f"In training mode the output of your {name} is not the output of its last LayerNorm: "
                        f"something (a dropout?) acts after `{steps[-1]['norm']}`.")
         return found
@@ -816,7 +828,7 @@ def _memory_untouched(check: Check, args: tuple, memory: torch.Tensor, name: str
                        f"{wiring.cross_attn}. Dropout belongs on each sublayer's output.")
 
 
-def _everything_dropped(check: Check, build: Callable[..., nn.Module], args: tuple, kind: str, wiring: Wiring) -> None:
+def _layer_everything_dropped(check: Check, build: Callable[..., nn.Module], args: tuple, kind: str, wiring: Wiring) -> None:
     """With dropout=1.0 in training every sublayer's output is dropped: only the residual path is left, x itself
     (pre-LN) or LayerNorm(...LayerNorm(x)), each row of x centred and rescaled by the fresh LayerNorms (post-LN).
 

@@ -56,7 +56,7 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
         return stages.is_module(check, model, "Transformer").eval()
 
     model = build()
-    _contract(check, model, Transformer)
+    _model_contract(check, model, Transformer)
     m = _Model(check, model)
     src = _tokens(g, _SRC_VOCAB, (_B, _L_SRC), _PAD)
     tgt = _tokens(g, _TGT_VOCAB, (_B, _L_TGT), _PAD)
@@ -66,7 +66,7 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
         tokens[:, j] = torch.where(same, (tokens[:, i] + 1) % vocab, tokens[:, j])
         tokens[tokens == _PAD] = _PAD + 1
 
-    _masks_swapped(check, model, src, tgt)
+    _model_masks_swapped(check, model, src, tgt)
     logits = m.logits(src, tgt)
     check.ok(f"returns logits of shape (batch, target length, tgt_vocab_size) = ({_B}, {_L_TGT}, {_TGT_VOCAB})")
     _not_probabilities(check, logits)
@@ -92,9 +92,9 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
     _xavier(check, model)
     _gradients(check, model, m, src, tgt)
     _compare_with_oracle(check, model, m, g)
-    _dropout(check, build, src, tgt)
+    _model_dropout(check, build, src, tgt)
     _decode_uses_its_arguments(check, model, src, tgt)
-    _dropout_measured(check, build, src, tgt)
+    _model_dropout_measured(check, build, src, tgt)
     _long_sentences(check, build, g)
     _moves(check, build, src, tgt)
 
@@ -614,7 +614,7 @@ def _twin_of(layer: nn.Module, kind: str, g: torch.Generator) -> tuple:
     return None, ""
 
 
-def _dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
+def _model_dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
     model = build(dropout=0.5)
     m = _Model(check, model)
     stages.eval_deterministic(check, model, lambda _: m.logits(src, tgt), "Transformer", 0.5)
@@ -622,7 +622,7 @@ def _dropout(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor
                         fix="Pass the dropout rate to the positional encoding and to every layer.")
     model.eval()
     _layers_drop(check, model)
-    _everything_dropped(check, build, src, tgt)
+    _model_everything_dropped(check, build, src, tgt)
 
 
 def _layers_drop(check: Check, model: nn.Module) -> None:
@@ -654,7 +654,7 @@ def _layers_drop(check: Check, model: nn.Module) -> None:
     check.ok("passes the dropout rate on to its encoder and decoder layers")
 
 
-def _everything_dropped(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
+def _model_everything_dropped(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) -> None:
     """With dropout=1.0 in training every path from the tokens to the logits goes through a dropout.
 
     The paper drops the sums of embeddings and positions and the output of every
@@ -691,7 +691,7 @@ def _everything_dropped(check: Check, build: Callable, src: torch.Tensor, tgt: t
 _MASKS = ("make_padding_mask", "make_causal_mask", "make_target_mask")
 
 
-def _contract(check: Check, model: nn.Module, Transformer: type) -> None:
+def _model_contract(check: Check, model: nn.Module, Transformer: type) -> None:
     """The submodule names, kinds and sizes later code reads, its attributes, and the components' own checkers."""
     from . import masks, positional
     from .layers import check_decoder_layer, check_encoder_layer
@@ -781,7 +781,7 @@ def _moves(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) 
     stages.module_on_gpu(check, build(), src, tgt, what="Transformer")
 
 
-def _dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor, p: float = 0.5) -> None:
+def _model_dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor, p: float = 0.5) -> None:
     """Train mode: rate p on the embeddings + positions (both sides), nothing between the stacks and the ends."""
     model = build(dropout=p).train()
     names = ["positional_encoding", "encoder_layers.0", f"encoder_layers.{_NUM_LAYERS - 1}", "decoder_layers.0",
@@ -839,7 +839,7 @@ def _nothing_between(check: Check, links: list, pe_rate: float | None = None) ->
                        f"the layers.")
 
 
-def _masks_swapped(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> None:
+def _model_masks_swapped(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> None:
     """A crash, and the first decoder layer received the target mask where the source mask goes: say so."""
     seen: list = []
     handle = model.decoder_layers[0].register_forward_pre_hook(lambda _m, args: seen.append(args))
