@@ -47,9 +47,9 @@ _TOPICS = {
     "check_label_smoothing_loss": "loss",
     "check_greedy_decode": "decoding",
     # lesson 07: inference
-    "check_beam_search": "inference",
-    "check_decode_step": "inference",
-    "check_to_torch_transformer": "inference",
+    "check_beam_search": "beam",
+    "check_decode_step": "cache",
+    "check_to_torch_transformer": "conversion",
     # lesson 08: real data
     "check_learn_bpe": "subwords",
     # lesson 09: ablations

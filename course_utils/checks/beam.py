@@ -1,0 +1,750 @@
+"""Checker for lesson 07's beam search, with the GNMT length penalty, on scripted models.
+
+``beam_search`` is run on scripted stand-ins for a trained Transformer: modules
+with ``encode(src)`` and ``decode(tgt, memory, src)`` whose next-token
+distribution depends on the whole prefix and on the sentence (read from
+``memory``, as a real model reads it), that record every prefix they decode,
+whether gradients were on, and that refuse to be called far past ``max_len``.
+The oracles are the contract itself, replayed one hypothesis at a time in
+plain Python on the model's own log-probabilities, and exhaustive search on a
+tiny vocabulary (a beam as wide as every hypothesis finds the best sequence).
+When the output differs, the known wrong variants are replayed the same way to
+name the cause.
+
+The contract (lesson 07): ``beam_search(model, src, beam_size, max_len, bos_id,
+eos_id, pad_id, length_penalty=0.6) -> (B, T)`` LongTensor.
+
+* hypotheses are scored by the sum of the log-probabilities of their tokens
+  after BOS (EOS included);
+* at every step each open hypothesis is extended by every token; among these
+  candidates, those ending in EOS that rank within the ``beam_size`` best
+  become finished (and are never extended), and the ``beam_size`` best that
+  do not end in EOS are the next open hypotheses;
+* a finished hypothesis of ``n`` tokens after BOS scores
+  ``sum / ((5 + n) / 6) ** length_penalty`` (GNMT); a sentence stops as soon
+  as its best finished score is at least the best score any open hypothesis
+  could still reach, ``open_sum / ((5 + max_len - 1) / 6) ** length_penalty``;
+  at ``max_len`` the open hypotheses compete as they are;
+* the best hypothesis per sentence is returned, BOS first, padded after EOS
+  to the longest returned one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Callable
+
+import torch
+
+from . import stages
+from ._core import Check, CheckResult, fmt_shape, run_check
+from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder
+
+
+def check_beam_search(beam_search: Callable) -> CheckResult:
+    """Check ``beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)``."""
+    return run_check("beam_search", _check_beam_search, beam_search)
+
+
+class _Language:
+    """The next-token log-probabilities of the scripted model, one sentence at a time.
+
+    A sentence is identified by its first two source tokens: ``kind`` and ``salt``. Kind 0 is a
+    generic distribution (EOS more likely as the prefix grows); kind 1 is the "greedy trap": the
+    most likely first token leads to a flat continuation, the second one to an almost certain EOS.
+    """
+
+    def __init__(self, vocab_size: int, bos_id: int, eos_id: int, pad_id: int):
+        self.vocab_size, self.bos_id, self.eos_id, self.pad_id = vocab_size, bos_id, eos_id, pad_id
+        self.ordinary = [t for t in range(vocab_size) if t not in (bos_id, eos_id, pad_id)]
+        self._cache: dict[tuple, torch.Tensor] = {}
+
+    def logits(self, sentence: tuple[int, ...], prefix: tuple[int, ...]) -> torch.Tensor:
+        """(V,) float32 logits of the next token after ``prefix`` (BOS first)."""
+        key = (sentence, prefix)
+        if key not in self._cache:
+            self._cache[key] = self._compute(sentence, prefix)
+        return self._cache[key]
+
+    __call__ = logits  # a script for ScriptedModel
+
+    def log_probs(self, sentence: tuple[int, ...], prefix: tuple[int, ...]) -> list[float]:
+        return torch.log_softmax(self.logits(sentence, prefix).double(), dim=-1).tolist()
+
+    def _compute(self, sentence: tuple[int, ...], prefix: tuple[int, ...]) -> torch.Tensor:
+        kind, salt, target = sentence[0], sentence[1], sentence[2]
+        n = len(prefix) - 1  # tokens generated so far
+        logits = torch.full((self.vocab_size,), -30.0, dtype=torch.float64, device="cpu")  # BOS and padding: never
+        for w in self.ordinary + [self.eos_id]:
+            logits[w] = 3.0 * mix(salt, w, *prefix)
+        logits[self.eos_id] += 1.6 * (n + 1 - target)  # sentences tend to end near `target` tokens
+        if kind == 1 and n <= 1:
+            a, b = self.ordinary[0], self.ordinary[1]
+            probs = torch.full((self.vocab_size,), 1e-13, dtype=torch.float64, device="cpu")
+            if n == 0:
+                table = {a: 0.5, b: 0.4}
+            elif prefix[1] == b:
+                table = {self.eos_id: 0.9}
+            else:
+                table = {}
+            rest = [w for w in self.ordinary + [self.eos_id] if w not in table]
+            left = 1.0 - sum(table.values())
+            for i, w in enumerate(rest):  # the rest, spread out and never tied
+                table[w] = left * (len(rest) + 1 - i) / sum(range(2, len(rest) + 2))
+            for w, p in table.items():
+                probs[w] = p
+            logits = probs.log()
+        return logits.float()
+
+
+# --------------------------------------------------------------------------
+# The oracle: the contract replayed one hypothesis at a time (and its known wrong variants).
+
+
+def _penalty(n: int, alpha: float, variant: str = "") -> float:
+    if variant == "penalty_missing":
+        return 1.0
+    if variant == "penalty_len_power":
+        return float(max(n, 1)) ** alpha
+    if variant == "penalty_counts_bos":
+        n = n + 1
+    if variant == "penalty_without_eos":
+        n = n - 1
+    return ((5.0 + n) / 6.0) ** alpha
+
+
+class _Search:
+    """The result of one replayed search for one sentence."""
+
+    def __init__(self, best: tuple[int, ...], finished: list[tuple[float, tuple[int, ...]]],
+                 opened: list[set[tuple[int, ...]]], steps: int):
+        self.best = best
+        self.finished = finished  # (normalised score, tokens), every finished hypothesis
+        self.opened = opened  # opened[t]: the open hypotheses decoded at step t + 1
+        self.steps = steps  # decoding steps before the search stopped
+
+
+def _stops(variant: str, finished: list, beams: list, beam_size: int, t: int, max_len: int, alpha: float) -> bool:
+    """Whether a sentence stops after step t (the contract's rule, or a variant's)."""
+    if not finished or variant in ("no_early_stop", "finished_dropped", "extends_finished"):
+        return False
+    if variant == "stop_first":
+        return True
+    if variant == "stop_k_finished":
+        return len(finished) >= beam_size
+    bound = t if variant == "stop_current_length" else max_len - 1
+    raw = variant in ("penalty_every_step", "stop_raw_bound")
+    reach = max(s for _, s in beams) / (1.0 if raw else _penalty(bound, alpha, variant))
+    return max(f[0] for f in finished) >= reach
+
+
+def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_len: int, alpha: float,
+            variant: str = "") -> _Search:
+    """The contract's beam search for one sentence, replayed in plain Python (or one known wrong ``variant``)."""
+    bos, eos = language.bos_id, language.eos_id
+    V = language.vocab_size
+    beams = [((bos,), 0.0)] * (beam_size if variant == "duplicates" else 1)
+    finished: list[tuple[float, tuple[int, ...]]] = []
+    opened: list[set[tuple[int, ...]]] = []
+    steps, every_step = 0, variant == "penalty_every_step"
+    for t in range(1, max_len):
+        steps = t
+        opened.append({prefix for prefix, _ in beams})
+        candidates = []
+        for prefix, score in beams:
+            log_probs = language.log_probs(sentence, prefix)
+            if variant == "probabilities":
+                log_probs = [math.exp(x) for x in log_probs]
+            for w in range(V):
+                total = score + log_probs[w]
+                candidates.append((total / _penalty(t, alpha) if every_step else total, prefix + (w,)))
+        candidates.sort(key=lambda c: -c[0])
+        beams = []
+        for rank, (score, seq) in enumerate(candidates):
+            if seq[-1] == eos and variant != "extends_finished":
+                if variant == "finished_dropped":
+                    continue
+                if rank < beam_size or variant == "eos_from_2k" and rank < 2 * beam_size:
+                    finished.append((score if every_step else score / _penalty(t, alpha, variant), seq))
+            elif len(beams) < beam_size:
+                beams.append((seq, score))
+        if _stops(variant, finished, beams, beam_size, t, max_len, alpha):
+            break
+    else:
+        if not (variant == "max_len_finished_only" and finished):
+            raw = every_step or variant == "max_len_raw"
+            finished += [(score if raw else score / _penalty(len(seq) - 1, alpha, variant), seq) for seq, score in beams]
+    if variant == "raw_pick":
+        return _Search(max(finished, key=lambda f: f[0] * _penalty(len(f[1]) - 1, alpha))[1], finished, opened, steps)
+    ranked = sorted(finished, key=lambda f: -f[0])
+    return _Search(ranked[-1 if variant == "worst_first" else 0][1], ranked, opened, steps)
+
+
+def _greedy(language: _Language, sentence: tuple[int, ...], max_len: int) -> tuple[int, ...]:
+    seq = (language.bos_id,)
+    while len(seq) < max_len and seq[-1] != language.eos_id:
+        log_probs = language.log_probs(sentence, seq)
+        seq = seq + (max(range(language.vocab_size), key=lambda w: log_probs[w]),)
+    return seq
+
+
+def _exhaustive(language: _Language, sentence: tuple[int, ...], max_len: int, alpha: float) -> tuple[float, tuple]:
+    """The best sequence of all (EOS-ended, or cut at max_len), by normalised score."""
+    best = (-math.inf, ())
+    stack = [((language.bos_id,), 0.0)]
+    while stack:
+        seq, score = stack.pop()
+        if seq[-1] == language.eos_id or len(seq) == max_len:
+            value = score / _penalty(len(seq) - 1, alpha)
+            best = max(best, (value, seq))
+            continue
+        log_probs = language.log_probs(sentence, seq)
+        for w in language.ordinary + [language.eos_id]:  # BOS and padding (log-prob -30) can never win
+            stack.append((seq + (w,), score + log_probs[w]))
+    return best
+
+
+# --------------------------------------------------------------------------
+# The cases.
+
+_CASES = [
+    # one sentence, the greedy trap: beam 2 must find what greedy misses
+    {"vocab_size": 6, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 7, "beam_size": 2, "alpha": 0.6,
+     "sentences": [(1, 5, 3)]},
+    # a batch with other special ids and lengths of padding, generic sentences
+    {"vocab_size": 8, "bos_id": 6, "eos_id": 3, "pad_id": 7, "max_len": 9, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(0, 11, 3), (0, 4, 5), (1, 8, 3), (0, 23, 7)]},
+    {"vocab_size": 7, "bos_id": 4, "eos_id": 0, "pad_id": 5, "max_len": 8, "beam_size": 4, "alpha": 1.0,
+     "sentences": [(0, 2, 4), (0, 17, 2), (0, 9, 6)]},
+    {"vocab_size": 9, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 10, "beam_size": 2, "alpha": 0.6,
+     "sentences": [(0, 31, 5), (0, 6, 3), (0, 12, 8)]},
+    # finished hypotheses of different lengths in close competition: the length penalty's exact form matters
+    {"vocab_size": 7, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 10, "beam_size": 2, "alpha": 1.0,
+     "sentences": [(0, 2, 7), (0, 10, 3)]},
+    {"vocab_size": 8, "bos_id": 6, "eos_id": 3, "pad_id": 7, "max_len": 10, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(0, 29, 3), (0, 7, 5)]},
+    # found by search: sentences that reach max_len with finished and better open hypotheses, and whose
+    # answers tell the stop rules apart (the end at max_len, k finished, the bound without its penalty)
+    {"vocab_size": 9, "bos_id": 6, "eos_id": 3, "pad_id": 7, "max_len": 7, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(0, 1, 6), (0, 32, 9)]},
+    {"vocab_size": 7, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 10, "beam_size": 4, "alpha": 1.0,
+     "sentences": [(0, 7, 3), (0, 7, 3), (0, 21, 6), (0, 25, 2)]},
+    # the best by raw sum is not the best by score: the final pick shows
+    {"vocab_size": 9, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 9, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(0, 28, 7)]},
+    # a strong penalty (lesson 07 plots alpha = 2): the open hypotheses at max_len need the whole penalty, its
+    # power included (found by search)
+    {"vocab_size": 9, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 4, "beam_size": 4, "alpha": 2.0,
+     "sentences": [(0, 26, 8), (0, 20, 5)]},
+]
+
+
+def _source(case: dict) -> torch.Tensor:
+    rows = []
+    for b, sentence in enumerate(case["sentences"]):
+        row = list(sentence) + [b + 1, 2 * b + 3]  # (S,) with S = 5
+        if b % 2:  # every other sentence ends in padding, as in a real batch
+            row[-1] = case["pad_id"]
+        rows.append(row)
+    return torch.tensor(rows)  # (B, S)
+
+
+def _setup(case: dict, src: torch.Tensor) -> str:
+    return (
+        f"(B={src.shape[0]}, beam_size={case['beam_size']}, max_len={case['max_len']}, "
+        f"length_penalty={case['alpha']}, bos_id={case['bos_id']}, eos_id={case['eos_id']}, pad_id={case['pad_id']})"
+    )
+
+
+def _row(values) -> str:
+    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+
+
+_AT_MAX_LEN = ("when the search reaches max_len, the open hypotheses do not compete with the finished ones as they "
+               "should: either they are ignored, or their raw sums of log-probabilities are compared with finished "
+               "scores that are divided by the length penalty. At max_len every open hypothesis competes too, its "
+               "sum divided by the penalty of its length, ((5 + n) / 6) ** length_penalty with n = max_len - 1")
+_VARIANTS = {
+    "probabilities": "it scores hypotheses by adding probabilities. Add LOG-probabilities: "
+    "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens",
+    "penalty_missing": "it ranks finished hypotheses of different lengths by their raw scores: the length "
+    "penalty is missing. Divide a finished hypothesis's score by ((5 + n) / 6) ** length_penalty, n its number "
+    "of tokens after BOS (EOS included)",
+    "penalty_every_step": "it divides the scores by the length penalty at every step, so the penalty compounds. "
+    "Keep the raw sums of log-probabilities in the beam, and divide only when a hypothesis finishes (and for the "
+    "stopping test)",
+    "penalty_len_power": "it uses n ** length_penalty as the length penalty. The GNMT penalty is "
+    "((5 + n) / 6) ** length_penalty",
+    "penalty_counts_bos": "its length penalty counts BOS in the length. n is the number of tokens after BOS, "
+    "EOS included: ((5 + n) / 6) ** length_penalty",
+    "finished_dropped": "it drops the hypotheses that end in EOS instead of keeping them: put a candidate that "
+    "ends in EOS (and ranks within the beam_size best) on a list of finished hypotheses, and choose the answer "
+    "among them",
+    "duplicates": "its beam starts with beam_size copies of BOS, all with score 0, so the first step picks the "
+    "same token beam_size times (duplicate beams). Start with one live hypothesis: scores [0, -inf, -inf, ...]",
+    "eos_from_2k": "it keeps as finished a candidate ending in EOS that ranks outside the beam_size best "
+    "candidates. Only EOS candidates among the beam_size best become finished",
+    "worst_first": "it returns the worst finished hypothesis instead of the best: sort by score in descending "
+    "order (or take the max)",
+    "max_len_finished_only": _AT_MAX_LEN,
+    "max_len_raw": _AT_MAX_LEN,  # answers that never tell it from the one above: one message for both
+    "stop_first": "it stops a sentence as soon as one hypothesis has finished, although an open one may still "
+    "beat it. Stop only when the best finished score is at least the best open sum divided by the penalty of the "
+    "longest possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty",
+    "stop_k_finished": "it stops a sentence once beam_size hypotheses have finished, whatever their scores. Stop "
+    "when the best finished score is at least the best open sum divided by the penalty of the longest possible "
+    "hypothesis, ((5 + max_len - 1) / 6) ** length_penalty",
+    "stop_raw_bound": "its stopping test compares the best finished score (divided by its length penalty) with the "
+    "best open sum without dividing that one: an open hypothesis can still grow to max_len - 1 tokens, so divide "
+    "its sum by ((5 + max_len - 1) / 6) ** length_penalty",
+    "stop_current_length": "its stopping test divides the best open sum by the penalty of its current length. An "
+    "open hypothesis can still grow to max_len - 1 tokens, and a longer one is divided by more: use "
+    "((5 + max_len - 1) / 6) ** length_penalty",
+    "penalty_without_eos": "its length penalty does not count EOS: n is the number of tokens after BOS, EOS "
+    "included, in ((5 + n) / 6) ** length_penalty",
+    "raw_pick": "it picks the answer by the raw sum of log-probabilities. The answer is the finished hypothesis "
+    "with the best score divided by its length penalty, ((5 + n) / 6) ** length_penalty",
+}
+
+
+# --------------------------------------------------------------------------
+
+
+def _run(check: Check, beam_search: Callable, case: dict, beam_size: int | None = None, alpha: float | None = None,
+         max_len: int | None = None, probe: bool = False, device: torch.device | None | str = "cpu"):
+    """Run beam_search on a fresh scripted model: (model, src, output, beam_size, alpha, max_len).
+
+    ``device`` None runs on the pretend GPU. With ``probe`` a crash comes back as a ``Raised``; a loop that runs
+    past the scripted model's bounds ends the check with a failure either way.
+    """
+    language = _Language(case["vocab_size"], case["bos_id"], case["eos_id"], case["pad_id"])
+    pretend_device = device is None
+    src = _source(case) if pretend_device else _source(case).to(device)
+    max_len = case["max_len"] if max_len is None else max_len
+    model = ScriptedModel(language, case["vocab_size"], case["pad_id"], src.shape[0], max_len, pretend_device)
+    if not pretend_device:
+        model.to(device)
+    k = case["beam_size"] if beam_size is None else beam_size
+    a = case["alpha"] if alpha is None else alpha
+    out = run_decoder(
+        check, beam_search, model, src, k, max_len, case["bos_id"], case["eos_id"], case["pad_id"],
+        length_penalty=a, what="beam_search", probe=probe, pretend_device=pretend_device, runaway=(
+            f"{_setup(dict(case, beam_size=k, alpha=a), src)} Loop at most max_len - 1 times "
+            f"(`for t in range(1, max_len)`), and break once every sentence has stopped."))
+    return model, src, out, k, a, max_len
+
+
+def _check_beam_search(check: Check, beam_search: Callable) -> None:
+    check.callable_(beam_search, "beam_search")
+    _default_penalty(check, beam_search)
+
+    # 1. One sentence: it runs and returns a (1, T) LongTensor.
+    case = _CASES[0]
+    model, src, out, k, alpha, max_len = _run(check, beam_search, case)
+    _output(check, out, case, src, max_len)
+    check.ok("returns a LongTensor (B, T)")
+
+    # 2. A batch: crashing here but not above means one sentence only.
+    batch = _CASES[1]
+    _, src_b, out_b, *_ = _run(check, beam_search, batch, probe=True)
+    crashes_on_a_batch(
+        check, "beam_search", out_b, src_b.shape[0],
+        "It should search for every sentence of the batch at once: B * beam_size rows through the decoder, "
+        "memory and src repeated with `repeat_interleave(beam_size, dim=0)`, scores of shape (B, beam_size).",
+    )
+
+    # 3. Every case against the contract, one mechanism at a time.
+    runs = []
+    for case in _CASES:  # every case runs first, so that a cause is named on the evidence of all of them
+        model, src, out, k, alpha, max_len = _run(check, beam_search, case)
+        runs.append((model, src, _output(check, out, case, src, max_len), case, k, alpha, max_len))
+    for run in runs:
+        _mechanics(check, *run)
+        _compare(check, *run, evidence=runs)
+    for run in runs:
+        _stopping(check, *run, evidence=runs)
+    check.ok("finds the contract's best hypothesis for every sentence of a batch, with other special ids")
+
+    # 4. Beam 1 with no length penalty is greedy decoding.
+    for case in _CASES[1:3]:
+        model, src, out, k, alpha, max_len = _run(check, beam_search, case, beam_size=1, alpha=0.0)
+        out = _output(check, out, case, src, max_len)
+        _mechanics(check, model, src, out, case, 1, 0.0, max_len)
+        sentences = [model.sentence(row) for row in src.tolist()]
+        greedy = [_greedy(model.script, s, max_len) for s in sentences]
+        got = [_strip(row, case) for row in out.tolist()]
+        if got != greedy:
+            b = next(i for i, (g, m) in enumerate(zip(greedy, got)) if g != m)
+            named = _causes(model, sentences, got, b, 1, max_len, 0.0)
+            named = [n for n in named if not n.startswith("it returns what greedy")]
+            check.fail(
+                f"With beam_size=1 and length_penalty=0, beam search is greedy decoding, but sentence {b} differs "
+                f"{_setup(dict(case, beam_size=1, alpha=0.0), src)}:\n"
+                f"  greedy: {_row(greedy[b])}\n  yours:  {_row(got[b])}\n"
+                + (f"Likely cause: {named[0]}." if named else
+                   "With one beam, each step keeps the single best continuation; check how you add the "
+                   "log-probabilities (logits[:, -1].log_softmax(-1)) to the scores and pick the top candidates.")
+            )
+    check.ok("with beam_size=1 and no length penalty it equals greedy decoding")
+
+    # 5. A beam as wide as every hypothesis is exhaustive search, with the paper's penalty and a strong one.
+    for alpha in (0.6, 2.0):
+        wide = {"vocab_size": 5, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 5, "alpha": alpha,
+                "sentences": [(0, 3, 3), (0, 14, 2)], "beam_size": 5 ** 3}
+        model, src, out, k, alpha, max_len = _run(check, beam_search, wide)
+        out = _output(check, out, wide, src, max_len)
+        for b, sentence in enumerate(model.sentence(row) for row in src.tolist()):
+            value, best = _exhaustive(model.script, sentence, max_len, alpha)
+            got = _strip(out[b].tolist(), wide)
+            if got != best:
+                check.fail(
+                    f"With beam_size={k}, wider than the number of hypotheses, beam search must find the best "
+                    f"sequence of all (exhaustive search), but for sentence {b} it does not "
+                    f"{_setup(wide, src)}:\n  best:  {_row(best)} (score {value:.4f})\n  yours: {_row(got)}\n"
+                    f"Check that every candidate ending in EOS among the beam_size best is kept as finished, that "
+                    f"the search stops only when no open hypothesis can still beat the best finished one, and that "
+                    f"every score is divided by the whole penalty, ((5 + n) / 6) ** length_penalty, the open "
+                    f"hypotheses' at max_len too."
+                )
+    check.ok("with a beam wider than all hypotheses it finds the best sequence (exhaustive search), with "
+             "length_penalty 0.6 and 2.0")
+
+    # 6. The device: tensors it creates follow src.device (caught on a pretend GPU on a CPU-only machine).
+    _device(check, beam_search)
+
+
+def _default_penalty(check: Check, beam_search: Callable) -> None:
+    """length_penalty defaults to the paper's 0.6: lesson 07 also calls beam_search without it."""
+    try:
+        parameter = inspect.signature(beam_search).parameters.get("length_penalty")
+    except (TypeError, ValueError):
+        return
+    if parameter is not None and parameter.default not in (inspect.Parameter.empty, 0.6):
+        check.fail(
+            f"The default of length_penalty is {parameter.default!r}; the exercise's signature gives the paper's "
+            f"0.6 (`length_penalty=0.6`), and lesson 07 calls beam_search without it."
+        )
+
+
+def _strip(row: list[int], case: dict) -> tuple[int, ...]:
+    eos, pad = case["eos_id"], case["pad_id"]
+    if eos in row:
+        return tuple(row[: row.index(eos) + 1])
+    while row and row[-1] == pad:
+        row = row[:-1]
+    return tuple(row)
+
+
+def _output(check: Check, out, case: dict, src: torch.Tensor, max_len: int) -> torch.Tensor:
+    n = src.shape[0]
+    out = check.tensor(out, "the output of beam_search", finite=False)
+    if out.dtype != torch.long:
+        check.fail(
+            f"The output of beam_search has dtype {out.dtype}, but token ids should be torch.long (int64).\n"
+            f"Build the output with `dtype=torch.long` (topk's indices are already long)."
+        )
+    if out.dim() != 2 or out.shape[0] != n:
+        check.fail(
+            f"The output of beam_search should have shape (B, T) with B = {n}, one row (the best hypothesis) per "
+            f"source sentence, but it has shape {fmt_shape(out.shape)} {_setup(case, src)}."
+            + ("\nReturn only the best of the beam_size hypotheses of each sentence, not all of them."
+               if out.dim() == 2 and out.shape[0] == n * case["beam_size"] else "")
+        )
+    if out.shape[1] > max_len:
+        check.fail(f"The output has {out.shape[1]} columns, more than max_len = {max_len} {_setup(case, src)}: "
+                   f"max_len counts BOS.")
+    return out
+
+
+def _mechanics(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+               alpha: float, max_len: int) -> None:
+    setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
+    sentences = [model.sentence(row) for row in src.tolist()]
+    bos, eos = case["bos_id"], case["eos_id"]
+
+    _encoding_and_grad(check, model, sentences, setup, k)
+    _prefixes(check, model, sentences, setup, bos, eos)
+    _duplicate_beams(check, model, sentences, setup, k)
+    _output_layout(check, out, case, setup)
+
+
+def _encoding_and_grad(check: Check, model: ScriptedModel, sentences: list, setup: str, k: int) -> None:
+    """The encoder runs once per sentence, under no_grad, with memory and src rows aligned."""
+    if model.encode_calls == 0:
+        check.fail(f"beam_search never called model.encode(src) {setup}. Encode the source once, before the loop.")
+    if sorted(model.encoded) != sorted(sentences):
+        if len(model.encoded) == len(sentences) * k and sorted(set(model.encoded)) == sorted(set(sentences)):
+            check.fail(
+                f"beam_search encodes every sentence {k} times, once per beam {setup}. Run the encoder once on src, "
+                f"then repeat its output: memory.repeat_interleave(beam_size, dim=0)."
+            )
+        check.fail(
+            f"beam_search called model.encode {model.encode_calls} times, encoding {len(model.encoded)} sentences "
+            f"for a batch of {len(sentences)} {setup}. The encoder should run once per sentence: compute memory = "
+            f"model.encode(src) before the loop and reuse it (model(src, ys) in the loop runs the encoder again)."
+        )
+    check.ok("runs the encoder once per sentence")
+
+    if model.grad_calls:
+        check.fail(
+            f"beam_search ran the model with gradients enabled {setup}. Decoding needs no gradients: decorate "
+            f"beam_search with @torch.no_grad(), or run its body inside `with torch.no_grad():`."
+        )
+    check.ok("runs under torch.no_grad()")
+
+    if model.misaligned:
+        check.fail(
+            f"In {model.misaligned} rows given to model.decode, memory and src belong to different sentences "
+            f"{setup}. Repeat both in the same way, each sentence's beams next to each other: "
+            f"memory.repeat_interleave(beam_size, dim=0) and src.repeat_interleave(beam_size, dim=0) "
+            f"(`.repeat(beam_size, 1, 1)` puts the copies in another order)."
+        )
+
+
+def _prefixes(check: Check, model: ScriptedModel, sentences: list, setup: str, bos: int, eos: int) -> None:
+    """Every decoded prefix grows by one token from a prefix decoded for the same sentence."""
+    seen: dict[tuple, set[tuple]] = {s: set() for s in sentences}
+    for call in model.rows:
+        for sentence, prefix in call:
+            if sentence not in seen:
+                check.fail(f"model.decode received a memory row that is not the encoding of any sentence of the "
+                           f"batch {setup}. Pass memory = model.encode(src), repeated per beam.")
+            if prefix[:1] != (bos,):
+                check.fail(f"model.decode received the prefix {_row(prefix)}, which does not start with "
+                           f"bos_id = {bos} {setup}. Every hypothesis starts with BOS.")
+            if len(prefix) > 1 and prefix[:-1] not in seen[sentence]:
+                owner = [b for b, s in enumerate(sentences) if s != sentence and prefix[:-1] in seen[s]]
+                if owner:
+                    check.fail(
+                        f"model.decode received, for sentence {sentences.index(sentence)}, the prefix "
+                        f"{_row(prefix)}, which extends a hypothesis of sentence {owner[0]} {setup}: the beams "
+                        f"of different sentences are mixed. Keep the scores as (B, beam_size), pick the top "
+                        f"candidates per sentence (topk over dim=-1 of a (B, beam_size * V) tensor) and turn "
+                        f"the beam index into a row with b * beam_size + beam."
+                    )
+                check.fail(
+                    f"model.decode received the prefix {_row(prefix)} for sentence {sentences.index(sentence)}, "
+                    f"but its first {len(prefix) - 1} tokens were never decoded before {setup}. Each step should "
+                    f"extend the hypotheses of the previous step by one token, and feed the whole prefix."
+                )
+            if len(prefix) > 1 and prefix[-1] == eos:
+                check.fail(
+                    f"model.decode received the prefix {_row(prefix)}, which ends in EOS {setup}: a finished "
+                    f"hypothesis was kept in the beam, and its next token would continue after EOS. Move the "
+                    f"candidates that end in EOS to a list of finished hypotheses, and keep only the others in "
+                    f"the beam."
+                )
+            seen[sentence].add(prefix)
+
+
+def _duplicate_beams(check: Check, model: ScriptedModel, sentences: list, setup: str, k: int) -> None:
+    """No beam_size identical rows of one sentence after the first step."""
+    language = model.script
+    if k > 1 and len(language.ordinary) >= k:
+        for call in model.rows:
+            lengths = {len(p) for _, p in call}
+            if lengths != {2}:
+                continue
+            for sentence in sentences:
+                prefixes = [p for s, p in call if s == sentence]
+                if len(prefixes) == k and len(set(prefixes)) == 1:
+                    check.fail(
+                        f"After the first step, the {k} beams of sentence {sentences.index(sentence)} are all "
+                        f"{_row(prefixes[0])} {setup}: duplicate beams. Every beam starts as BOS with score 0, so "
+                        f"the top candidates are the same token {k} times. Start with one live hypothesis: "
+                        f"scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the first step)."
+                    )
+
+
+def _output_layout(check: Check, out: torch.Tensor, case: dict, setup: str) -> None:
+    """BOS first, padding only after EOS, as wide as the longest hypothesis."""
+    bos, eos, pad = case["bos_id"], case["eos_id"], case["pad_id"]
+    rows = out.tolist()
+    if not all(row and row[0] == bos for row in rows):
+        check.fail(f"Column 0 of the output should be bos_id = {bos} for every sentence {setup}; yours is "
+                   f"{_row([row[0] for row in rows])}. Return the hypotheses with their BOS.")
+    for b, row in enumerate(rows):
+        if eos in row:
+            after = row[row.index(eos) + 1:]
+            if any(x != pad for x in after):
+                check.fail(
+                    f"Sentence {b} has EOS at position {row.index(eos)}, then {_row(after)} {setup}: after EOS the "
+                    f"output holds pad_id = {pad} only. Either a finished hypothesis was extended past EOS, or the "
+                    f"padding uses another id than pad_id.\n  yours: {_row(row)}"
+                )
+    lengths = [len(_strip(row, case)) for row in rows]
+    if out.shape[1] != max(lengths):
+        check.fail(
+            f"The output has {out.shape[1]} columns, but its longest hypothesis has {max(lengths)} tokens "
+            f"{setup}. Pad the hypotheses to the longest one, as greedy_decode does, no further."
+        )
+    check.ok("returns the best hypotheses BOS first, padded after EOS to the longest one")
+
+
+def _follows(replay: _Search, history: list[set[tuple[int, ...]]]) -> bool:
+    """Whether the learner's search opened the same hypotheses as ``replay`` while both ran, and ran as long.
+
+    (A batched search may go on decoding a sentence that has stopped, so the learner's history may be longer.)
+    """
+    return len(history) >= replay.steps and all(replay.opened[t] == history[t] for t in range(replay.steps))
+
+
+def _causes(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
+            max_len: int, alpha: float, evidence: list | None = None) -> list[str]:
+    """The known wrong variants that return ``got[b]`` for sentence b, the most consistent with all runs first.
+
+    A variant is consistent with a sentence when it returns the learner's answer for it and opens the same
+    hypotheses as the learner's search did, step by step, for as many steps; a batch as a whole must stop when
+    the variant's slowest sentence does. ``evidence`` (every run of the check: model, src, out, case, k, alpha,
+    max_len) breaks the ties one case cannot.
+    """
+    language = model.script
+    histories = [model.history(s) for s in sentences]
+    ranked: list[tuple[int, int, str]] = []
+    greedy = [_greedy(language, s, max_len) for s in sentences]
+    one_per_step = all(len(step) <= 1 for h in histories for step in h)
+    if got[b] == greedy[b] and one_per_step and got[b] != _search(language, sentences[b], k, max_len, alpha).best:
+        ranked.append((-10**6, -1, (
+            "it returns what greedy decoding finds: it keeps one hypothesis per sentence. A beam of several "
+            "hypotheses must find the better sequence that starts with a less likely token: keep the beam_size best "
+            "candidates of all beam_size * V extensions, not the best extension of each beam")))
+    runs = evidence or [(model, None, None, None, k, alpha, max_len)]
+    for order, (variant, why) in enumerate(_VARIANTS.items()):
+        if _search(language, sentences[b], k, max_len, alpha, variant).best != got[b]:
+            continue
+        score, possible = _agreement(variant, runs, sentences, got)
+        if score == possible or evidence is None:  # a cause is named only when it explains every run
+            ranked.append((-score, order, why))
+    return [why for _, _, why in sorted(ranked)]
+
+
+def _agreement(variant: str, runs: list, sentences: list | None = None, got: list | None = None) -> tuple[int, int]:
+    """How many of the runs' sentences (and batch lengths) the wrong variant replays as the learner's search did,
+    out of how many: each sentence's answer and opened hypotheses, and each batch's number of steps."""
+    score, possible = 0, 0
+    for run_model, run_src, run_out, run_case, run_k, run_alpha, run_len in runs:
+        if run_src is None:
+            run_sentences, run_got = sentences, got
+        else:
+            run_sentences = run_model.sentences(run_src)
+            run_got = [_strip(row, run_case) for row in run_out.tolist()]
+        replays = [_search(run_model.script, s, run_k, run_len, run_alpha, variant) for s in run_sentences]
+        run_histories = [run_model.history(s) for s in run_sentences]
+        score += sum(r.best == m and _follows(r, h) for r, m, h in zip(replays, run_got, run_histories))
+        score += max(r.steps for r in replays) == max(len(h) for h in run_histories)  # the batch stopped with it
+        possible += len(replays) + 1
+    return score, possible
+
+
+def _departure(model: ScriptedModel, sentence: tuple[int, ...], search: _Search, k: int) -> str:
+    """Where the learner's search first keeps other open hypotheses than the contract's ('' if it never does)."""
+    history = model.history(sentence)
+    language = model.script
+
+    def total(prefix: tuple[int, ...]) -> float:
+        return sum(language.log_probs(sentence, prefix[:i])[prefix[i]] for i in range(1, len(prefix)))
+
+    for t in range(min(len(history), search.steps)):
+        want, have = search.opened[t], history[t]
+        if want == have:
+            continue
+        shown = lambda hyps: ", ".join(f"{_row(h)} ({total(h):.3f})" for h in sorted(hyps, key=total, reverse=True))
+        extra, lacking = sorted(have - want, key=total, reverse=True), sorted(want - have, key=total, reverse=True)
+        why = []
+        if extra:
+            why.append(f"{_row(extra[0])} (sum {total(extra[0]):.3f}) is not among the {k} best candidates that do "
+                       f"not end in EOS")
+        if lacking:
+            why.append(f"{_row(lacking[0])} (sum {total(lacking[0]):.3f}) is")
+        return (f"At step {t + 1} the contract's beam holds {shown(want)}; yours decoded {shown(have) or 'nothing'} "
+                f"(sums of log-probabilities). {'; '.join(why)}.")
+    if len(history) < search.steps:
+        return (f"Your search stopped this sentence after {len(history)} steps; the contract's goes on for "
+                f"{search.steps}, since an open hypothesis could still beat the best finished one.")
+    return ""
+
+
+def _replayed(model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int, alpha: float,
+              max_len: int) -> tuple[str, list, list, list]:
+    """The case's description, its sentences, the contract's search of each, and the learner's hypotheses."""
+    setup = _setup(dict(case, beam_size=k, alpha=alpha), src)
+    sentences = [model.sentence(row) for row in src.tolist()]
+    searches = [_search(model.script, s, k, max_len, alpha) for s in sentences]
+    return setup, sentences, searches, [_strip(row, case) for row in out.tolist()]
+
+
+def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+             alpha: float, max_len: int, evidence: list | None = None) -> None:
+    setup, sentences, searches, got = _replayed(model, src, out, case, k, alpha, max_len)
+    for b, (search, mine) in enumerate(zip(searches, got)):
+        if mine == search.best:
+            continue
+        score = dict((seq, value) for value, seq in search.finished)
+        others = [i for i, s in enumerate(searches) if s.best == mine and i != b]
+        if others:
+            check.fail(
+                f"Row {b} of your output is the best hypothesis of sentence {others[0]} {setup}: the rows are in "
+                f"the wrong order. Return the hypotheses in the order of the source sentences."
+            )
+        named = _causes(model, sentences, got, b, k, max_len, alpha, evidence)
+        expected_text = f"  expected: {_row(search.best)} (score {score[search.best]:.4f})"
+        yours_text = f"  yours:    {_row(mine)}" + (f" (score {score[mine]:.4f})" if mine in score else "")
+        departure = _departure(model, sentences[b], search, k)
+        if named:
+            cause = "Likely cause: " + named[0] + "."
+        elif departure:
+            cause = (f"{departure}\nAt each step every open hypothesis is extended by every token, and its score is "
+                     f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
+                     f"candidates, those ending in EOS among the beam_size best finish, and the beam_size best "
+                     f"others stay open.")
+        elif mine in score:
+            cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is one "
+                     "of the finished hypotheses, but not the best by the length-normalised score: compare "
+                     "sum / ((5 + n) / 6) ** length_penalty, n = tokens after BOS, EOS included.")
+        else:
+            cause = ("Your search opened the same hypotheses as the contract's at every step, but your answer is not "
+                     "one of its finished hypotheses: check how you finish a hypothesis (the candidate ending in EOS, "
+                     "with its sum divided by the length penalty) and what you return (the best, BOS first).")
+        check.fail(f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n"
+                   f"{expected_text}\n{yours_text}\n{cause}")
+
+
+def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
+              alpha: float, max_len: int, evidence: list | None = None) -> None:
+    """Early stopping: no more steps than the slowest sentence of the batch needs."""
+    setup, sentences, searches, got = _replayed(model, src, out, case, k, alpha, max_len)
+    steps = max((len(p) for call in model.rows for _, p in call), default=0)
+    needed = max(s.steps for s in searches)
+    if steps != needed:
+        named = []
+        for variant, why in _VARIANTS.items():
+            replays = [_search(model.script, s, k, max_len, alpha, variant) for s in sentences]
+            if (all(r.best == m and _follows(r, model.history(s)) for r, m, s in zip(replays, got, sentences))
+                    and max(r.steps for r in replays) == steps
+                    and (evidence is None or len(set(_agreement(variant, evidence))) == 1)):  # it explains every run
+                named.append(why)
+        if named:
+            check.fail(f"Your search stops after {steps} decoding steps instead of {needed} {setup}.\n"
+                       f"Likely cause: {named[0]}.")
+    if steps > needed:
+        check.fail(
+            f"Your search ran {steps} decoding steps, but every sentence's best finished hypothesis was certain "
+            f"after {needed} {setup}: no open hypothesis could still beat it. Stop a sentence once its best "
+            f"finished score is at least the best open score divided by the penalty of the longest possible "
+            f"hypothesis, ((5 + max_len - 1) / 6) ** length_penalty, and stop the loop when every sentence has "
+            f"stopped."
+        )
+    check.ok("stops as soon as no open hypothesis can still win")
+
+
+def _device(check: Check, beam_search: Callable) -> None:
+    """Search on a pretend GPU (and on a real one, if there is one): every tensor must follow src's device."""
+    stages.decoder_on_gpu(
+        check, lambda device: _run(check, beam_search, _CASES[1], probe=device is None, device=device)[2],
+        "beam_search", advice=(
+            "Create every tensor on src's device: `torch.full(..., device=src.device)`, "
+            "`torch.arange(..., device=src.device)`, `torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)."))
+
+
+__all__ = ["check_beam_search"]

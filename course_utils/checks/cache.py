@@ -1,0 +1,372 @@
+"""Checker for lesson 07's decode_step: one step of incremental decoding with a key/value cache.
+
+``decode_step(model, y_last, memory, src, cache) -> (logits, cache)`` is compared with full recomputation on
+the checker's own model, with the course's layout (lesson 05's names, lesson 04's W_q/W_k/W_v/W_o, lesson 03's
+positional_encoding.pe), its recomputation written with PyTorch's own F.scaled_dot_product_attention. Forward
+hooks on every projection count the positions each one sees per step, so that a cache that is not used, or a
+projection run again over the whole prefix, is named. Caches are reordered between steps, as beam search does.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
+from ._hooks import WeightUses
+from ._standins import D_MODEL, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
+
+
+def check_decode_step(decode_step: Callable) -> CheckResult:
+    """Check ``decode_step(model, y_last, memory, src, cache) -> (logits, cache)`` against full recomputation."""
+    return run_check("decode_step", _check_decode_step, decode_step)
+
+
+_CACHE_PAD = 0
+
+
+def _cache_case(seed: int):
+    """A model, a padded source batch with its memory, and the target tokens to feed (no padding among them)."""
+    model = CourseTransformer(seed, _CACHE_PAD)
+    g = torch.Generator().manual_seed(seed + 1)
+    lengths = [5, 2, 4]
+    src = torch.full((3, 5), _CACHE_PAD, dtype=torch.long)
+    for b, n in enumerate(lengths):
+        src[b, :n] = torch.randint(1, SRC_VOCAB, (n,), generator=g)
+    memory = torch.randn(3, 5, D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
+    tgt = torch.randint(1, TGT_VOCAB, (3, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
+    return model, src, memory, tgt
+
+
+def _linear_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The decoder's linear maps by name, in the order one step uses them (cross-attention keys and values: step 0)."""
+    weights = {}
+    for i, layer in enumerate(model.decoder_layers):
+        for attn in ("self_attn", "cross_attn"):
+            for proj in ("W_q", "W_k", "W_v", "W_o"):
+                weights[f"decoder_layers[{i}].{attn}.{proj}"] = getattr(getattr(layer, attn), proj).weight
+        for lin in ("linear1", "linear2"):
+            weights[f"decoder_layers[{i}].feed_forward.{lin}"] = getattr(layer.feed_forward, lin).weight
+    weights["generator"] = model.generator.weight
+    return weights
+
+
+def _positions_seen(calls: list) -> dict[str, list[int]]:
+    """For each linear map used in a step, how many positions each use covered."""
+    seen: dict[str, list[int]] = {}
+    for name, applied, _ in calls:
+        seen.setdefault(name, []).append(int(applied.shape[-2]) if applied.dim() >= 3 else 1)
+    return seen
+
+
+def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache, t: int):
+    out = check.call(decode_step, model, y_last, memory, src, cache, what="decode_step", may_change=(cache,),
+                     hint=f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0)")
+    out = check.unpack(out, ["logits", "cache"], "decode_step")
+    logits = check.tensor(out[0], f"the logits of decode_step at step {t}")
+    B = y_last.shape[0]
+    if tuple(logits.shape) == (B, 1, TGT_VOCAB):
+        check.fail(f"decode_step returns logits of shape {fmt_shape(logits.shape)}; they should be (B, V) = "
+                   f"{fmt_shape((B, TGT_VOCAB))}, the scores of the next token: take `[:, -1]` (or squeeze dim 1).")
+    check.tensor(logits, f"the logits of decode_step at step {t}", shape=(B, TGT_VOCAB))
+    return logits, out[1]
+
+
+def _check_decode_step(check: Check, decode_step: Callable) -> None:
+    check.callable_(decode_step, "decode_step")
+    model, src, memory, tgt = _cache_case(7)
+    oracle, causes, trace = _cache_oracles(model, src, memory, tgt)
+    _cache_steps(check, decode_step, model, src, memory, tgt, oracle, causes, trace)
+    _cache_reorder(check, decode_step, model, src, memory, tgt)
+    _caches_interleaved(check, decode_step, model, src, memory, tgt)
+
+
+def _caches_interleaved(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor,
+                        memory: torch.Tensor, tgt: torch.Tensor) -> None:
+    """Two searches at once (two batches, two caches, stepped in turn) must not disturb each other: all that a
+    step needs is in its own cache, as lesson 07's wrapper assumes."""
+    halves = [slice(0, 1), slice(1, None)]
+    caches: list[dict] = [{}, {}]
+    with torch.no_grad():
+        for t in range(3):
+            for i, rows in enumerate(halves):
+                expected = model.decode(tgt[rows, : t + 1], memory[rows], src[rows])[:, -1]
+                out = check.attempt(decode_step, model, tgt[rows, t : t + 1], memory[rows], src[rows], caches[i],
+                                    what="decode_step")
+                logits = out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
+                if isinstance(out, Raised) or not isinstance(logits, torch.Tensor) or not close_enough(logits, expected):
+                    check.fail(
+                        f"Two decodings at once go wrong: with two caches stepped in turn (sentence 0 in one, the "
+                        f"others in the other, as when two batches are translated side by side), step {t} of the "
+                        f"{'first' if i == 0 else 'second'} differs from model.decode on its whole prefix. Something a "
+                        f"step needs lives outside its cache (a step counter on the model, keys and values in a "
+                        f"global or in a dict keyed by the memory tensor): keep all of it in the cache, which each "
+                        f"decoding owns."
+                    )
+                caches[i] = out[1]
+    check.ok("two decodings stepped in turn, each with its own cache, do not disturb each other")
+
+
+def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tgt: torch.Tensor) -> tuple[dict, dict]:
+    """Full recomputations in float64: the right logits, and those of each named mistake (with its cause)."""
+    B, T = tgt.shape
+    oracle = {}
+    with torch.no_grad():
+        double = copy.deepcopy(model).double()
+        mem64 = memory.double()
+        with WeightUses(_linear_weights(double)) as uses:
+            oracle["right"] = double.decode(tgt, mem64, src).float()  # (B, T, V): position t predicts token t + 1
+        trace = {name: (applied, out) for name, applied, out in uses.calls}  # each map once, on the whole prefix
+        trace["model"] = double
+        oracle["position 0"] = double.decode(tgt, mem64, src, positions=torch.zeros(T, dtype=torch.long)).float()
+        oracle["self only"] = double.decode(tgt, mem64, src, keys="self_only").float()
+        oracle["first only"] = double.decode(tgt, mem64, src, keys="first_only").float()
+        oracle["no src mask"] = double.decode(tgt, mem64, src, src_padding=False).float()
+    causes = {
+        "position 0": "the positional encoding of every new token is taken at position 0. The newest token "
+        "sits at position t (the number of tokens already in the cache): add `model.positional_encoding.pe[t]`",
+        "self only": "each new token attends to itself only: the cache grows, but its keys and values are not "
+        "used. Concatenate the new key and value to the cached ones (`torch.cat([cached_k, k], dim=2)`) and "
+        "attend over all of them",
+        "first only": "the new token's self-attention sees position 0 only, not the later tokens and not itself. "
+        "Either the causal mask is applied in the wrong orientation (its first row, which belongs to the first "
+        "query: a single query, the newest token, may see every cached key, so no causal mask is needed at all, "
+        "or its LAST row, `make_causal_mask(t + 1)[-1:]`), or, if it happens from step 1 on only, the new key and "
+        "value are appended to the cache after attending instead of before (attend over positions 0 to t, itself "
+        "included)",
+        "no src mask": "cross-attention ignores the source padding: pass the source padding mask, "
+        "`make_padding_mask(src, model.pad_id)`, to the cross-attention, as model.decode does",
+    }
+    return oracle, causes, trace
+
+
+def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
+                 tgt: torch.Tensor, oracle: dict, causes: dict, trace: dict) -> None:
+    """Steps 0..T-1 on the batch: logits equal the full recomputation, one new position per projection."""
+    T = tgt.shape[1]
+    with torch.no_grad():
+        cache: object = {}
+        for t in range(T):
+            with WeightUses(_linear_weights(model)) as uses:
+                logits, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
+            seen = _positions_seen(uses.calls)
+            if not close_enough(logits, oracle["right"][:, t]):
+                named = [f"Likely cause: {why}." for key, why in causes.items() if close_enough(logits, oracle[key][:, t])]
+                named = named or [_where_it_departs(uses.calls, trace, t, tgt[:, t : t + 1])]
+                check.fail(
+                    f"At step {t} (the cache holds {t} token{'s' if t != 1 else ''}), the logits of decode_step "
+                    f"differ from those of model.decode on the whole prefix (batch of 3 sentences of source "
+                    f"lengths 5, 2 and 4, padded).\n"
+                    f"  expected (first values): {fmt_values(oracle['right'][:, t])}\n"
+                    f"  actual   (first values): {fmt_values(logits)}\n"
+                    + (named[0] if named[0] else
+                       "Follow model.decode for one position: embedding * sqrt(d_model) + pe[t], then per layer "
+                       "self-attention over the cached keys and values plus the new ones, cross-attention "
+                       "to memory with the source padding mask, the feed-forward network, each wrapped with "
+                       "its residual and LayerNorm; then the generator.")
+                )
+            _positions(check, seen, t, memory.shape[1])
+    check.ok("logits equal the full recomputation at every step (batch with source padding)")
+    check.ok("every projection sees one new position per step; cross-attention keys and values are computed once")
+
+
+def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
+                   tgt: torch.Tensor) -> None:
+    """Beam search reorders the rows: the cache must follow (every tensor with the rows first)."""
+    with torch.no_grad():
+        rows = torch.tensor([2, 0, 0])  # (B,): beams reordered, one duplicated
+        cache = {}
+        for t in range(3):
+            _, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
+        misfits = _not_rows_first(cache, tgt.shape[0])
+        if misfits:
+            path, shape = misfits[0]
+            check.fail(
+                f"Your cache holds `{path}`, a tensor of shape {fmt_shape(shape)}, whose first dimension is not the "
+                f"batch's {tgt.shape[0]} rows. Beam search reorders the rows of every tensor in the cache along its "
+                f"first dimension (lesson 07's reorder_cache), so each needs the rows first: (B, H, t, d_k) for keys "
+                f"and values. Keep a step count as a plain Python int (or as a (B,) tensor, one per row)."
+            )
+        cache = select_rows(cache, rows)
+        tgt2, memory2, src2 = tgt[rows], memory[rows], src[rows]
+        expected = model.decode(tgt2[:, :4], memory2, src2)[:, -1]
+        with WeightUses(_linear_weights(model)) as uses:
+            out = check.attempt(decode_step, model, tgt2[:, 3:4], memory2, src2, cache, what="decode_step")
+        again = sorted({name for name, *_ in uses.calls if ".cross_attn.W_k" in name or ".cross_attn.W_v" in name})
+        logits = out[0] if isinstance(out, (tuple, list)) and len(out) == 2 else out
+        if isinstance(out, Raised) or not isinstance(logits, torch.Tensor) or not close_enough(logits, expected):
+            found = (f"decode_step raised {type(out.exception).__name__}: {str(out.exception).splitlines()[0]}"
+                     if isinstance(out, Raised) else
+                     f"expected (first values): {fmt_values(expected)}\n"
+                     f"  actual   (first values): {fmt_values(logits) if isinstance(logits, torch.Tensor) else describe(logits)}")
+            check.fail(
+                "After the rows were reordered as beam search does (rows [2, 0, 0] of the batch, memory and src "
+                "reordered the same way, and every tensor of the cache indexed along its first dimension), "
+                "the next step goes wrong:\n"
+                f"  {found}\n"
+                "Keep everything a step needs inside the cache (not on the model or in a global), and give "
+                "every tensor in it the rows as its first dimension, (B, H, t, d_k) for keys and values, so "
+                "that reorder_cache can select rows."
+            )
+        if again and not isinstance(out, Raised):
+            check.fail(
+                f"After the rows were reordered as beam search does, decode_step projected memory again "
+                f"({', '.join(again[:2])}): the reordered memory is a new tensor, and your step took that for a new "
+                f"sentence. The cross-attention's keys and values are in the cache, reordered with it: compute them "
+                f"at the first step only (when the cache is empty), whatever tensor memory is at later steps. "
+                f"Lesson 07's wrapper reorders at every step of beam search, so this would recompute them every time."
+            )
+    check.ok("the cache follows the rows when beam search reorders them")
+
+
+def _not_rows_first(cache: Any, rows: int, path: str = "cache") -> list[tuple[str, tuple]]:
+    """(where, shape) of every tensor in ``cache`` whose first dimension is not ``rows``."""
+    if isinstance(cache, torch.Tensor):
+        return [] if cache.dim() and cache.shape[0] == rows else [(path, tuple(cache.shape))]
+    if isinstance(cache, dict):
+        return [m for key, value in cache.items() for m in _not_rows_first(value, rows, f"{path}[{key!r}]")]
+    if isinstance(cache, (list, tuple)):
+        return [m for i, value in enumerate(cache) for m in _not_rows_first(value, rows, f"{path}[{i}]")]
+    return []
+
+
+def _heads_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """Merged multi-head attention of one query per row: q (B, d), k and v (B, L, d) -> (B, d)."""
+    B, L, D = k.shape
+    d_k = D // HEADS
+    qh, kh, vh = q.view(B, HEADS, 1, d_k), k.view(B, L, HEADS, d_k).transpose(1, 2), v.view(B, L, HEADS, d_k).transpose(1, 2)
+    return ((qh @ kh.transpose(-2, -1) * scale).softmax(-1) @ vh).reshape(B, D)  # (B, d_model)
+
+
+def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) -> str:
+    """The first linear map of the step whose input differs from model.decode's: its cause, else where it is."""
+    model = trace["model"]  # the float64 copy the trace comes from
+    used = [name for name, _, _ in calls]
+    unused = [n for n in _linear_weights(model) if n not in used and not (t > 0 and (".cross_attn.W_k" in n or
+                                                                                  ".cross_attn.W_v" in n))]
+    repeated = sorted({n for n in used if used.count(n) > 1})
+    layers_unused = sorted({n.split(".")[0] for n in unused} - {n.split(".")[0] for n in used})
+    if unused and repeated and unused[0].split(".")[0] == repeated[0].split(".")[0]:
+        return (f"Where it goes wrong: `{unused[0]}` was never called, while `{repeated[0]}` ran "
+                f"{used.count(repeated[0])} times in one step: each projection belongs to its own attention (the "
+                f"cross-attention's keys and values come from its own W_k and W_v, applied to memory).")
+    if unused and repeated:
+        return (f"Where it goes wrong: `{unused[0]}` was never called, while `{repeated[0]}` ran "
+                f"{used.count(repeated[0])} times in one step: every decoder layer must run with its own weights "
+                f"(loop over `model.decoder_layers`, each layer with its own part of the cache).")
+    if layers_unused:
+        return (f"Where it goes wrong: {', '.join(f'`{n}`' for n in layers_unused)} never ran in this step: the "
+                f"new token goes through every layer of `model.decoder_layers`, in order.")
+    mine = {name: applied.double() for name, applied, _ in calls}
+    for name in _linear_weights(model):
+        if name not in mine or name not in trace:
+            continue
+        want = trace[name][0]
+        cross_kv = ".cross_attn.W_k" in name or ".cross_attn.W_v" in name
+        width = mine[name].shape[-1]  # d_model, or d_ff for the second linear map of a feed-forward network
+        got = mine[name] if cross_kv else mine[name].reshape(y_last.shape[0], -1, width)[:, -1]
+        want = want if cross_kv else want[:, t]
+        if not close_enough(got, want, 1e-4, 1e-4):
+            return _departure_cause(model, name, got, trace, t, y_last)
+    return ""
+
+
+def _departure_cause(model: nn.Module, name: str, got: torch.Tensor, trace: dict, t: int, y_last: torch.Tensor) -> str:
+    """Named causes for the input of ``name`` (the first that differs), else where the step goes wrong."""
+    i = int(name[len("decoder_layers["):name.index("]")]) if name.startswith("decoder_layers") else LAYERS
+    layer = model.decoder_layers[min(i, LAYERS - 1)]
+    at = lambda key, which=0: trace[f"decoder_layers[{i}].{key}"][which][:, t]  # noqa: E731 (input 0 / output 1)
+    before = lambda key: trace[f"decoder_layers[{i - 1}].{key}"]  # noqa: E731
+    named: list[tuple[torch.Tensor, str]] = []
+    if name.endswith(("self_attn.W_q", "self_attn.W_k", "self_attn.W_v")) and i == 0:
+        emb, pe, root = model.tgt_embed.weight[y_last[:, 0]], model.positional_encoding.pe, math.sqrt(D_MODEL)
+        named = [(emb + pe[t], "the new token's embedding is not multiplied by sqrt(d_model) before the positional "
+                               "encoding is added: `model.tgt_embed(y_last) * math.sqrt(model.d_model)`"),
+                 (emb * root, "no positional encoding is added to the new token's embedding: add "
+                              "`model.positional_encoding.pe[t]`, the row of its position t (the number of tokens "
+                              "already in the cache)"),
+                 (emb * root + pe[t + 1], "the new token gets the positional encoding of position t + 1; its position "
+                                          "is t, the number of tokens already in the cache: add `pe[t]`")]
+        where = ("what the first layer receives for the new token differs from model.decode's: "
+                 "tgt_embed(y_last) * sqrt(d_model) + pe[t] (the positional encoding's dropout is off in eval mode)")
+    elif name.endswith(("self_attn.W_q", "generator")):  # the end of the previous layer
+        x, ffn = before("feed_forward.linear1")[0][:, t], before("feed_forward.linear2")[1][:, t]
+        norm = model.decoder_layers[i - 1].norm3
+        named = [(x + ffn, "the third sublayer's LayerNorm is missing: x = layer.norm3(x + feed_forward(x))"),
+                 (norm(ffn), "the residual connection around the feed-forward network is missing: "
+                             "norm3(x + feed_forward(x))")]
+        where = f"the output of decoder layer {i - 1}'s feed-forward sublayer, norm3(x + feed_forward(x)), differs"
+    elif name.endswith("self_attn.W_o"):
+        q, k, v = at("self_attn.W_q", 1), trace[f"decoder_layers[{i}].self_attn.W_k"][1], trace[f"decoder_layers[{i}].self_attn.W_v"][1]
+        d_k = D_MODEL // HEADS
+        named = [(_heads_attend(q, k[:, :t], v[:, :t], d_k ** -0.5) if t else got + 1,
+                  "the new token attends to the cached tokens but not to itself: append its own key and value to the "
+                  "cache first, and attend over the keys and values of positions 0 to t"),
+                 (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], D_MODEL ** -0.5),
+                  "the self-attention scores are divided by sqrt(d_model) instead of sqrt(d_k), the size of one head"),
+                 (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], 1.0),
+                  "the self-attention scores are not divided by sqrt(d_k)")]
+        where = ("the self-attention over the cache differs although its query, keys and values are right: attend with "
+                 "the new query over the keys and values of every position so far, the cached ones and the new one, "
+                 "softmax(q k^T / sqrt(d_k)) v per head, then merge the heads")
+    elif name.endswith("cross_attn.W_q"):
+        x, sa = at("self_attn.W_q"), at("self_attn.W_o", 1)
+        named = [(x + sa, "the first sublayer's LayerNorm is missing: x = layer.norm1(x + self_attention_output)"),
+                 (layer.norm1(sa), "the residual connection around the self-attention is missing: "
+                                   "norm1(x + self_attention_output)")]
+        where = "the output of the self-attention sublayer, norm1(x + self_attention_output), differs"
+    elif name.endswith(("cross_attn.W_k", "cross_attn.W_v")):
+        where = ("the cross-attention's keys and values are not computed from memory: W_k(memory) and W_v(memory), "
+                 "once, at step 0, then kept in the cache")
+    elif name.endswith("cross_attn.W_o"):
+        where = ("the cross-attention over memory differs although its query is right: keys and values from memory "
+                 "(computed at step 0, kept in the cache), the source padding mask (True = may attend, "
+                 "`src != model.pad_id`), softmax(q k^T / sqrt(d_k)) v per head")
+    elif name.endswith("feed_forward.linear1"):
+        x, ca = at("cross_attn.W_q"), at("cross_attn.W_o", 1)
+        named = [(x + ca, "the second sublayer's LayerNorm is missing: x = layer.norm2(x + cross_attention_output)"),
+                 (layer.norm2(ca), "the residual connection around the cross-attention is missing: "
+                                   "norm2(x + cross_attention_output)")]
+        where = "the output of the cross-attention sublayer, norm2(x + cross_attention_output), differs"
+    else:  # linear2: the hidden layer
+        named = [(at("feed_forward.linear1", 1), "the ReLU between the feed-forward network's two linear layers is "
+                                                  "missing")]
+        where = "the feed-forward network's hidden layer, relu(linear1(x)), differs"
+    cause = next((why for value, why in named if close_enough(got, value, 1e-4, 1e-4)), "")
+    if cause:
+        return f"Likely cause: {cause}."
+    return f"Where it goes wrong: `{name}` is the first linear map whose input differs from model.decode's: {where}."
+
+
+def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -> None:
+    """Each projection sees one new position per step; cross-attention keys and values only at step 0."""
+    for name, calls in seen.items():
+        cross_kv = ".cross_attn.W_k" in name or ".cross_attn.W_v" in name
+        if cross_kv:
+            if t > 0:
+                check.fail(
+                    f"At step {t}, {name} ran again on memory ({calls} positions): cross-attention keys and values "
+                    f"are recomputed at every step. They depend only on memory: compute them at the first step, "
+                    f"store them in the cache, and reuse them."
+                )
+            continue
+        if any(n != 1 for n in calls) or len(calls) != 1:
+            check.fail(
+                f"At step {t}, {name} saw {' + '.join(str(n) for n in calls)} positions; with a cache it should see "
+                f"exactly one, the newest token. Project only y_last's position, and concatenate its key and value "
+                f"to the cached ones (the earlier positions' projections do not change)."
+            )
+    for i in range(LAYERS):
+        for attn in ("self_attn", "cross_attn"):
+            for proj in ("W_q", "W_k", "W_v", "W_o"):
+                name = f"decoder_layers[{i}].{attn}.{proj}"
+                if name not in seen and not (attn == "cross_attn" and proj in ("W_k", "W_v") and t > 0):
+                    check.fail(f"At step {t}, {name} was never called: decode_step must use the model's own "
+                               f"projections (W_q, W_k, W_v, W_o of each layer's self_attn and cross_attn).")
+
+
+__all__ = ["check_decode_step"]

@@ -1,0 +1,322 @@
+"""Checker for lesson 07's to_torch_transformer: the learner's weights in PyTorch's own nn.Transformer.
+
+The copy must compute the model's logits with ``nn.Transformer``'s layers (the same values in eval mode, the
+same dropout rate in training mode), share no tensor with the learner's model, and leave it as it was. When the
+logits differ, the layers are compared one by one and the first that departs is named, with the weight that
+was copied wrongly where it can be told.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from ._core import Check, CheckResult, close_enough, describe, fmt_values, run_check
+from ._dropout import drop_pattern, dropout_problem
+from ._standins import DROPOUT, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer
+
+
+_PAD = 0  # the padding id of the checker's model
+
+
+def check_to_torch_transformer(to_torch_transformer: Callable) -> CheckResult:
+    """Check that ``to_torch_transformer(model)`` computes the model's logits with nn.Transformer's layers."""
+    return run_check("to_torch_transformer", _check_to_torch_transformer, to_torch_transformer)
+
+
+def _same_values(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape) and \
+        torch.allclose(a.detach().double(), b.detach().double(), atol=1e-6, rtol=0)
+
+
+def _attention_problem(where: str, ours: nn.Module, theirs: nn.MultiheadAttention) -> str | None:
+    """Names how the fused projection of a PyTorch attention differs from W_q, W_k, W_v, W_o."""
+    w = [getattr(ours, n).weight for n in ("W_q", "W_k", "W_v")]
+    b = [getattr(ours, n).bias for n in ("W_q", "W_k", "W_v")]
+    if getattr(theirs, "num_heads", None) != ours.num_heads:
+        return (f"{where} has num_heads = {theirs.num_heads}, where your attention has num_heads = {ours.num_heads}: "
+                f"read it from `self_attn.num_heads` (d_k = d_model // num_heads is another number).")
+    fused = theirs.in_proj_weight
+    if fused is None:
+        return f"{where} has separate q/k/v projection weights: build it with kdim = vdim = d_model (the default)."
+    if not _same_values(fused, torch.cat(w)):
+        if _same_values(fused, torch.cat([x.t() for x in w])):
+            cause = "each block is transposed: nn.Linear already stores (out_features, in_features), copy it as it is"
+        elif any(_same_values(fused, torch.cat([w[i] for i in order])) for order in
+                 [(0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]):
+            cause = "the three blocks are in the wrong order: it must stack W_q, W_k, W_v, in this order"
+        else:
+            cause = "it should be torch.cat([W_q.weight, W_k.weight, W_v.weight]) (rows: queries, then keys, then values)"
+        return f"{where}.in_proj_weight does not hold your W_q, W_k, W_v: {cause}."
+    if theirs.in_proj_bias is not None and not _same_values(theirs.in_proj_bias, torch.cat(b)):
+        return f"{where}.in_proj_bias should be torch.cat([W_q.bias, W_k.bias, W_v.bias])."
+    if not _same_values(theirs.out_proj.weight, ours.W_o.weight) or not _same_values(theirs.out_proj.bias, ours.W_o.bias):
+        return f"{where}.out_proj should hold your W_o (weight and bias)."
+    return None
+
+
+def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: list[str], norms: int,
+                   rate: float) -> str | None:
+    dropout = getattr(getattr(theirs, "dropout", None), "p", rate)
+    if dropout != rate:
+        return (f"{where} is built with dropout={dropout}, where your model's rate is {rate} "
+                f"(`model.positional_encoding.dropout.p`, which the exercise's contract names): build nn.Transformer "
+                f"with it; lesson 07 trains the copy to time its steps.")
+    for name in attentions:
+        torch_name = "multihead_attn" if name == "cross_attn" else "self_attn"
+        problem = _attention_problem(f"{where}.{torch_name}", getattr(ours, name), getattr(theirs, torch_name))
+        if problem:
+            return problem
+    for lin in ("linear1", "linear2"):
+        mine, yours = getattr(ours.feed_forward, lin), getattr(theirs, lin)
+        if not (_same_values(yours.weight, mine.weight) and _same_values(yours.bias, mine.bias)):
+            return f"{where}.{lin} should hold your feed_forward.{lin} (weight and bias)."
+    for i in range(1, norms + 1):
+        mine, yours = getattr(ours, f"norm{i}"), getattr(theirs, f"norm{i}")
+        if not (_same_values(yours.weight, mine.weight) and _same_values(yours.bias, mine.bias)):
+            others = [j for j in range(1, norms + 1) if _same_values(yours.weight, getattr(ours, f"norm{j}").weight)]
+            extra = f" (it holds your norm{others[0]})" if others else ""
+            return f"{where}.norm{i} should hold your norm{i}{extra}: each sublayer has its own LayerNorm."
+        eps, want = getattr(yours, "eps", None), getattr(mine, "eps", 1e-5)
+        # within a factor of 10 (1e-5 against a hand-written norm's 1e-6) the logits agree to the checker's 1e-5
+        if isinstance(eps, float) and isinstance(want, float) and eps > 0 and want > 0 and \
+                max(eps / want, want / eps) > 10 + 1e-9:
+            return (f"{where}.norm{i} has eps = {eps:g}, where your norm{i} has {want:g}: build the layers with "
+                    f"`layer_norm_eps` equal to your LayerNorms' eps (nn.Transformer's default is 1e-5).")
+    if getattr(theirs, "norm_first", False):
+        return (f"{where} has norm_first=True, the pre-LN variant. The paper's layers (and yours) are post-LN: "
+                f"build PyTorch's layers with norm_first=False (the default).")
+    activation = getattr(theirs, "activation", None)
+    if activation is not None and not _computes_relu(activation):
+        return f"{where} uses the activation {getattr(activation, '__name__', type(activation).__name__)}; yours is ReLU."
+    return None
+
+
+def _computes_relu(activation: Any) -> bool:
+    """Whether ``activation`` is ReLU by what it computes (F.relu, nn.ReLU(), a lambda around either...)."""
+    probe = torch.linspace(-3.0, 3.0, 13)
+    try:
+        out = activation(probe.clone())
+    except Exception:  # noqa: BLE001  (a string such as "relu" is not called by nn.Transformer either)
+        return activation == "relu"
+    return isinstance(out, torch.Tensor) and out.shape == probe.shape and torch.equal(out, probe.clamp(min=0))
+
+
+def _dense(out):
+    """A layer's output as a dense (B, L, d) tensor (PyTorch's encoder runs its layers on nested tensors in eval)."""
+    if isinstance(out, torch.Tensor) and out.is_nested:
+        return out.to_padded_tensor(0.0)
+    return out
+
+
+def _real(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """The values of x (B, L', d) at the real positions of ``real`` (B, L), L' <= L padded with zeros."""
+    if x.dim() == 3 and x.shape[1] < real.shape[1]:
+        x = torch.cat([x, x.new_zeros(x.shape[0], real.shape[1] - x.shape[1], x.shape[2])], dim=1)
+    return x[real]
+
+
+def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) -> None:
+    check.callable_(to_torch_transformer, "to_torch_transformer")
+    model = CourseTransformer(11, _PAD)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    modes = [m.training for m in model.modules()]
+    theirs = check.call(to_torch_transformer, model, what="to_torch_transformer")
+    if [m.training for m in model.modules()] != modes:
+        check.fail("to_torch_transformer changed the mode of your model (model.train() or model.eval() on it): "
+                   "leave your model as it was given, and set the mode of the new module only.")
+    if not isinstance(theirs, nn.Module):
+        check.fail(f"to_torch_transformer should return an nn.Module, but it returned {describe(theirs)}.")
+    if any(not torch.equal(before[k], v) for k, v in model.state_dict().items()):
+        check.fail("to_torch_transformer changed the weights of your model: copy them into the new module "
+                   "(`.copy_()` on the NEW parameters, inside torch.no_grad()), never the other way round.")
+
+    check.ok("returns an nn.Module and leaves your model unchanged")
+
+    enc, dec = _copied_layers(check, model, theirs)
+    _shares_nothing(check, model, theirs)
+    src, tgt, expected, got, inputs, seen = _traced_run(check, model, theirs, enc, dec)
+    if (len(seen["their_enc"]), len(seen["their_dec"])) != (LAYERS, LAYERS):
+        check.fail(
+            f"The module's forward does not compute with the PyTorch layers it holds: in one call its "
+            f"nn.TransformerEncoderLayers ran {len(seen['their_enc'])} times and its nn.TransformerDecoderLayers "
+            f"{len(seen['their_dec'])} times, where each of the {LAYERS} + {LAYERS} should run once. Run the "
+            f"embeddings and positional encoding, then nn.Transformer, then your generator; not a copy of your model."
+        )
+    _first_mismatch(check, src, tgt, expected, got, inputs, seen)
+    _input_dropout(check, theirs, enc[0], dec[0])
+
+
+_BATCH_FIRST = ("Our tensors are (B, L, d_model): build nn.Transformer with batch_first=True, or it reads the first "
+                "axis as the positions.")
+
+
+def _input_dropout(check: Check, theirs: nn.Module, first_enc: nn.Module, first_dec: nn.Module) -> None:
+    """In training mode the first layers' inputs show the positional encoding's dropout, at the model's rate."""
+    g = torch.Generator().manual_seed(9)
+    src = torch.randint(1, SRC_VOCAB, (16, 12), generator=g)  # no padding: every entry counts
+    tgt = torch.randint(1, TGT_VOCAB, (16, 10), generator=g)
+    inputs: dict[bool, dict[str, torch.Tensor]] = {True: {}, False: {}}  # training? -> side -> first layer's input
+    for training in (False, True):
+        def remember(module, args, key, seen=inputs[training]):  # returns None: the layer's inputs stay as they are
+            seen.setdefault(key, _dense(args[0]))
+
+        handles = [layer.register_forward_pre_hook(lambda m, args, key=key: remember(m, args, key))
+                   for key, layer in (("encoder", first_enc), ("decoder", first_dec))]
+        try:
+            theirs.train(training)
+            with torch.no_grad(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*nested tensors.*")
+                check.call(theirs, src, tgt, hint=_BATCH_FIRST,
+                           what="to_torch_transformer module's forward(src, tgt)" + ", in training mode" * training)
+        finally:
+            theirs.eval()
+            for h in handles:
+                h.remove()
+    for side in ("encoder", "decoder"):
+        dropped, plain = inputs[True].get(side), inputs[False].get(side)
+        if not (isinstance(dropped, torch.Tensor) and isinstance(plain, torch.Tensor) and dropped.shape == plain.shape):
+            continue
+        where = f"the embeddings plus positions (the input of the first {side} layer)"
+        pattern = drop_pattern(dropped, plain)
+        problem = dropout_problem(pattern, DROPOUT, where, "copy") if pattern.exact else (
+            f"In training mode something other than a dropout changes {where} in your copy.")
+        if problem:
+            check.fail(f"{problem}\nThe positional encoding's dropout (`model.positional_encoding.dropout`, "
+                       f"p={DROPOUT} here) must act on the embeddings plus positions in the copy too: reuse a copy of "
+                       f"your model's positional_encoding module (its dropout comes with it), rather than adding `pe` "
+                       f"by hand or building a new nn.Dropout.")
+    check.ok(f"in training mode, the embeddings plus positions are dropped at your model's rate ({DROPOUT})")
+
+
+def _shares_nothing(check: Check, model: nn.Module, theirs: nn.Module) -> None:
+    """The returned module holds copies: no parameter or buffer shares memory with the learner's model."""
+    ours = {t.untyped_storage().data_ptr(): name for name, t in (*model.named_parameters(), *model.named_buffers())}
+    shared = [ours[t.untyped_storage().data_ptr()] for _, t in (*theirs.named_parameters(), *theirs.named_buffers())
+              if t.untyped_storage().data_ptr() in ours]
+    if shared:
+        shown = ", ".join(f"`{n}`" for n in dict.fromkeys(shared[:4]))
+        check.fail(f"The module shares {len(set(shared))} tensors with your model ({shown}...): it holds your model's "
+                   f"own tensors, not copies, so one optimizer step on it would change your model too. Copy them: "
+                   f"`copy.deepcopy(model.src_embed)` for the modules you keep around nn.Transformer, and `.copy_()` "
+                   f"into PyTorch's own parameters.")
+    check.ok("holds copies of your tensors: none is shared with your model")
+
+
+def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[list, list]:
+    """PyTorch's own layers, each holding the weights of the learner's layer; no extra final norms."""
+    enc = [m for m in theirs.modules() if isinstance(m, nn.TransformerEncoderLayer)]
+    dec = [m for m in theirs.modules() if isinstance(m, nn.TransformerDecoderLayer)]
+    if len(enc) != LAYERS or len(dec) != LAYERS:
+        check.fail(
+            f"The module should compute with PyTorch's own layers: {LAYERS} nn.TransformerEncoderLayer and "
+            f"{LAYERS} nn.TransformerDecoderLayer for a model of {LAYERS} + {LAYERS} layers (nn.Transformer "
+            f"holds them); it has {len(enc)} and {len(dec)}."
+        )
+    for i, (ours, yours) in enumerate(zip(model.encoder_layers, enc)):
+        problem = _layer_problem(f"encoder layer {i}", ours, yours, ["self_attn"], 2, DROPOUT)
+        if problem:
+            check.fail(f"The weights of encoder layer {i} do not match yours: {problem}")
+    for i, (ours, yours) in enumerate(zip(model.decoder_layers, dec)):
+        problem = _layer_problem(f"decoder layer {i}", ours, yours, ["self_attn", "cross_attn"], 3, DROPOUT)
+        if problem:
+            check.fail(f"The weights of decoder layer {i} do not match yours: {problem}")
+    check.ok("each PyTorch layer holds the weights of your layer (fused in_proj_weight = [W_q; W_k; W_v])")
+    for stack in [m for m in theirs.modules() if isinstance(m, (nn.TransformerEncoder, nn.TransformerDecoder))]:
+        if isinstance(stack.norm, nn.LayerNorm):
+            which = "encoder" if isinstance(stack, nn.TransformerEncoder) else "decoder"
+            check.fail(
+                f"The {which} stack of your module ends with a final LayerNorm: nn.Transformer adds one to each "
+                f"stack (for pre-LN models). The paper's post-LN layers end with their own LayerNorm, and your "
+                f"model has no final one: set `transformer.encoder.norm = None` and `transformer.decoder.norm = None`."
+            )
+    return enc, dec
+
+
+def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, dec: list) -> tuple:
+    """Both models on a padded batch, with every layer's input and output recorded."""
+    g = torch.Generator().manual_seed(5)
+    src = torch.randint(1, SRC_VOCAB, (3, 6), generator=g)
+    src[1, 4:], src[2, 2:] = _PAD, _PAD
+    tgt = torch.randint(1, TGT_VOCAB, (3, 5), generator=g)
+    tgt[0, 3:] = _PAD
+    seen: dict[str, list[torch.Tensor]] = {"ours_enc": [], "ours_dec": [], "their_enc": [], "their_dec": []}
+    handles = []
+    inputs: dict[str, torch.Tensor] = {}
+    for key, layer in (("ours_enc", model.encoder_layers[0]), ("their_enc", enc[0]), ("ours_dec", model.decoder_layers[0]),
+                       ("their_dec", dec[0])):
+        def remember(module, args, key=key):
+            if args and key not in inputs:
+                inputs[key] = _dense(args[0])  # (returns None: the layer's inputs stay as they are)
+
+        handles.append(layer.register_forward_pre_hook(remember))
+    for key, layers in (("ours_enc", model.encoder_layers), ("ours_dec", model.decoder_layers),
+                        ("their_enc", enc), ("their_dec", dec)):
+        for layer in layers:
+            handles.append(layer.register_forward_hook(lambda m, a, out, key=key: seen[key].append(_dense(out))))
+    try:
+        theirs.eval()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*nested tensors.*")  # PyTorch's note on its fast path
+            expected = model(src, tgt)  # (B, L_tgt, V)
+            got = check.call(theirs, src, tgt, what="to_torch_transformer module's forward(src, tgt)", hint=_BATCH_FIRST)
+    finally:
+        for h in handles:
+            h.remove()
+    got = check.tensor(got, "the logits of the module", shape=tuple(expected.shape), finite=False)
+    return src, tgt, expected, got, inputs, seen
+
+
+def _first_mismatch(check: Check, src: torch.Tensor, tgt: torch.Tensor, expected: torch.Tensor, got: torch.Tensor,
+                    inputs: dict, seen: dict) -> None:
+    """Equal logits pass; otherwise name the first piece (input, encoder, decoder, final norm) that differs."""
+    real_src, real_tgt = src != _PAD, tgt != _PAD
+    if close_enough(got[real_tgt], expected[real_tgt]):
+        check.ok("its logits equal your model's to 1e-5 (eval mode, padded source and target)")
+        return
+    polarity = ("PyTorch's masks are the opposite of ours: True means HIDDEN. Pass src_key_padding_mask = "
+                "memory_key_padding_mask = (src == pad_id), and a causal tgt_mask that is True ABOVE the diagonal "
+                "(or nn.Transformer.generate_square_subsequent_mask(L)).")
+    for side, real in (("enc", real_src), ("dec", real_tgt)):
+        a, b = inputs.get(f"ours_{side}"), inputs.get(f"their_{side}")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and not close_enough(_real(b, real), a[real]):
+            which = "source" if side == "enc" else "target"
+            check.fail(
+                f"The input of the first {'encoder' if side == 'enc' else 'decoder'} layer differs from yours: "
+                f"it should be the {which} embeddings times sqrt(d_model), plus the positional encoding (use your "
+                f"model's own embeddings and positional_encoding).\n"
+                f"  expected (first values): {fmt_values(a[real])}\n  actual   (first values): {fmt_values(_real(b, real))}"
+            )
+    for i, (a, b) in enumerate(zip(seen["ours_enc"], seen["their_enc"])):
+        if isinstance(b, torch.Tensor) and close_enough(_real(b, real_src), a[real_src]):
+            continue
+        if i == 0 and seen["their_enc"] and not bool(torch.isfinite(seen["their_enc"][0]).all()):
+            check.fail(f"Encoder layer 0 gives NaN: every key of some sentence is hidden. {polarity}")
+        check.fail(
+            f"The output of encoder layer {i} differs from yours (at the real source positions), although its "
+            f"weights and its input match: check the source padding mask. {polarity}"
+        )
+    if seen["their_enc"] and len(seen["their_dec"]) and not close_enough(
+            _real(seen["their_dec"][0], real_tgt), seen["ours_dec"][0][real_tgt]):
+        check.fail(
+            "The encoder and the decoder's input agree with yours, but decoder layer 0 does not: check the "
+            "memory it receives (the encoder's output) and the masks: the causal tgt_mask, and "
+            "memory_key_padding_mask for the source. " + polarity
+        )
+    for i, (a, b) in enumerate(zip(seen["ours_dec"], seen["their_dec"])):
+        if not close_enough(_real(b, real_tgt), a[real_tgt]):
+            check.fail(f"Decoder layer {i} differs from yours although decoder layer 0 agrees: check the memory and "
+                       f"the masks it receives. " + polarity)
+    check.fail(
+        "Every layer agrees with yours, but the logits do not: check what comes after the last decoder layer. "
+        "nn.Transformer's decoder ends with a LayerNorm of its own (set `transformer.decoder.norm = None`), and "
+        "the output projection must be your generator.\n"
+        f"  expected (first values): {fmt_values(expected[real_tgt])}\n  actual   (first values): "
+        f"{fmt_values(got[real_tgt])}"
+    )
+
+
+__all__ = ["check_to_torch_transformer"]
