@@ -160,7 +160,9 @@ def test_hostile_input_gets_a_named_result_in_time(name, label, short_limits, ca
     assert result.messages and all(m.strip() for m in result.messages), text
     assert "could not finish" not in text and "could not use" not in text, text
     assert "0x" not in text, text
-    assert took < TOTAL_LIMIT + CALL_LIMIT + 1.5, f"took {took:.1f} s:\n{text}"
+    # a limit that does not work shows as a run far past it (the sleep below is of 30 s); the margin is wide
+    # so that a busy machine is not mistaken for one (checker speed is measured by benchmarks, not here)
+    assert took < TOTAL_LIMIT + CALL_LIMIT + 10, f"took {took:.1f} s:\n{text}"
     after = _state()
     assert torch.equal(before[0], after[0]) and before[1:2] == after[1:2] and np.array_equal(before[2], after[2])
     assert before[3:] == after[3:], "a global setting was left changed"

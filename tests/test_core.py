@@ -169,7 +169,7 @@ def test_an_endless_loop_is_stopped_with_a_named_error():
 
     start = time.monotonic()
     result = run_check("add", _fast_body, endless)
-    assert time.monotonic() - start < 2
+    assert time.monotonic() - start < 10  # without the limit it never returns; the margin is for a busy machine
     expect(result, "error", "did not return within 0.5 s", "x = tensor of shape (2, 3)", "stopping condition")
 
 
@@ -187,7 +187,7 @@ def test_a_sleep_and_a_swallowed_limit_are_stopped_too():
     for fn in (sleepy, stubborn):
         start = time.monotonic()
         expect(run_check("add", _fast_body, fn), "error", "did not return within")
-        assert time.monotonic() - start < 2
+        assert time.monotonic() - start < 10  # 60 s without the limit
 
 
 def test_the_total_time_of_a_check_is_bounded():
@@ -309,7 +309,7 @@ def test_without_a_timer_signal_a_trace_function_stops_python_loops(monkeypatch)
 
     start = time.monotonic()
     expect(run_check("add", _fast_body, endless), "error", "did not return within 0.5 s")
-    assert time.monotonic() - start < 2 and sys.gettrace() is None
+    assert time.monotonic() - start < 10 and sys.gettrace() is None
 
 
 def test_a_combined_checker_blames_the_failing_component_first():
