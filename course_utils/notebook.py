@@ -608,6 +608,25 @@ def saved_file(relative: str | os.PathLike) -> Path:
     return found if found is not None else Path(relative)
 
 
+def _with_exercises_used(trees: list[ast.Module], wanted: set[str]) -> set[str]:
+    """``wanted`` and, in turn, every other exercise of the same notebook that their cells use.
+
+    An exercise may build on another of its lesson (lesson 05's layers on the lesson's own ``LayerNorm``):
+    loading the layers loads that exercise's cell too, as the checkers assume.
+    """
+    from . import contracts
+
+    exercises = {node.name for tree in trees for node in tree.body
+                 if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in contracts.CONTRACTS}
+    while True:
+        used = {n.id for tree in trees for node in loaded_statements(tree, wanted) for n in ast.walk(node)
+                if isinstance(n, ast.Name)}
+        more = (used & exercises) - wanted
+        if not more:
+            return wanted
+        wanted = wanted | more
+
+
 def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the cells of ``notebook`` that define ``names``, and return those objects.
 
@@ -615,8 +634,10 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
     names, its functions, classes and assignments (helpers and constants the
     exercise uses; see ``_schema.loaded_statements``), in notebook order, all
     in one namespace (pass ``namespace`` to share it across several calls, so
-    a class from one lesson can use a function from another). Nothing else in
-    that notebook runs: no training, no plots, no checker cells.
+    a class from one lesson can use a function from another). An exercise of the
+    same notebook that a loaded cell uses is loaded with it (lesson 05's layers
+    built on the lesson's own ``LayerNorm``). Nothing else in that notebook
+    runs: no training, no plots, no checker cells.
 
     The notebook is looked for in the current folder, then (on Colab) in the
     mounted Google Drive's "Colab Notebooks" folder, "Copy of ..." names
@@ -625,12 +646,12 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
     (see :mod:`course_utils.colab`).
     """
     path = _locate_notebook(notebook, names)
-    wanted = set(names)
+    cells = [(number, source, parse_cell(source)) for number, source in enumerate(_code_cells(path), start=1)]
+    wanted = _with_exercises_used([tree for *_, tree in cells if tree is not None], set(names))
     ns: dict[str, Any] = namespace if namespace is not None else {}
     ns.setdefault("__name__", "__course_exercises__")
     found: set[str] = set()
-    for number, source in enumerate(_code_cells(path), start=1):
-        tree = parse_cell(source)
+    for number, source, tree in cells:
         if tree is None:
             continue
         imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]

@@ -71,6 +71,23 @@ def test_load_exercises_runs_only_imports_and_definitions(tmp_path):
     assert found["FACTOR"] == 3
 
 
+def test_load_exercises_loads_another_exercise_of_the_lesson_that_a_loaded_cell_uses(tmp_path):
+    """Lesson 05 invites layers built on the lesson's own LayerNorm; later lessons load only the layers."""
+    lesson = _notebook(
+        tmp_path / "05.ipynb",
+        "import torch\nfrom torch import nn",
+        "class LayerNorm(nn.Module):\n    def forward(self, x):\n        return x - x.mean(-1, keepdim=True)",
+        "class FeedForward(nn.Module):\n    def forward(self, x):\n        return x",
+        "class EncoderLayer(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.norm1 = LayerNorm()",
+        "def not_an_exercise():\n    raise RuntimeError('never loaded')\nnot_an_exercise()",
+    )
+    ns: dict = {}
+    (layer,) = load_exercises(lesson, ["EncoderLayer"], namespace=ns).values()
+    assert type(layer().norm1).__name__ == "LayerNorm"
+    assert "FeedForward" not in ns and "not_an_exercise" not in ns, "only what the loaded cells use"
+
+
 def test_load_exercises_explains_missing_notebooks_and_names(tmp_path):
     with pytest.raises(FileNotFoundError, match="keep the course notebooks together"):
         load_exercises(tmp_path / "99_no_such_lesson.ipynb", ["scaled_dot_product_attention"])  # no reference either
