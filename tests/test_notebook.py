@@ -197,6 +197,20 @@ def test_requires_does_not_warn_about_another_object_or_a_passed_check(capsys):
     assert capsys.readouterr().out == "", "the failing check was about another object than the one this cell uses"
 
 
+def test_a_demonstration_does_not_hide_the_learners_own_failure(capsys):
+    def eighth(x):  # the learner's, wrong
+        return x / 4
+
+    def wrong_eighth(x):  # the lesson's demonstration of a failure, checked after the learner's cell
+        return x
+
+    _record("eighth", eighth, passed=False)
+    _record("eighth", wrong_eighth, passed=False)
+    with requires("eighth"):
+        pass
+    assert "`eighth` FAILED its checker" in capsys.readouterr().out
+
+
 def test_attribute_error_after_a_green_checker_names_the_expected_attribute(capsys, contract):
     class Heads:  # stores its head count under another name
         def __init__(self):

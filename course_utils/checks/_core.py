@@ -958,7 +958,9 @@ _FALLBACK = (
     "exercise's description."
 )
 _ANY = object()
-_last: dict[str, tuple[int, CheckResult]] = {}  # exercise -> (id of the implementation, its last result)
+# exercise -> {id of an implementation: its last result}, the latest last: a lesson's demonstration of a wrong
+# version (check_x(a_wrong_x)) must not replace the result of the learner's own x
+_last: dict[str, dict[int, CheckResult]] = {}
 
 
 def run_check(exercise: str, body: Callable[..., None], *args: Any, time_limit: float | None = None, **kwargs: Any) -> CheckResult:
@@ -970,7 +972,12 @@ def run_check(exercise: str, body: Callable[..., None], *args: Any, time_limit: 
     check = Check(exercise, time_limit=time_limit)
     with preserved_state():
         result = _outcome(check, _with_loading_checked(body, exercise), args, kwargs)
-    _last[exercise] = (id(args[0]) if args else 0, result)
+    results = _last.setdefault(exercise, {})
+    key = id(args[0]) if args else 0
+    results.pop(key, None)
+    results[key] = result
+    while len(results) > 8:  # the ids of objects long gone may be reused: keep the few latest
+        del results[next(iter(results))]
     return result
 
 
@@ -1020,10 +1027,10 @@ def last_result(exercise: str, implementation: Any = _ANY) -> CheckResult | None
     With ``implementation``, only a result about that very object counts (a
     lesson may run a checker on a deliberately wrong version to show a failure).
     """
-    entry = _last.get(exercise)
-    if entry is None or (implementation is not _ANY and entry[0] != id(implementation)):
-        return None
-    return entry[1]
+    results = _last.get(exercise) or {}
+    if implementation is _ANY:
+        return next(reversed(results.values()), None)
+    return results.get(id(implementation))
 
 
 def generator(seed: int) -> torch.Generator:
