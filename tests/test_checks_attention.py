@@ -439,7 +439,7 @@ WRONG = [
     ("swapped", swapped_order, ["wrong order", "return output, weights"]),
     ("no softmax", _sdpa(return_scores=True), ["softmax is missing"]),
     ("softmax over queries", _sdpa(dim=-2), ["do not sum to 1", "dim -2", "query axis"]),
-    ("softmax over heads", _sdpa(dim=1), ["do not sum to 1", "dim -3", "wrong dimension"]),
+    ("softmax over heads", _sdpa(dim=1), ["do not sum to 1", "dim -3", "dim=1: the head axis", "wrong dimension"]),
     ("no scale", _sdpa(scale=lambda q, k, v: 1.0), ["without any scaling"]),
     ("divide by d_k", _sdpa(scale=lambda q, k, v: 1 / q.size(-1)), ["divided by d_k instead of sqrt(d_k)"]),
     ("multiply by sqrt d_k", _sdpa(scale=lambda q, k, v: math.sqrt(q.size(-1))), ["multiplied by sqrt(d_k)"]),

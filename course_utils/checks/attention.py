@@ -518,7 +518,11 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
         other = w.sum(dim)
         if close_enough(other, torch.ones_like(other), atol=1e-4, rtol=0):
             axis = dim - w.dim()
-            where = " (the query axis)" if axis == -2 else ""
+            labels = {4: ("B", "H", "L_q", "L_k"), 3: ("B", "L_q", "L_k"), 2: ("L_q", "L_k")}.get(w.dim())
+            where = ""
+            if labels:
+                role = {"B": "the batch axis", "H": "the head axis", "L_q": "the query axis"}[labels[dim]]
+                where = f" (dim={dim}: {role} of these ({', '.join(labels)}) weights)"
             check.fail(
                 f"The rows of your weights do not sum to 1 (row sums: {fmt_values(sums)}); they sum to 1 along "
                 f"dim {axis}{where} instead.\n"
