@@ -18,7 +18,7 @@ from torch import nn
 from helpers import expect
 from course_utils.checks.ablation import (check_learned_positional_encoding, check_pre_ln_decoder_layer,
                                           check_pre_ln_encoder_layer)
-from reference_modules import (BiasFreeAttention, DecoderLayer, EinsumAttention, EncoderLayer, FeedForward,
+from reference_modules import (DecoderLayer, EinsumAttention, EncoderLayer, FeedForward,
                                FusedAttention, MultiHeadAttention, OwnLayerNorm)
 
 
@@ -218,7 +218,7 @@ CORRECT_ENCODER_LAYERS = [
     variant(PreLNEncoderLayer, "HelperPreLNEncoderLayer", parts(  # norms registered first, in reverse order
         "norm1", "self_attn", "feed_forward", "dropout", self_attn=EinsumAttention), forward=_helper_encoder,
         sublayer=lambda s, x, norm, fn: x + s.dropout(fn(norm(x)))),
-    variant(PreLNEncoderLayer, "BiasFreePreLNEncoderLayer", parts(self_attn=BiasFreeAttention)),
+    variant(PreLNEncoderLayer, "FusedAttentionPreLNEncoderLayer", parts(self_attn=FusedAttention)),
 ]
 
 
@@ -347,7 +347,7 @@ CORRECT_DECODER_LAYERS = [
             nn.Dropout(dropout) for _ in range(3)))), forward=_fused_decoder),
     variant(PreLNDecoderLayer, "OwnNormPreLNDecoderLayer", parts(norm1=CentredNorm, norm2=CentredNorm,
                                                                  norm3=CentredNorm), forward=_loop_decoder),
-    variant(PreLNDecoderLayer, "EinsumPreLNDecoderLayer", parts(self_attn=EinsumAttention, cross_attn=BiasFreeAttention),
+    variant(PreLNDecoderLayer, "EinsumPreLNDecoderLayer", parts(self_attn=EinsumAttention, cross_attn=EinsumAttention),
             forward=_einsum_decoder),
     variant(PreLNDecoderLayer, "HelperPreLNDecoderLayer", parts(  # norms registered first, in reverse order
         "norm3", "norm2", "norm1", "feed_forward", "cross_attn", "self_attn", "drop", drop=nn.Dropout),

@@ -159,7 +159,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
              penalty=_gnmt, every_step=False, drop_finished=False, duplicates=False, extend_finished=False,
              worst=False, encode_each_step=False, grad=False, tile_memory=False, mix_rows=False, early_stop=True,
              reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False, stop="bound",
-             at_max_len="compete", pick="normalised"):
+             at_max_len="compete", pick="normalised", half=False, batch_bound=False):
     B, k = src.size(0), beam_size
     device = None if cpu_tensors else src.device  # None: the default device, the CPU
     with torch.set_grad_enabled(grad):
@@ -167,7 +167,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
         memory = memory.repeat(k, 1, 1) if tile_memory else memory.repeat_interleave(k, dim=0)
         src_k = src.repeat_interleave(k, dim=0)
         ys = torch.full((B * k, 1), bos_id, dtype=torch.long, device=device)
-        scores = torch.full((B, k), float("-inf"), device=device)
+        scores = torch.full((B, k), float("-inf"), device=device, dtype=torch.float16 if half else None)
         scores[:, 0] = 0.0
         if duplicates:
             scores[:] = 0.0
@@ -181,6 +181,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
             if mask_specials:  # BOS and padding can never be generated
                 logits = logits.index_fill(-1, torch.tensor([bos_id, pad_id], device=logits.device), float("-inf"))
             step = logits.softmax(-1) if probs else logits.log_softmax(-1)
+            step = step.half() if half else step
             V = step.size(-1)
             candidates = (scores.unsqueeze(-1) + step.view(B, k, V)).view(B, k * V)
             if every_step:
@@ -205,6 +206,8 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
                 bound = {"bound": max_len - 1, "current": t, "raw": None}.get(stop, max_len - 1)
                 divisor = 1 if every_step or bound is None else penalty(bound, length_penalty)
                 reach = scores.max(dim=1).values / divisor
+                if batch_bound:  # the best open score of the whole batch, for every sentence
+                    reach = scores.max().expand(B) / divisor
                 for b in range(B):
                     if stop == "first" and finished[b]:
                         done[b] = True
@@ -320,6 +323,8 @@ WRONG = [
     (_variant_of(tile_memory=True), ["memory and src belong to different sentences"]),
     (_variant_of(mix_rows=True), ["mixed"]),
     (_variant_of(worst=True), ["worst finished hypothesis"]),
+    (_variant_of(half=True), ["too close for float16", "lower precision"]),
+    (_variant_of(batch_bound=True), ["was certain after", "its own best open score"]),
     (_variant_of(reverse_rows=True), ["wrong order"]),
     (_variant_of(encode_each_step=True), ["encoder should run once"]),
     (calls_forward, ["encoder should run once"]),

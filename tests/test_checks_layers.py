@@ -795,11 +795,11 @@ def test_not_a_class(checker, good):
     expect(checker(good(16, 24) if good is FeedForward else good(16, 4, 24)), "failed", "expected a class")
 
 
-def test_layers_accept_bias_free_attention_projections():
+def test_layers_blame_bias_free_attention_projections_on_the_attention():
     from reference_modules import BiasFreeDecoderLayer, BiasFreeEncoderLayer
 
-    expect(check_encoder_layer(BiasFreeEncoderLayer), "passed")
-    expect(check_decoder_layer(BiasFreeDecoderLayer), "passed")
+    expect(check_encoder_layer(BiasFreeEncoderLayer), "failed", "MultiHeadAttention", "without a bias")
+    expect(check_decoder_layer(BiasFreeDecoderLayer), "failed", "MultiHeadAttention", "without a bias")
 
 
 # --------------------------------------------------------------------------

@@ -26,11 +26,6 @@ def attention_modules(module: nn.Module) -> list[nn.Module]:
     ]
 
 
-def bias_free_projections(module: nn.Module) -> int:
-    """How many W_q/W_k/W_v/W_o projections inside ``module`` have no bias (the paper's are plain matrices)."""
-    return sum(getattr(m, name).bias is None for m in attention_modules(module) for name in _PROJECTIONS)
-
-
 _NORM_LIKE: "weakref.WeakKeyDictionary[nn.Module, bool]" = weakref.WeakKeyDictionary()
 
 
@@ -110,5 +105,5 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
-__all__ = ["attention_modules", "bias_free_projections", "count_parameters", "feed_forward_linears", "layer_norms",
+__all__ = ["attention_modules", "count_parameters", "feed_forward_linears", "layer_norms",
            "linears_outside", "norm_without_affine", "shared_parameter_groups"]

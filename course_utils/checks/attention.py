@@ -160,7 +160,10 @@ def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
 
 def _device_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
     """Inputs on a GPU: a pretended one everywhere, and the real one when there is one."""
-    stages.on_gpu(check, fn, *_small_inputs(g, torch.float32), what=_NAME, inputs="query, key and value",
+    q, k, v, mask = _small_inputs(g, torch.float32)
+    stages.on_gpu(check, fn, q, k, v, what=_NAME, inputs="query, key and value (with no mask)",
+                  outputs=("the output", "the weights"), source="query")
+    stages.on_gpu(check, fn, q, k, v, mask, what=_NAME, inputs="query, key, value and the mask",
                   outputs=("the output", "the weights"), source="query")
 
 

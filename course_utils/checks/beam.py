@@ -237,6 +237,14 @@ _CASES = [
     # power included (found by search)
     {"vocab_size": 9, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 4, "beam_size": 4, "alpha": 2.0,
      "sentences": [(0, 26, 8), (0, 20, 5)]},
+    # hypotheses whose scores differ by less than float16 can tell apart: scores must be summed in the
+    # model's precision (found by search)
+    {"vocab_size": 7, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 10, "beam_size": 3, "alpha": 0.6,
+     "sentences": [(2, 1, 5), (2, 36, 8), (0, 27, 2), (2, 19, 3)]},
+    # each sentence stops on its own bound: a bound taken from the best open score of the whole batch keeps a
+    # sentence searching one step too long (found by search)
+    {"vocab_size": 6, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 10, "beam_size": 3, "alpha": 1.0,
+     "sentences": [(2, 36, 3), (2, 24, 3), (2, 23, 5), (2, 19, 6)]},
 ]
 
 
@@ -698,6 +706,12 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                      f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
                      f"candidates, those ending in EOS among the beam_size best finish, and the beam_size best "
                      f"others stay open.")
+        elif mine in score and abs(score[mine] - score[search.best]) < 0.01:
+            cause = (f"Your answer is one of the contract's finished hypotheses, and its score is only "
+                     f"{abs(score[mine] - score[search.best]):.4f} below the best one's: too close for float16, which "
+                     f"rounds numbers of this size to steps of 0.002 to 0.004. Are the scores kept in a lower precision "
+                     f"(`dtype=torch.float16`, `.half()`) somewhere? Keep them in the dtype of the model's "
+                     f"log-probabilities (float32).")
         elif mine in score:
             cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is one "
                      "of the finished hypotheses, but not the best by the length-normalised score: compare "
@@ -731,7 +745,7 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
         check.fail(
             f"Your search ran {steps} decoding steps, but every sentence's best finished hypothesis was certain "
             f"after {needed} {setup}: no open hypothesis could still beat it. Stop a sentence once its best "
-            f"finished score is at least the best open score divided by the penalty of the longest possible "
+            f"finished score is at least its own best open score (that sentence's, not the batch's) divided by the penalty of the longest possible "
             f"hypothesis, ((5 + max_len - 1) / 6) ** length_penalty, and stop the loop when every sentence has "
             f"stopped."
         )

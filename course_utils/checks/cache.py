@@ -26,7 +26,7 @@ def check_decode_step(decode_step: Callable) -> CheckResult:
     return run_check("decode_step", _check_decode_step, decode_step)
 
 
-_CACHE_PAD = 0
+_CACHE_PAD = 2  # not 0: decode_step must read the model's pad_id, not assume one
 
 
 def _cache_case(seed: int):
@@ -36,9 +36,9 @@ def _cache_case(seed: int):
     lengths = [5, 2, 4]
     src = torch.full((3, 5), _CACHE_PAD, dtype=torch.long)
     for b, n in enumerate(lengths):
-        src[b, :n] = torch.randint(1, SRC_VOCAB, (n,), generator=g)
+        src[b, :n] = torch.randint(_CACHE_PAD + 1, SRC_VOCAB, (n,), generator=g)
     memory = torch.randn(3, 5, D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
-    tgt = torch.randint(1, TGT_VOCAB, (3, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
+    tgt = torch.randint(_CACHE_PAD + 1, TGT_VOCAB, (3, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
     return model, src, memory, tgt
 
 

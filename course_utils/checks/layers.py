@@ -135,7 +135,7 @@ def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     layout = _values(check, layer, "encoder", wiring, out, lambda layer_: run(layer_, x, keep), g, x,
                      masks=(twins.torch_mask(keep, B, _NUM_HEADS, L, L), None))
     _layer_dropout(check, build, lambda layer_: run(layer_, x, keep), (x, keep), "encoder", wiring)
-    stages.module_on_gpu(check, layer, x, keep, what=name)
+    stages.module_on_gpu(check, layer, x, keep, what=name, also=[(x,)])
     _check_layer_sizes(check, build, "encoder", wiring)
     if layout.missing:
         check.ok(_layout_unused(layout, name))
@@ -197,7 +197,7 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
                      x, memory, (twins.torch_mask(causal, B, _NUM_HEADS, T, T), twins.torch_mask(src_keep, B, _NUM_HEADS, T, S)))
     _layer_dropout(check, build, lambda layer_: run(layer_, x, memory, src_keep, causal), (x, memory, src_keep, causal),
              "decoder", wiring)
-    stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what=name)
+    stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what=name, also=[(x, memory)])
     _check_layer_sizes(check, build, "decoder", wiring)
     if layout.missing:
         check.ok(_layout_unused(layout, name))
@@ -585,11 +585,6 @@ def _parameters(check: Check, layer: nn.Module, layout: twins.LayerLayout, kind:
     attention, ffn, norm = 4 * (d * d + d), d * _D_FF + _D_FF + _D_FF * d + d, 2 * d
     expected = n_attn * attention + ffn + (n_attn + 1) * norm
     actual = anatomy.count_parameters(layer)
-    # The attention projections may leave out their biases (the paper's W^Q, W^K, W^V, W^O are plain matrices).
-    bias_free = anatomy.bias_free_projections(layer)
-    expected -= bias_free * d
-    if bias_free:
-        check.ok("attention projections without bias, as in the paper's equations")
     if actual != expected:
         check.fail(
             f"Your {name}(d_model={d}, num_heads={_NUM_HEADS}, d_ff={_D_FF}) has {actual:,} parameters; the "

@@ -326,13 +326,10 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
     enc, dec = attention + ffn + 2 * norm, 2 * attention + ffn + 3 * norm
     base = _SRC_VOCAB * d + _TGT_VOCAB * d + _NUM_LAYERS * (enc + dec)
     options = {}
-    # The attention projections may leave out their biases (the paper's W^Q... are plain matrices).
-    bias_free = anatomy.bias_free_projections(model)
-    base_option = base - bias_free * d
     for bias in (True, False):
         for tied in (False, True):
             for finals in (0, 1, 2):
-                total = base_option + d * _TGT_VOCAB * (not tied) + _TGT_VOCAB * bias + finals * norm
+                total = base + d * _TGT_VOCAB * (not tied) + _TGT_VOCAB * bias + finals * norm
                 words = [
                     "output projection " + ("with" if bias else "without") + " bias",
                     "tied to the target embedding" if tied else "its own weight matrix",
@@ -340,8 +337,6 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
                 if finals:
                     words.append(f"{'a final LayerNorm' if finals == 1 else 'final LayerNorms'} after the "
                                  f"{'encoder or decoder' if finals == 1 else 'encoder and decoder'} stacks")
-                if bias_free:
-                    words.append("attention projections without bias")
                 options.setdefault(total, ", ".join(words))
     actual = anatomy.count_parameters(model)
     if actual in options:
@@ -356,8 +351,7 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
         f"  {_NUM_LAYERS} encoder layers x {enc:,} (self-attention {attention:,}, feed-forward {ffn:,}, 2 LayerNorms {2 * norm})",
         f"  {_NUM_LAYERS} decoder layers x {dec:,} (2 attentions {2 * attention:,}, feed-forward {ffn:,}, 3 LayerNorms {3 * norm})",
         f"  output projection {d} x {_TGT_VOCAB} + {_TGT_VOCAB} = {d * _TGT_VOCAB + _TGT_VOCAB:,} "
-        f"(also accepted: without bias, tied to the target embedding, final LayerNorms, attention projections "
-        f"without bias)",
+        f"(also accepted: without bias, tied to the target embedding, final LayerNorms)",
         "In yours: " + _breakdown(model),
     ]
     if any(_MAX_LEN in p.shape for p in model.parameters() if p.requires_grad):

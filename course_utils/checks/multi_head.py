@@ -72,7 +72,7 @@ def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     _check_other_size(check, cls, g)
     _check_sizes(check, cls, g)
     _check_dropout(check, cls, g)
-    stages.module_on_gpu(check, module, q, k, v, padding, what="MultiHeadAttention")
+    stages.module_on_gpu(check, module, q, k, v, padding, what="MultiHeadAttention", also=[(q, k, v)])
     _check_divisibility(check, cls)
 
 
@@ -211,8 +211,12 @@ def _check_structure(check: Check, module: Any, d_model: int, num_heads: int) ->
             )
     no_bias = [name for name in _NAMES if getattr(module, name).bias is None]
     if no_bias:
-        # The paper's projections are plain matrices; nn.Linear's bias is optional. Compared as a zero bias.
-        check.ok(f"{', '.join(no_bias)} without bias, as in the paper's equations (compared as a zero bias)")
+        check.fail(
+            f"{', '.join(no_bias)} {'is' if len(no_bias) == 1 else 'are'} built without a bias (`bias=False`). The "
+            f"exercise asks for nn.Linear's default bias, and later cells copy these biases: this lesson's "
+            f"comparison with nn.MultiheadAttention, and lesson 07's copy of your model into nn.Transformer, whose "
+            f"attention has biases. Build them as `nn.Linear(d_model, d_model)`."
+        )
     check.ok("has W_q, W_k, W_v, W_o, each nn.Linear(d_model, d_model)")
     try:
         names = [p.name for p in inspect.signature(module.forward).parameters.values()][:3]

@@ -48,6 +48,7 @@ import ast
 import builtins
 import dataclasses
 import dis
+import inspect
 import linecache
 import math
 import os
@@ -113,6 +114,10 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
     for attribute in (a for a in spec.attributes if a in sizes):  # arguments later code reads back: d_model, pad_id
         value = getattr(module, attribute, _MISSING)
         if type(value) is not type(sizes[attribute]) or value != sizes[attribute]:
+            default = _default_of(type(module), attribute)
+            if default is not _MISSING and default == value and default != sizes[attribute]:
+                check.fail(f"Your {exercise}'s `{attribute}` defaults to {default!r} in `__init__`; the exercise's "
+                           f"default is {sizes[attribute]!r}. Later code builds it without that argument ({uses}).")
             has = f"has `{attribute}` = {describe(value)}" if value is not _MISSING else f"has no attribute `{attribute}`"
             check.fail(f"{owner[:1].upper() + owner[1:]} {has}: store the argument, "
                        f"`self.{attribute} = {attribute}`. Later code reads it ({uses}).")
@@ -123,6 +128,15 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
             check.fail(f"{problem[:1].upper() + problem[1:]}\n{why}")
     if parts:
         check.ok("has " + ", ".join(f"`{name}`" for name, _, _ in parts) + " with the kinds and sizes the exercise gives")
+
+
+def _default_of(cls: type, parameter: str) -> Any:
+    """The default of ``parameter`` in ``cls.__init__``, or _MISSING."""
+    try:
+        found = inspect.signature(cls.__init__).parameters.get(parameter)
+    except (TypeError, ValueError):
+        return _MISSING
+    return _MISSING if found is None or found.default is inspect.Parameter.empty else found.default
 
 
 def _asked(kind: str, args: str) -> str:
@@ -641,8 +655,21 @@ def on_gpu(check: Check, fn: Callable, *args: Any, what: str, inputs: str, outpu
 def module_on_gpu(check: Check, module: nn.Module, *inputs: Any, what: str,
                   advice: str = "Create tensors where the input lives: `torch.ones(L, L, dtype=torch.bool, "
                                 "device=x.device)`, `torch.arange(L, device=x.device)`, or move them: "
-                                "`make_causal_mask(L).to(x.device)`.") -> None:
-    """``module`` and its inputs on a GPU (parameters and buffers moved as ``.to(device)`` would): nothing on the CPU."""
+                                "`make_causal_mask(L).to(x.device)`.", also: Sequence[tuple] = ()) -> None:
+    """``module`` and its inputs on a GPU (parameters and buffers moved as ``.to(device)`` would): nothing on the CPU.
+
+    ``also``: other argument lists to try the same way first (the masks left out, so that a default built for
+    ``mask=None`` is tried too).
+    """
+    for other in also:
+        _module_on_gpu(check, module, other, what, advice)
+    _module_on_gpu(check, module, inputs, what, advice)
+    device = _gpu.real_gpu()
+    check.ok("creates its tensors on the device of its input (tried on a pretend GPU"
+             + (" and on the real one)" if device else ")") + (", with and without masks" if also else ""))
+
+
+def _module_on_gpu(check: Check, module: nn.Module, inputs: tuple, what: str, advice: str) -> None:
     state = _gpu.module_state(module)
 
     def run() -> Any:
@@ -659,8 +686,6 @@ def module_on_gpu(check: Check, module: nn.Module, *inputs: Any, what: str,
         module.to("cpu")
         if isinstance(real, Raised) and "device" in str(real.exception):
             check.fail(f"With the module and its input on {device}, your {what} mixes devices:\n{real.message}\n{advice}")
-    check.ok("creates its tensors on the device of its input (tried on a pretend GPU"
-             + (" and on the real one)" if device else ")"))
 
 
 def decoder_on_gpu(check: Check, run: Callable[[torch.device | None], Any], what: str, advice: str) -> None:
@@ -726,8 +751,26 @@ def train_random(check: Check, module: nn.Module, run: Callable[[nn.Module], tor
     if close_enough(first, second, atol=0, rtol=RTOL):
         check.fail(f"In training mode your {what} gives the same output twice for the same input, although it was "
                    f"built with dropout={p}: dropout is not applied.\n{fix}")
-    check.ok("applies dropout in training mode")
+    _backward_runs(check, module, first, what)
+    check.ok("applies dropout in training mode, and a training step's backward pass runs through it")
     return first
+
+
+def _backward_runs(check: Check, module: nn.Module, out: Any, what: str) -> None:
+    """A loss on a training-mode output can be backpropagated (an in-place dropout or ReLU breaks autograd)."""
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        return
+    done = check.attempt(lambda: out.sum().backward(), what=f"the backward pass through your {what}")
+    module.zero_grad(set_to_none=True)
+    if isinstance(done, Raised):
+        text = str(done.exception).strip().splitlines()
+        inplace = any(word in str(done.exception) for word in ("inplace", "in-place"))
+        check.fail(f"In training mode, a loss on the output of your {what} cannot be backpropagated: "
+                   f"{type(done.exception).__name__}: {text[0] if text else ''}\n"
+                   + ("Likely cause: an in-place operation on a tensor that autograd keeps for the backward pass: "
+                      "`nn.Dropout(..., inplace=True)` or `nn.ReLU(inplace=True)`, `.relu_()`, `x += ...` or "
+                      "`x[...] = ...` on an intermediate result. Use the ordinary, out-of-place versions."
+                      if inplace else "Training would stop at its first step: it must run in training mode too."))
 
 
 @dataclasses.dataclass
