@@ -261,11 +261,11 @@ WRONG = [
     (_conversion(activation="gelu"), ["activation"]),
     (_conversion(swap_norms=True), ["norm1 should hold your norm1 (it holds your norm2)"]),
     (_conversion(flip_masks=True), ["opposite of ours"]),
-    (_conversion(no_causal=True), ["opposite of ours"]),
+    (_conversion(no_causal=True), ["receives no tgt_mask", "generate_square_subsequent_mask"]),
     (_conversion(scale=False), ["input of the first encoder layer", "sqrt(d_model)"]),
     (modifies_the_model, ["changed the weights of your model"]),
     (lambda model: model, ["nn.transformerencoderlayer"]),
-    (no_memory_padding_mask, ["memory_key_padding_mask"]),
+    (no_memory_padding_mask, ["receives no memory_key_padding_mask"]),
     # issue 17
     (shares_the_embeddings, ["shares", "src_embed.weight", "copy"]),
     (_conversion(heads_from="d_k"), ["num_heads", "6", "4"]),

@@ -124,7 +124,10 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
     model = CourseTransformer(11, _PAD)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     modes = [m.training for m in model.modules()]
-    theirs = check.call(to_torch_transformer, model, what="to_torch_transformer")
+    theirs = check.call(to_torch_transformer, model, what="to_torch_transformer", hint=(
+        "If a copy fails on a size, build nn.Transformer with your model's own sizes, read from it: "
+        "d_model=model.d_model, nhead=your attention's num_heads, dim_feedforward=your "
+        "feed_forward.linear1.out_features (d_ff), the numbers of encoder and decoder layers, batch_first=True."))
     if [m.training for m in model.modules()] != modes:
         check.fail("to_torch_transformer changed the mode of your model (model.train() or model.eval() on it): "
                    "leave your model as it was given, and set the mode of the new module only.")
@@ -253,6 +256,10 @@ def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, de
                 inputs[key] = _dense(args[0])  # (returns None: the layer's inputs stay as they are)
 
         handles.append(layer.register_forward_pre_hook(remember))
+    def masks_of(module, args, kwargs):
+        inputs.setdefault("their_dec_masks", kwargs)  # (returns None: nothing changes)
+
+    handles.append(dec[0].register_forward_pre_hook(masks_of, with_kwargs=True))
     for key, layers in (("ours_enc", model.encoder_layers), ("ours_dec", model.decoder_layers),
                         ("their_enc", enc), ("their_dec", dec)):
         for layer in layers:
@@ -268,6 +275,39 @@ def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, de
             h.remove()
     got = check.tensor(got, "the logits of the module", shape=tuple(expected.shape), finite=False)
     return src, tgt, expected, got, inputs, seen
+
+
+def _hidden(mask: Any) -> torch.Tensor | None:
+    """Where a PyTorch attention mask hides (True for bool masks, -inf for float ones); None when absent."""
+    if not isinstance(mask, torch.Tensor):
+        return None
+    return mask if mask.dtype == torch.bool else mask.detach() < -1e4
+
+
+def _mask_problem(kwargs: dict, src: torch.Tensor, length: int) -> str:
+    """Names the mask that decoder layer 0 received wrongly (PyTorch's convention: True or -inf means hidden)."""
+    future = torch.ones(length, length, dtype=torch.bool).triu(1)  # (L, L): what the causal mask hides
+    tgt_mask = _hidden(kwargs.get("tgt_mask"))
+    if tgt_mask is None and not kwargs.get("tgt_is_causal"):
+        return ("it receives no tgt_mask, so every target position sees the future. Pass a causal mask: "
+                "tgt_mask = nn.Transformer.generate_square_subsequent_mask(L) (or a bool mask True above the diagonal).")
+    if tgt_mask is not None and tgt_mask.shape[-2:] == future.shape:
+        shown = tgt_mask.reshape(-1, length, length)[0]
+        if torch.equal(shown, ~future):
+            return ("its tgt_mask hides the past and shows the future: PyTorch's masks are the opposite of ours, True "
+                    "(or -inf) means HIDDEN. Pass a mask that is True ABOVE the diagonal: ~your_causal_mask, or "
+                    "nn.Transformer.generate_square_subsequent_mask(L).")
+        if not torch.equal(shown, future):
+            return "its tgt_mask is not the causal mask: it should hide exactly the positions above the diagonal."
+    padding = src == _PAD  # (B, L_src): what PyTorch should hide in the source
+    memory_mask = _hidden(kwargs.get("memory_key_padding_mask"))
+    if memory_mask is None:
+        return ("it receives no memory_key_padding_mask, so the cross-attention reads the source's padding. Pass "
+                "memory_key_padding_mask = (src == pad_id), as for the encoder's src_key_padding_mask.")
+    if memory_mask.shape == padding.shape and torch.equal(memory_mask, ~padding):
+        return ("its memory_key_padding_mask hides the real source positions and shows the padding: in PyTorch True "
+                "means HIDDEN, so pass (src == pad_id).")
+    return ""
 
 
 def _first_mismatch(check: Check, src: torch.Tensor, tgt: torch.Tensor, expected: torch.Tensor, got: torch.Tensor,
@@ -301,6 +341,9 @@ def _first_mismatch(check: Check, src: torch.Tensor, tgt: torch.Tensor, expected
         )
     if seen["their_enc"] and len(seen["their_dec"]) and not close_enough(
             _real(seen["their_dec"][0], real_tgt), seen["ours_dec"][0][real_tgt]):
+        named = _mask_problem(inputs.get("their_dec_masks") or {}, src, tgt.shape[1])
+        if named:
+            check.fail(f"The encoder and the decoder's input agree with yours, but decoder layer 0 does not: {named}")
         check.fail(
             "The encoder and the decoder's input agree with yours, but decoder layer 0 does not: check the "
             "memory it receives (the encoder's output) and the masks: the causal tgt_mask, and "

@@ -188,6 +188,13 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
             f"{wiring.self_attn.format(mask='tgt_mask')}: the model builds tgt_mask (padding AND causal) with "
             f"make_target_mask, and lesson 07's one-token-at-a-time decoding passes a mask that is not square."
         )
+    if not close_enough(masked, plain, _ATOL, _RTOL) and close_enough(plain, run(layer, x, memory, None, causal), _ATOL, _RTOL):
+        check.fail(
+            f"Called with tgt_mask=None, your {name} still hides the future: it builds a causal mask of its own when "
+            f"none is given. None means 'hide nothing': use the masks it is given as they are, and nothing when "
+            f"they are None. The model passes tgt_mask itself (make_target_mask), and lesson 07's decoding of one "
+            f"token at a time calls the layer with a mask that is not square."
+        )
     _allow_all_is_no_mask(check, masked, plain, name, "masks")
     out = run(layer, x, memory, src_keep, causal)
     check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")

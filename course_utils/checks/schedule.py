@@ -481,6 +481,12 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, late
     overwritten = _write_overwritten(check, *built) if built else ""
     if overwritten:
         check.fail(head + overwritten)
+    if built and _counts_on_its_own(check, built[1]):
+        check.fail(head + "Your schedule function gives two different values when it is called twice with the same "
+                   "step number: it counts steps with state of its own (a global, an attribute, a default "
+                   "argument), and LambdaLR calls it once per param group at every step, and again when a "
+                   "scheduler is rebuilt or restored. Compute the factor from the step number LambdaLR passes, and "
+                   "from nothing else: `lambda step: noam_lr(step + 1, d_model, warmup_steps)`.")
     factor = lambda k: _paper(k, d_model, warmup_steps)  # noqa: E731  the paper's rate at step k
     for fits, message in _scheduler_slips(observed, lrs, factor, table):
         if fits:
@@ -490,6 +496,15 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, late
         "and nothing else: `torch.optim.lr_scheduler.LambdaLR` multiplies every group's initial lr by the value "
         "of a function of the step count, which is exactly this."
     )
+
+
+def _counts_on_its_own(check, scheduler) -> bool:
+    """Whether the scheduler's function (LambdaLR's lr_lambdas[0]) answers the same step number differently twice."""
+    functions = getattr(scheduler, "lr_lambdas", None)
+    if not isinstance(functions, list) or not functions or not callable(functions[0]):
+        return False
+    first, second = (check.attempt(functions[0], 3, what="your schedule function") for _ in range(2))
+    return all(isinstance(v, (int, float)) for v in (first, second)) and not _near(first, second)
 
 
 _RETURN_THE_FACTOR = (
