@@ -159,7 +159,8 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
              penalty=_gnmt, every_step=False, drop_finished=False, duplicates=False, extend_finished=False,
              worst=False, encode_each_step=False, grad=False, tile_memory=False, mix_rows=False, early_stop=True,
              reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False, stop="bound",
-             at_max_len="compete", pick="normalised", half=False, batch_bound=False):
+             at_max_len="compete", pick="normalised", half=False, batch_bound=False,
+             without_eos=False, one_step_short=False):
     B, k = src.size(0), beam_size
     device = None if cpu_tensors else src.device  # None: the default device, the CPU
     with torch.set_grad_enabled(grad):
@@ -174,7 +175,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
         finished = [[] for _ in range(B)]
         done = [False] * B
         offsets = torch.arange(B, device=device).unsqueeze(1) * k
-        for t in range(1, max_len):
+        for t in range(1, max_len - 1 if one_step_short else max_len):
             if encode_each_step:
                 memory = model.encode(src).repeat_interleave(k, dim=0)
             logits = model.decode(ys, memory, src_k)[:, -1]
@@ -193,7 +194,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
                 is_eos = torch.zeros_like(is_eos)
             for b, j in is_eos[:, : (2 * k if eos_from_2k else k)].nonzero().tolist():
                 if not done[b] and not drop_finished:
-                    seq = ys[b * k + beam[b, j]].tolist() + [eos_id]
+                    seq = ys[b * k + beam[b, j]].tolist() + ([] if without_eos else [eos_id])
                     value = top_scores[b, j].item() if every_step else top_scores[b, j].item() / penalty(t, length_penalty)
                     finished[b].append((value, seq))
             keep = is_eos.long().argsort(dim=1, stable=True)[:, :k]
@@ -324,6 +325,8 @@ WRONG = [
     (_variant_of(mix_rows=True), ["mixed"]),
     (_variant_of(worst=True), ["worst finished hypothesis"]),
     (_variant_of(half=True), ["too close for float16", "lower precision"]),
+    (_variant_of(without_eos=True), ["without its eos"]),
+    (_variant_of(one_step_short=True), ["one before max_len", "range(1, max_len)"]),
     (_variant_of(batch_bound=True), ["was certain after", "its own best open score"]),
     (_variant_of(reverse_rows=True), ["wrong order"]),
     (_variant_of(encode_each_step=True), ["encoder should run once"]),

@@ -695,7 +695,14 @@ class ExtraDropoutTransformer(Transformer):
         return self.embed_dropout(super().embed(embedding, tokens))
 
 
+class PlainListTransformer(Transformer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.encoder_layers = list(self.encoder_layers)  # not registered: the optimizer never sees these layers
+
+
 CONTRACT_MISTAKES = {
+    "layers in a plain list": (PlainListTransformer, ["plain Python list", "nn.ModuleList"]),
     "no Xavier initialisation": (DefaultInitTransformer, ["not initialised with Xavier/Glorot", "xavier_uniform_"]),
     "generator renamed": (RenamedTransformer, ["no submodule `generator`", "parameter breakdown"]),
     "pad_id not stored": (NoPadIdTransformer, ["`pad_id`", "self.pad_id = pad_id"]),

@@ -56,6 +56,7 @@ class ScriptedModel(nn.Module):
         self._anchor = nn.Parameter(torch.zeros((), device="cpu"))  # so that next(model.parameters()) works
         self._script, self._vocab_size, self._pad_id = script, vocab_size, pad_id
         self._max_len, self._slack, self._pretend = max_len, slack, pretend_device
+        self.max_len = max_len  # the max_len the search was given
         self._max_calls = batch * (max_len + slack)  # enough for a loop that decodes one sentence at a time
         self.encoded: list[tuple[int, ...]] = []  # the sentences encoded, one entry per row
         self.encode_calls = 0

@@ -527,9 +527,11 @@ def _prefixes(check: Check, model: ScriptedModel, sentences: list, setup: str, b
                     check.fail(
                         f"model.decode received, for sentence {sentences.index(sentence)}, the prefix "
                         f"{_row(prefix)}, which extends a hypothesis of sentence {owner[0]} {setup}: the beams "
-                        f"of different sentences are mixed. Keep the scores as (B, beam_size), pick the top "
-                        f"candidates per sentence (topk over dim=-1 of a (B, beam_size * V) tensor) and turn "
-                        f"the beam index into a row with b * beam_size + beam."
+                        f"of different sentences are mixed. Rows b * beam_size to (b + 1) * beam_size - 1 belong to "
+                        f"sentence b: repeat memory and src with `repeat_interleave(beam_size, dim=0)`, which keeps "
+                        f"each sentence's rows together (`.repeat(beam_size, 1, 1)` tiles the whole batch instead); "
+                        f"keep the scores as (B, beam_size), pick the top candidates per sentence (topk over dim=-1 "
+                        f"of a (B, beam_size * V) tensor) and turn the beam index into a row with b * beam_size + beam."
                     )
                 check.fail(
                     f"model.decode received the prefix {_row(prefix)} for sentence {sentences.index(sentence)}, "
@@ -668,6 +670,10 @@ def _departure(model: ScriptedModel, sentence: tuple[int, ...], search: _Search,
         return (f"At step {t + 1} the contract's beam holds {shown(want)}; yours decoded {shown(have) or 'nothing'} "
                 f"(sums of log-probabilities). {'; '.join(why)}.")
     if len(history) < search.steps:
+        if len(history) == search.steps - 1 == model.max_len - 2:
+            return (f"Your search stopped this sentence after {len(history)} steps, one before max_len: the loop ends "
+                    f"a step early. A hypothesis may have max_len tokens, BOS included, so there are max_len - 1 "
+                    f"steps: `for t in range(1, max_len)`.")
         return (f"Your search stopped this sentence after {len(history)} steps; the contract's goes on for "
                 f"{search.steps}, since an open hypothesis could still beat the best finished one.")
     return ""
@@ -716,6 +722,10 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
             cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is one "
                      "of the finished hypotheses, but not the best by the length-normalised score: compare "
                      "sum / ((5 + n) / 6) ** length_penalty, n = tokens after BOS, EOS included.")
+        elif any(mine == seq[:-1] for _, seq in search.finished):
+            cause = ("Your answer is one of the contract's finished hypotheses without its EOS: a finished hypothesis "
+                     "is the candidate that ends in EOS, EOS included (its log-probability is part of the score), "
+                     "and the output keeps it, padded after it.")
         else:
             cause = ("Your search opened the same hypotheses as the contract's at every step, but your answer is not "
                      "one of its finished hypotheses: check how you finish a hypothesis (the candidate ending in EOS, "

@@ -105,6 +105,13 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
             absent.append(f"no buffer named `{name}`{yours}")
     missing = [name for name, kind, _ in parts if kind not in ("buffer", "param")
                and not isinstance(getattr(module, name, None), nn.Module)]
+    plain = [n for n in missing if isinstance(getattr(module, n, None), (list, tuple, dict))]
+    if plain:
+        shown = ", ".join(f"`{n}`" for n in plain)
+        check.fail(f"{owner[:1].upper() + owner[1:]} keeps {shown} in a plain Python "
+                   f"{type(getattr(module, plain[0])).__name__}: nn.Module does not register modules kept that way, "
+                   f"so `.parameters()` (and the optimizer), `.to(device)`, `.eval()` and `state_dict()` never see "
+                   f"them. Use `nn.ModuleList([...])` (or `nn.ModuleDict`).\n{why}")
     if missing:
         found = ", ".join(f"`{n}` = {type(m).__name__}" for n, m in module.named_children()) or "none"
         absent.append(f"no submodule{'s' if len(missing) > 1 else ''} {', '.join(f'`{n}`' for n in missing)} "
