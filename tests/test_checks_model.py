@@ -698,7 +698,9 @@ class ExtraDropoutTransformer(Transformer):
 class PlainListTransformer(Transformer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.encoder_layers = list(self.encoder_layers)  # not registered: the optimizer never sees these layers
+        layers = list(self.encoder_layers)
+        del self.encoder_layers
+        self.encoder_layers = layers  # a plain list is not registered: the optimizer never sees these layers
 
 
 CONTRACT_MISTAKES = {
