@@ -164,7 +164,10 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
             if isinstance(out_, Raised):
                 _masks_where_they_belong(check, layer_, name, wiring, x_, memory_, src_mask_, tgt_mask_)
         if isinstance(out_, Raised):
-            out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what=f"{name}.forward")
+            out_ = check.call(layer_, x_, memory_, src_mask_, tgt_mask_, what=f"{name}.forward", hint=(
+                f"x has {T} positions and memory {S}: where a size does not match, check which tensor each "
+                f"attention reads. The cross-attention's queries come from the decoder (x), its keys and values "
+                f"from memory: {wiring.cross_attn}."))
         out_ = stages.one_tensor(check, out_, name)
         hint = ""
         if isinstance(out_, torch.Tensor) and out_.dim() == 3 and out_.shape[1] == S:

@@ -70,7 +70,9 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
 
 
 def _run(check: Check, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    out = check.call(module, x, what="LayerNorm.forward")
+    out = check.call(module, x, what="LayerNorm.forward", hint=(
+        "Where a size does not match: `x.mean(-1, keepdim=True)` and `x.var(-1, keepdim=True, unbiased=False)` "
+        "keep the last axis with size 1, so that they broadcast against x."))
     if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(torch.isfinite(out).all()):
         check.fail("Your LayerNorm returns NaN or infinity. A vector whose features are all equal has variance 0, "
                    "and only eps keeps the division finite: divide by `torch.sqrt(var + self.eps)`.")
