@@ -36,7 +36,7 @@ Devices
 Dropout
     ``eval_deterministic(check, module, run, what, p)`` and
     ``train_random(check, module, run, what, p)``: dropout off in eval mode, on in
-    training mode.
+    training mode, where a backward pass must run too.
     ``dropout_measured(check, observe, p, what)``: on each named place where the
     exercise puts a dropout, the rate, the scale, one mask per entry, a fresh
     mask per place and per call, drawn from torch's global generator.
