@@ -46,11 +46,6 @@ def moments(self, x):  # E[x^2] - E[x]^2, rsqrt
     return (x - mean) * torch.rsqrt(square - mean**2 + self.eps)
 
 
-class DefaultEps1e6(LayerNorm):
-    def __init__(self, d_model, eps=1e-6):
-        super().__init__(d_model, eps)
-
-
 class TorchLayerNorm(nn.LayerNorm):
     def __init__(self, d_model, eps=1e-5):
         super().__init__(d_model, eps=eps)
@@ -93,7 +88,7 @@ WRONG = {
     "no eps attribute": (variant(init=lambda s, d, eps: delattr(s, "eps"), normalise=lambda s, x: LayerNorm.normalise(type("S", (), {"eps": 1e-5})(), x)), "self.eps = eps"),
     "cpu tensor": (variant(lambda s, x: LayerNorm.normalise(s, x) + torch.zeros(x.shape[-1])), "creates a tensor on the CPU"),
     "float32": (variant(forward=lambda s, x: LayerNorm.forward(s, x).float()), "float64"),
-    "eps default": (DefaultEps1e6, "defaults to 1e-06 in `__init__`"),
+    "eps default": (type("LayerNorm", (LayerNorm,), {"__init__": lambda s, d, eps=1e-6: LayerNorm.__init__(s, d, eps)}), "defaults to 1e-06"),
     "computes in float32": (variant(forward=lambda s, x: LayerNorm.forward(s, x.float())), "`.float()`"),
 }
 

@@ -64,15 +64,12 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
                          "`torch.no_grad()`): the gradient flows through them too.")})
     stages.module_on_gpu(check, norm, x, what="LayerNorm")
     far = 1e5 + torch.randn(2, 5, _D, generator=g)  # around 1e5: computed in float32, the deviations are lost
-    with torch.no_grad():
-        expected = F.layer_norm(far.double(), (_D,), norm.weight.double(), norm.bias.double(), 1e-5)
-    stages.follows_dtype(check, norm, [far], "LayerNorm", expected=expected)
+    stages.follows_dtype(check, norm, [far], "LayerNorm", expected=_formula(norm, far, 1e-5))
 
 
 def _run(check: Check, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    out = check.call(module, x, what="LayerNorm.forward", hint=(
-        "Where a size does not match: `x.mean(-1, keepdim=True)` and `x.var(-1, keepdim=True, unbiased=False)` "
-        "keep the last axis with size 1, so that they broadcast against x."))
+    out = check.call(module, x, what="LayerNorm.forward", hint="Sizes that do not match? `keepdim=True` keeps the "
+                     "last axis of the mean and the variance (size 1), so that they broadcast against x.")
     if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(torch.isfinite(out).all()):
         check.fail("Your LayerNorm returns NaN or infinity. A vector whose features are all equal has variance 0, "
                    "and only eps keeps the division finite: divide by `torch.sqrt(var + self.eps)`.")
