@@ -29,7 +29,8 @@ def _attend(q, k, v, mask=None):
 def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cache=True, first_only=False,
              cross_every_step=False, src_mask_off=False, recompute_prefix=False, cache_on_model=False,
              heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
-             skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False):
+             skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
+             empty_on_the_cpu=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
     src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
@@ -48,6 +49,8 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
         q, k, v = _heads(a.W_q(x), a), _heads(a.W_k(x), a), _heads(a.W_v(x), a)  # (B, H, 1, d_k)
         if heads_first:
             k, v = k.transpose(0, 1), v.transpose(0, 1)  # (H, B, 1, d_k): rows not first
+        if empty_on_the_cpu and "k" not in kv:  # torch.empty(...) without device=: on the CPU
+            kv["k"] = kv["v"] = torch.empty(k.size(0), k.size(1), 0, k.size(3))
         if "k" in kv and use_cache:
             k, v = torch.cat([kv["k"], k], dim=2), torch.cat([kv["v"], v], dim=2)
         kv["k"], kv["v"] = k, v
@@ -239,6 +242,7 @@ WRONG = [
     (_kv_variant(cross_from_self=True), ["cross-attention", "memory"]),
     (_kv_variant(self_excluded=True), ["self-attention", "itself"]),
     (_kv_variant(scale_d_model=True), ["self-attention", "sqrt(d_k)"]),
+    (_kv_variant(empty_on_the_cpu=True), ["creates a tensor on the cpu", "device=y_last.device"]),
     (steps_as_a_scalar_tensor, ["cache['steps']", "shape ()", "rows first", "python int"]),
     (steps_counted_on_the_model, ["two decodings at once", "step counter on the model"]),
     (memory_projected_again_for_a_new_tensor, ["projected memory again", "first step only"]),

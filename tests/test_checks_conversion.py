@@ -15,14 +15,14 @@ from helpers import expect
 from course_utils.checks.conversion import check_to_torch_transformer
 
 class _Translator(nn.Module):
-    def __init__(self, model, core, *, scale=True, flip_masks=False, no_causal=False):
+    def __init__(self, model, core, *, scale=True, flip_masks=False, no_causal=False, cpu_mask=False):
         super().__init__()
         self.d_model, self.pad_id = model.d_model, model.pad_id
         self.src_embed, self.tgt_embed = copy.deepcopy(model.src_embed), copy.deepcopy(model.tgt_embed)
         self.positional_encoding = copy.deepcopy(model.positional_encoding)
         self.generator = copy.deepcopy(model.generator)
         self.core = core
-        self.scale, self.flip_masks, self.no_causal = scale, flip_masks, no_causal
+        self.scale, self.flip_masks, self.no_causal, self.cpu_mask = scale, flip_masks, no_causal, cpu_mask
 
     def forward(self, src, tgt):
         factor = math.sqrt(self.d_model) if self.scale else 1.0
@@ -32,7 +32,8 @@ class _Translator(nn.Module):
         if self.flip_masks:
             src_pad, tgt_pad = ~src_pad, ~tgt_pad
         L = tgt.size(1)
-        causal = None if self.no_causal else torch.ones(L, L, dtype=torch.bool).triu(1)  # True = hidden (the future)
+        device = None if self.cpu_mask else tgt.device  # None: the CPU, wrong on a GPU
+        causal = None if self.no_causal else torch.ones(L, L, dtype=torch.bool, device=device).triu(1)  # True: hidden
         out = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=tgt_pad,
                         memory_key_padding_mask=src_pad, tgt_is_causal=not self.no_causal)
         return self.generator(out)
@@ -117,7 +118,7 @@ def float_causal_mask(model):
     def forward(src, tgt):
         x = converted.positional_encoding(converted.src_embed(src) * math.sqrt(converted.d_model))
         y = converted.positional_encoding(converted.tgt_embed(tgt) * math.sqrt(converted.d_model))
-        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1))  # (L, L) floats
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device)  # (L, L) floats
         src_pad = (src == converted.pad_id).float().masked_fill(src == converted.pad_id, float("-inf"))
         tgt_pad = (tgt == converted.pad_id).float().masked_fill(tgt == converted.pad_id, float("-inf"))
         return converted.generator(converted.core(x, y, tgt_mask=causal, src_key_padding_mask=src_pad,
@@ -154,7 +155,7 @@ def separate_stacks(model):
             x = t.positional_encoding(t.src_embed(src) * math.sqrt(t.d_model))
             y = t.positional_encoding(t.tgt_embed(tgt) * math.sqrt(t.d_model))
             src_pad = src == t.pad_id
-            causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1)).isinf()  # True above the diagonal
+            causal = nn.Transformer.generate_square_subsequent_mask(tgt.size(1), device=tgt.device).isinf()  # True above
             memory = self.encoder(x, src_key_padding_mask=src_pad)
             out = self.decoder(y, memory, tgt_mask=causal, tgt_key_padding_mask=tgt == t.pad_id,
                                memory_key_padding_mask=src_pad)
@@ -170,7 +171,7 @@ def no_memory_padding_mask(model):
     def forward(src, tgt):
         x = converted.positional_encoding(converted.src_embed(src) * math.sqrt(converted.d_model))
         y = converted.positional_encoding(converted.tgt_embed(tgt) * math.sqrt(converted.d_model))
-        causal = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool).triu(1)
+        causal = torch.ones(tgt.size(1), tgt.size(1), dtype=torch.bool, device=tgt.device).triu(1)
         out = converted.core(x, y, tgt_mask=causal, src_key_padding_mask=src == converted.pad_id,
                              tgt_key_padding_mask=tgt == converted.pad_id)
         return converted.generator(out)
@@ -186,7 +187,7 @@ def subclassed(model):
         def forward(self, src, tgt):
             x = self.pe(self.src_embed(src) * math.sqrt(self.d_model))
             y = self.pe(self.tgt_embed(tgt) * math.sqrt(self.d_model))
-            causal = self.generate_square_subsequent_mask(tgt.size(1), dtype=torch.float32)  # floats, -inf above
+            causal = self.generate_square_subsequent_mask(tgt.size(1), tgt.device, torch.float32)  # floats, -inf above
             out = super().forward(x, y, tgt_mask=causal, src_key_padding_mask=src == self.pad_id,
                                   tgt_key_padding_mask=tgt == self.pad_id, memory_key_padding_mask=src == self.pad_id)
             return self.generator(out)
@@ -262,6 +263,7 @@ WRONG = [
     (_conversion(swap_norms=True), ["norm1 should hold your norm1 (it holds your norm2)"]),
     (_conversion(flip_masks=True), ["opposite of ours"]),
     (_conversion(no_causal=True), ["receives no tgt_mask", "generate_square_subsequent_mask"]),
+    (_conversion(cpu_mask=True), ["creates a tensor on the cpu", "device=tgt.device"]),
     (_conversion(scale=False), ["input of the first encoder layer", "sqrt(d_model)"]),
     (modifies_the_model, ["changed the weights of your model"]),
     (lambda model: model, ["nn.transformerencoderlayer"]),

@@ -424,6 +424,13 @@ class KeyQueryValueOrder(MHA):
         return super().forward(query, key, value, mask)
 
 
+class ShortArgumentNames(MHA):
+    """Right order, other names: layers that call it as self_attn(q=x, ...) break when lesson 07 swaps it."""
+
+    def forward(self, q, k, v, mask=None):
+        return super().forward(q, k, v, mask)
+
+
 class UnderNoGrad(MHA):
     def forward(self, query, key, value, mask=None):
         with torch.no_grad():
@@ -779,6 +786,7 @@ MISTAKES = [
     (ResidualInside, ["plus the query", "residual"]),
     (SelfAttentionOnly, ["values come from the `query` input"]),
     (KeyQueryValueOrder, ["(key, query, value)", "forward(query, key, value, mask=None)"]),
+    (ShortArgumentNames, ["names its inputs (q, k, v, mask)", "passes them by name"]),
     (UnderNoGrad, ["does not require grad", "no_grad"]),
     (DetachedScores, ["gradient with respect to query, key, W_q, W_k", "detach"]),
     (FirstBatchMask, ["padding mask", "wrong values"]),

@@ -16,6 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from . import _gpu, stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
 from ._hooks import WeightUses
 from ._standins import D_MODEL, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
@@ -83,6 +84,31 @@ def _check_decode_step(check: Check, decode_step: Callable) -> None:
     _cache_steps(check, decode_step, model, src, memory, tgt, oracle, causes, trace)
     _cache_reorder(check, decode_step, model, src, memory, tgt)
     _caches_interleaved(check, decode_step, model, src, memory, tgt)
+    _cache_on_gpu(check, decode_step, model, src, memory, tgt)
+
+
+def _cache_on_gpu(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
+                  tgt: torch.Tensor) -> None:
+    """Three steps with the model, memory, src and the tokens on a pretend GPU: nothing is created on the CPU."""
+    from torch.nn.utils.stateless import _reparametrize_module  # what torch.func.functional_call runs a module in
+
+    def run() -> Any:
+        cache: object = {}
+        with torch.no_grad(), _gpu.elsewhere(), _reparametrize_module(model, _gpu.module_state(model)):
+            for t in range(3):
+                logits, cache = decode_step(model, _gpu.on_device(tgt[:, t : t + 1]), _gpu.on_device(memory),
+                                            _gpu.on_device(src), cache)
+        return logits
+
+    result = check.attempt(run, what="decode_step")
+    inputs = "the model, memory, src and y_last"
+    stages.mixed_devices(check, result, "decode_step", inputs, advice=(
+        "Create every tensor on the device of the inputs: an empty cache as `torch.empty(B, H, 0, d_k, "
+        "device=y_last.device)`, positions with `torch.arange(..., device=y_last.device)`, masks with "
+        "`device=src.device`."))
+    if not isinstance(result, Raised):
+        stages.left_on_cpu(check, {"its logits": result}, "decode_step", inputs)
+    check.ok("creates its tensors on the device of its inputs (tried on a pretend GPU)")
 
 
 def _caches_interleaved(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor,

@@ -14,6 +14,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from . import stages
 from ._core import Check, CheckResult, close_enough, describe, fmt_values, run_check
 from ._dropout import drop_pattern, dropout_problem
 from ._standins import DROPOUT, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer
@@ -151,6 +152,9 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
         )
     _first_mismatch(check, src, tgt, expected, got, inputs, seen)
     _input_dropout(check, theirs, enc[0], dec[0])
+    stages.module_on_gpu(check, theirs.eval(), src, tgt, what="to_torch_transformer module", advice=(
+        "Create the masks on the device of the tokens: `nn.Transformer.generate_square_subsequent_mask(L, "
+        "device=tgt.device)`, `torch.ones(L, L, dtype=torch.bool, device=tgt.device)`."))
 
 
 _BATCH_FIRST = ("Our tensors are (B, L, d_model): build nn.Transformer with batch_first=True, or it reads the first "

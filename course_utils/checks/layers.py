@@ -605,7 +605,7 @@ def _parameters(check: Check, layer: nn.Module, layout: twins.LayerLayout, kind:
             f"Likely causes: a LayerNorm without gain or bias, a LayerNorm shared between sublayers, an extra or "
             f"missing module."
         )
-    check.ok(f"has the paper's number of parameters ({expected:,})")
+    check.ok(f"has the number of parameters the paper's layout gives at these sizes ({expected:,})")
 
 
 def _check_norm_use(check: Check, name: str, layout: twins.LayerLayout, used: tuple) -> None:

@@ -340,7 +340,8 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
                 options.setdefault(total, ", ".join(words))
     actual = anatomy.count_parameters(model)
     if actual in options:
-        check.ok(f"has the paper's number of parameters, {actual:,} (recognised: {options[actual]})")
+        check.ok(f"has the number of parameters the paper's layout gives at these sizes, {actual:,} (recognised: "
+                 f"{options[actual]})")
         return
     expected = base + d * _TGT_VOCAB + _TGT_VOCAB
     lines = [

@@ -219,14 +219,21 @@ def _check_structure(check: Check, module: Any, d_model: int, num_heads: int) ->
         )
     check.ok("has W_q, W_k, W_v, W_o, each nn.Linear(d_model, d_model)")
     try:
-        names = [p.name for p in inspect.signature(module.forward).parameters.values()][:3]
+        names = [p.name for p in inspect.signature(module.forward).parameters.values()][:4]
     except (TypeError, ValueError):
         names = []
-    if sorted(names) == ["key", "query", "value"] and names != ["query", "key", "value"]:
+    if sorted(names[:3]) == ["key", "query", "value"] and names[:3] != ["query", "key", "value"]:
         check.fail(
-            f"MultiHeadAttention.forward takes its inputs in the order ({', '.join(names)}), but callers pass "
+            f"MultiHeadAttention.forward takes its inputs in the order ({', '.join(names[:3])}), but callers pass "
             f"them as forward(query, key, value, mask=None), as nn.MultiheadAttention does. In cross-attention "
             f"the query comes from the decoder and key/value from the encoder, so the order matters."
+        )
+    if names and names != ["query", "key", "value", "mask"]:
+        check.fail(
+            f"MultiHeadAttention.forward names its inputs ({', '.join(names)}); the exercise's names are "
+            f"forward(query, key, value, mask=None), and they are part of it: later code passes them by name "
+            f"(lesson 06's attention plot reads query, key, value and mask, and lesson 07 swaps your attention for "
+            f"PyTorch's fused one, which your layers then call with the names they use)."
         )
 
 
