@@ -97,7 +97,7 @@ _SHARED = nn.Parameter(torch.randn(40, 16) * 0.02)
 CORRECT_LEARNED_POSITIONS = [  # zeros: a no-op at first, yet every row receives its own gradient
     LearnedPositionalEncoding, lpe(init=table(torch.zeros), name="ZeroInitLearnedPositions"),
     lpe(lambda s, x: s.dropout(x + F.embedding(torch.arange(x.size(1), device=x.device), s.pe)[None]),
-        table(lambda n, d: nn.init.normal_(torch.empty(n, d))), "LookupLearnedPositions"),
+        table(lambda n, d: nn.init.normal_(torch.empty(n, d), std=0.02)), "LookupLearnedPositions"),
     lpe(lambda s, x: s.dropout(torch.add(x, s.pe.narrow(0, 0, x.size(1)).expand_as(x))),
         table(lambda n, d: nn.init.xavier_uniform_(torch.empty(n, d))), "NarrowLearnedPositions"),
     lpe(lambda s, x: s.dropout((x.double() + s.pe[: x.size(1)].double()).to(x.dtype)),
@@ -111,6 +111,8 @@ def test_learned_positional_encoding_accepts_correct_variants(impl):
 
 
 WRONG_LEARNED_POSITIONS = {
+    "starts as loud as the words": (lpe(init=table(lambda n, d: nn.init.normal_(torch.empty(n, d)))),
+                                    ["spread 1.0", "torch.randn(max_len, d_model) * 0.02"]),
     "a buffer, not learned": (lpe(init=lambda s, d_model, max_len, **_: (delattr(s, "pe"), s.register_buffer("pe", torch.randn(
         max_len, d_model)))), ["registered buffer", "nothing ever learns it"]),
     "a plain tensor attribute": (lpe(init=table(torch.randn, keep=False)), ["plain tensor attribute", "not registered"]),

@@ -87,6 +87,12 @@ def _trainable_table(check: Check, build: Callable[..., nn.Module], module: nn.M
                    f"{float(values.abs().nan_to_num(posinf=1e300).max()):.3g}): it is never initialised. "
                    f"torch.empty(...) gives whatever was in memory; start from small random values "
                    f"(torch.randn(...) * 0.02, or nn.init.normal_) or from zeros.")
+    spread = float(values.std())
+    if spread > 0.25:
+        check.fail(f"{owner} starts with a table of spread {spread:.1f} (standard deviation): the positions start as "
+                   f"loud as the words (an embedding times sqrt(d_model) has entries of about 1), so row E would not "
+                   f"compare like with like. Start it small, as the exercise says: "
+                   f"`torch.randn(max_len, d_model) * 0.02`, or zeros.")
     other = getattr(build(), "pe", None)
     if isinstance(other, torch.Tensor) and (other is pe or (other.shape == pe.shape and other.data_ptr() == pe.data_ptr())):
         check.fail(f"Two instances of your {_LPE} share one table `pe` (a class attribute, or a tensor made "
