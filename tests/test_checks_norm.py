@@ -52,7 +52,7 @@ class TorchLayerNorm(nn.LayerNorm):
 
 
 CORRECT = [
-    LayerNorm, TorchLayerNorm, variant(moments),
+    LayerNorm, TorchLayerNorm,
     variant(forward=lambda self, x: F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)),
     variant(lambda self, x: (x - x.mean(-1, keepdim=True)) / (torch.var_mean(x, -1, keepdim=True, correction=0)[0] + self.eps) ** 0.5),
     variant(forward=lambda self, x: torch.addcmul(self.bias, LayerNorm.normalise(self, x), self.weight)),
@@ -89,6 +89,7 @@ WRONG = {
     "cpu tensor": (variant(lambda s, x: LayerNorm.normalise(s, x) + torch.zeros(x.shape[-1])), "creates a tensor on the CPU"),
     "float32": (variant(forward=lambda s, x: LayerNorm.forward(s, x).float()), "float64"),
     "eps default": (type("LayerNorm", (LayerNorm,), {"__init__": lambda s, d, eps=1e-6: LayerNorm.__init__(s, d, eps)}), "defaults to 1e-06"),
+    "E[x^2] - E[x]^2": (variant(moments), "E[x²] - E[x]²"),
     "computes in float32": (variant(forward=lambda s, x: LayerNorm.forward(s, x.float())), "`.float()`"),
 }
 

@@ -748,6 +748,13 @@ def _layer_dropout(check: Check, build: Callable[..., nn.Module], run: Callable,
         f"Create nn.Dropout(dropout) in __init__ and apply it to the output of each sublayer: {wiring.sublayer}."))
     if not wiring.norm_first:
         _dropped_before_the_norm(check, first, name)
+    feed_forward = getattr(layer, "feed_forward", None)
+    if isinstance(feed_forward, nn.Module):  # built with the layer's rate, as the exercise says
+        stages.train_random(check, feed_forward, lambda ff: check.call(ff, args[0], what=f"{name}.feed_forward"),
+                            f"{name}(dropout=0.5)'s feed_forward", 0.5, fix=(
+                                "Pass the layer's rate on: `self.feed_forward = FeedForward(d_model, d_ff, dropout)`; "
+                                "its dropout on the hidden activations is one of the paper's."))
+        layer.train()
     _layer_dropout_measured(check, build(0.5), run, kind, wiring, args[0], args[1] if kind == "decoder" else None)
     _layer_everything_dropped(check, build, args, kind, wiring)
 

@@ -44,12 +44,14 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
         ("x of shape (7, 20), without a batch axis", norm, torch.randn(7, _D, generator=g)),
         ("x of shape (2, 3, 4, 20)", norm, torch.randn(2, 3, 4, _D, generator=g)),
         ("a long x, (1, 80, 20), of mean 3 and spread 2", norm, 3 + 2 * torch.randn(1, 80, _D, generator=g)),
+        ("an x of mean 100 and spread 1, (2, 5, 20)", norm, 100 + torch.randn(2, 5, _D, generator=g)),
         ("LayerNorm(20, eps=0.1) and features of spread 0.3", wide, 0.3 * torch.randn(2, 5, _D, generator=g)),
         ("an x whose vector x[1, 2] has all its features equal", norm, constant),
     ]]
     stages.sweep(check, cases, lambda case: _run(check, *case.data[:2]), lambda case: _formula(*case.data),
                  "LayerNorm", slips=_SLIPS)
-    check.ok("matches F.layer_norm for 2-, 3- and 4-axis inputs, a long one, eps=0.1 and a vector of equal features")
+    check.ok("matches F.layer_norm for 2-, 3- and 4-axis inputs, a long one, one of mean 100, eps=0.1 and a vector "
+             "of equal features")
 
     x = torch.randn(2, 5, _D, generator=g)
 
@@ -91,7 +93,18 @@ def _formula(module: nn.Module, x: torch.Tensor, eps: float, unbiased: bool = Fa
 
 _BESSEL = ("the variance is divided by d_model - 1 (Bessel's correction, what torch.var and torch.std do by default). "
            "A LayerNorm divides by d_model: `x.var(-1, keepdim=True, unbiased=False)`, as nn.LayerNorm does.")
+def _moments(module: nn.Module, x: torch.Tensor, eps: float) -> torch.Tensor:
+    """The variance as E[x^2] - E[x]^2, in float32: right on paper, but its digits cancel when the mean is large."""
+    mean = x.mean(-1, keepdim=True)
+    out = (x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) - mean * mean + eps)
+    return (out * module.weight + module.bias).detach().double()
+
+
 _SLIPS = [  # the variance divided by d_model - 1 is named earlier, by _normalises_each_vector
+    (lambda case: _moments(*case.data), "it computes the variance as E[x²] - E[x]², which subtracts two large, "
+     "nearly equal numbers when the mean is large compared with the spread, and loses the digits that matter (it "
+     "can even go negative, and give NaN). Compute it from the deviations: `((x - mean) ** 2).mean(-1, "
+     "keepdim=True)`, or `x.var(-1, keepdim=True, unbiased=False)`."),
     (lambda case: _formula(*case.data, eps_outside=True),
      "eps is added to the standard deviation, `(x - mean) / (std + eps)`; it belongs inside the square root, "
      "`(x - mean) / torch.sqrt(var + eps)`, as in nn.LayerNorm."),

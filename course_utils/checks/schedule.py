@@ -75,9 +75,29 @@ def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
                                 built=(optimizer, scheduler))
             check.stop_if_problems()
         check.ok("works with SGD and with Adam")
+        _schedulers_independent(check, make_noam_scheduler)
         _check_methods(check, scheduler, setup)
         _check_last_lr(check, optimizer, scheduler, setup)
         _check_round_trip(check, make_noam_scheduler, _SCHEDULER_CASES[1])
+
+
+def _schedulers_independent(check: Check, make_noam_scheduler: Callable) -> None:
+    """A scheduler built first keeps its own d_model and warmup_steps once another one has been built."""
+    first, second = _SCHEDULER_CASES
+    optimizer, scheduler, setup = _build_scheduler(check, make_noam_scheduler, first)
+    _build_scheduler(check, make_noam_scheduler, second)
+    optimizer.step()
+    check.call(scheduler.step, what="scheduler.step()", guard_inputs=False)
+    got = [g["lr"] for g in optimizer.param_groups]
+    expected = [lr * _paper(2, first[2], first[3]) for lr in first[1]]
+    if not _near(got, expected):
+        check.fail(f"A scheduler built first {setup} takes on the settings of the next one: after another "
+                   f"make_noam_scheduler(optimizer, d_model={second[2]}, warmup_steps={second[3]}), one step of the "
+                   f"first gives the lrs {[fmt_number(v) for v in got]} instead of {[fmt_number(v) for v in expected]}. "
+                   f"Something is shared between calls (a global, or a function defined outside "
+                   f"make_noam_scheduler reading settings that the next call changes): build the schedule function "
+                   f"inside make_noam_scheduler, from its own arguments.")
+    check.ok("two schedulers built one after the other each keep their own settings")
 
 
 def _paper(step: int, d_model: int, warmup_steps: int) -> float:

@@ -717,6 +717,18 @@ def _tokens_result(check: Check, value: Any, call: str) -> list[str]:
     return list(value)
 
 
+def _decoded(ids: list[int], v: dict, token_of: Callable[[int], Any], by_token: bool) -> list:
+    """decode's rule with ``token_of`` as the lookup, the specials recognised by token (or by id)."""
+    out = []
+    for i in ids:
+        t = token_of(i)
+        if (t == _EOS) if by_token else (i == v[_EOS]):
+            break
+        if not ((t in (_BOS, _PAD)) if by_token else (i in (v[_BOS], v[_PAD]))):
+            out.append(t)
+    return out
+
+
 def _check_decode(check: Check, decode: Callable) -> None:
     check.callable_(decode, "decode")
     cases = [
@@ -748,6 +760,8 @@ def _check_decode(check: Check, decode: Callable) -> None:
         if got == want:
             continue
         by_position = [list(v)[i] for i in ids if i < len(v)]
+        read_by_position = [_decoded(ids, v, lambda i: list(v)[i] if i < len(v) else None, by_token)
+                            for by_token in (True, False)]
         shown = f"  ids ({what}): {ids}\n  expected: {want}\n  actual:   {got}"
         if v is _VOCAB_2:
             check.fail(f"decode returned the wrong tokens with a second, different vocabulary.\n{shown}\n  vocab: {v}\n{_OWN_VOCAB}")
@@ -769,7 +783,8 @@ def _check_decode(check: Check, decode: Callable) -> None:
             cause = "Decoding stopped at <pad>: <pad> is skipped wherever it appears; only <eos> ends the sentence."
         elif got == ["?" if t == _UNK else t for t in want]:
             cause = "<unk> was shown as '?': keep the token '<unk>' itself (turning it into text is a display choice for later)."
-        elif got and set(got) <= set(v) and any(t in by_position for t in got) and got != want and len(got) == len(want):
+        elif got in read_by_position or (got and set(got) <= set(v) and any(t in by_position for t in got)
+                                         and got != want and len(got) == len(want)):
             cause = (
                 "The tokens are looked up by position in the dict. Build the inverse mapping first, "
                 "id -> token (`{i: t for t, i in vocab.items()}`), and look each id up there."
