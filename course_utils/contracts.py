@@ -170,9 +170,9 @@ _ALL = (
              used_by=("05: EncoderLayer, DecoderLayer", "07: copying the weights into nn.Transformer")),
     Contract("EncoderLayer", "05_transformer", "class",
              "EncoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, mask=None) -> (B, L, d_model)",
-             submodules=("self_attn", "feed_forward", "norm1", "norm2"),
+             submodules=("self_attn", "feed_forward", "norm1", "norm2", "dropout"),
              parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "feed_forward: FeedForward(d_model, d_ff)",
-                    "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)"),
+                    "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)", "dropout: Dropout(dropout)"),
              promises=(
                  "self_attn is a MultiHeadAttention and feed_forward a FeedForward, each passing its own checker",
                  "norm1 and norm2 are LayerNorm(d_model) (over the last axis, with gain and bias); norm1 ends the "
@@ -187,10 +187,10 @@ _ALL = (
     Contract("DecoderLayer", "05_transformer", "class",
              "DecoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, memory, src_mask=None, tgt_mask=None) "
              "-> (B, L_tgt, d_model)",
-             submodules=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3"),
+             submodules=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3", "dropout"),
              parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "cross_attn: MultiHeadAttention(d_model, num_heads)",
                     "feed_forward: FeedForward(d_model, d_ff)", "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)",
-                    "norm3: LayerNorm(d_model)"),
+                    "norm3: LayerNorm(d_model)", "dropout: Dropout(dropout)"),
              promises=(
                  "self_attn and cross_attn are two MultiHeadAttentions, feed_forward a FeedForward, each passing "
                  "its own checker",
@@ -201,7 +201,7 @@ _ALL = (
                  "addition, nowhere else, a fresh mask each time; eval deterministic",
              ),
              used_by=("05: Transformer", "06: cross_attention_weights reads decoder_layers[-1].cross_attn",
-                      "07: copying the weights into nn.Transformer",
+                      "07: decode_step applies each layer's dropout", "07: copying the weights into nn.Transformer",
                       "07: with_fused_attention replaces self_attn and cross_attn")),
     Contract("Transformer", "05_transformer", "class",
              "Transformer(src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048, "
@@ -333,9 +333,9 @@ _ALL = (
                       "09: the plot of the learned table reads pe")),
     Contract("PreLNEncoderLayer", "09_ablations", "class",
              "PreLNEncoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, mask=None) -> (B, L, d_model)",
-             submodules=("self_attn", "feed_forward", "norm1", "norm2"),
+             submodules=("self_attn", "feed_forward", "norm1", "norm2", "dropout"),
              parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "feed_forward: FeedForward(d_model, d_ff)",
-                    "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)"),
+                    "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)", "dropout: Dropout(dropout)"),
              promises=(
                  "the signature and submodule names of lesson 05's EncoderLayer, so that it takes an EncoderLayer's "
                  "place in model.encoder_layers; self_attn and feed_forward pass their own checkers",
@@ -351,10 +351,10 @@ _ALL = (
     Contract("PreLNDecoderLayer", "09_ablations", "class",
              "PreLNDecoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, memory, src_mask=None, "
              "tgt_mask=None) -> (B, L_tgt, d_model)",
-             submodules=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3"),
+             submodules=("self_attn", "cross_attn", "feed_forward", "norm1", "norm2", "norm3", "dropout"),
              parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "cross_attn: MultiHeadAttention(d_model, num_heads)",
                     "feed_forward: FeedForward(d_model, d_ff)", "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)",
-                    "norm3: LayerNorm(d_model)"),
+                    "norm3: LayerNorm(d_model)", "dropout: Dropout(dropout)"),
              promises=(
                  "the signature and submodule names of lesson 05's DecoderLayer, so that it takes a DecoderLayer's "
                  "place in model.decoder_layers; self_attn, cross_attn and feed_forward pass their own checkers",

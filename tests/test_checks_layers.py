@@ -889,7 +889,7 @@ WRONG_CONTRACT_LAYERS = {
         lambda self, x, mask=None: (lambda y: self.norm2(y + self.dropout(self.dropout(self.feed_forward(y)))))(
             self.norm1(x + self.dropout(self.dropout(self.self_attn(x, x, x, mask)))))),
         ["twice", "before the residual addition"]),
-    "fixed sublayer dropout rate": (check_encoder_layer, FixedRateSublayerDropout, ["not the `dropout` argument"]),
+    "fixed sublayer dropout rate": (check_encoder_layer, FixedRateSublayerDropout, ["is nn.Dropout(p=0.1), where it was built with dropout=0.0"]),
     "one mask for both sublayers": (check_encoder_layer, OneMaskTwoSublayers, ["same entries in two places", "self-attention", "feed-forward network"]),
     "one mask per sentence": (check_encoder_layer, MaskPerSentence, ["drops the same entries for every position"]),
     "seed reset in forward": (check_encoder_layer, SeededEncoderLayer, ["resets a global random seed"]),
