@@ -120,7 +120,7 @@ def stub(*args, **kwargs):
     raise NotImplementedError()
 
 
-@pytest.mark.parametrize("fn", [noam_lr, noam_lr_torch, noam_lr_branches, noam_lr_numpy, noam_lr_peak_form])
+@pytest.mark.parametrize("fn", [noam_lr, noam_lr_branches, noam_lr_numpy, noam_lr_peak_form])
 def test_noam_lr_accepts_correct_variants(fn):
     result = check_noam_lr(fn)
     expect(result, "passed")
@@ -140,6 +140,7 @@ def test_noam_lr_accepts_correct_variants(fn):
         (peak_moved, ["peak should be exactly at step == warmup_steps"]),
         (floor_division, ["0.0 everywhere", "integer arithmetic", "//"]),
         (integer_tensor, ["returns integers", "integer arithmetic"]),
+        (noam_lr_torch, ["returns them as a tensor", "foreach=True"]),
         (only_warmup_term, ["keeps growing after warmup_steps"]),
         (returns_list, ["should return a number", "a list of 1 item"]),
         (forgets_return, ["returned None", "return"]),

@@ -40,7 +40,8 @@ def check_noam_scheduler(make_noam_scheduler: Callable) -> CheckResult:
 def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
     check.callable_(noam_lr, "noam_lr")
     # 1. It runs on an ordinary step and returns a number.
-    at_one, _ = _number(check, check.call(noam_lr, 1, 512, 4000, what="noam_lr"), "at step=1, d_model=512, warmup_steps=4000")
+    first = check.call(noam_lr, 1, 512, 4000, what="noam_lr")
+    at_one, _ = _number(check, first, "at step=1, d_model=512, warmup_steps=4000")
     # 2. Step 0, which LambdaLR really asks for, must give what step 1 gives (reported after the values:
     #    a wrong formula is the first thing to fix).
     zero_problem = _step_zero_problem(check, noam_lr, at_one)
@@ -52,6 +53,12 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
         check.ok("matches d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) before, at and after warmup_steps")
         if zero_problem:
             check.fail(zero_problem)
+        if isinstance(first, torch.Tensor):
+            check.fail(f"noam_lr's values are right, but it returns them as a tensor ({describe(first)}). Return a "
+                       f"Python float (compute with Python numbers and `math`, or call `.item()`): LambdaLR writes "
+                       f"the value into the optimizer, and a tensor learning rate makes torch.optim.Adam stop on a "
+                       f"GPU (\"lr as a Tensor is not supported for capturable=False and foreach=True\"), where "
+                       f"lessons 06 and 08 train.")
         return
     table = "\n".join(
         f"  step={s:>6}, d_model={d}, warmup_steps={w}: expected {fmt_number(e)}, got {fmt_number(v)}"
