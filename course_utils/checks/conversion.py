@@ -252,7 +252,8 @@ def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, de
     tgt[0, 3:] = _PAD
     seen: dict[str, list[torch.Tensor]] = {"ours_enc": [], "ours_dec": [], "their_enc": [], "their_dec": []}
     handles = []
-    inputs: dict[str, torch.Tensor] = {}
+    inputs: dict[str, Any] = {}  # each first layer's input; their_dec_masks: the masks decoder layer 0 received
+    masks: dict[str, Any] = {}
     for key, layer in (("ours_enc", model.encoder_layers[0]), ("their_enc", enc[0]), ("ours_dec", model.decoder_layers[0]),
                        ("their_dec", dec[0])):
         def remember(module, args, key=key):
@@ -260,8 +261,9 @@ def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, de
                 inputs[key] = _dense(args[0])  # (returns None: the layer's inputs stay as they are)
 
         handles.append(layer.register_forward_pre_hook(remember))
-    def masks_of(module, args, kwargs):
-        inputs.setdefault("their_dec_masks", kwargs)  # (returns None: nothing changes)
+
+    def masks_of(module, args, kwargs):  # the masks decoder layer 0 receives, by keyword (returns None)
+        masks.update(kwargs)
 
     handles.append(dec[0].register_forward_pre_hook(masks_of, with_kwargs=True))
     for key, layers in (("ours_enc", model.encoder_layers), ("ours_dec", model.decoder_layers),
@@ -278,6 +280,7 @@ def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, de
         for h in handles:
             h.remove()
     got = check.tensor(got, "the logits of the module", shape=tuple(expected.shape), finite=False)
+    inputs["their_dec_masks"] = masks
     return src, tgt, expected, got, inputs, seen
 
 

@@ -754,7 +754,6 @@ def _layer_dropout(check: Check, build: Callable[..., nn.Module], run: Callable,
                             f"{name}(dropout=0.5)'s feed_forward", 0.5, fix=(
                                 "Pass the layer's rate on: `self.feed_forward = FeedForward(d_model, d_ff, dropout)`; "
                                 "its dropout on the hidden activations is one of the paper's."))
-        layer.train()
     _layer_dropout_measured(check, build(0.5), run, kind, wiring, args[0], args[1] if kind == "decoder" else None)
     _layer_everything_dropped(check, build, args, kind, wiring)
 
