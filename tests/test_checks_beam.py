@@ -160,7 +160,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
              worst=False, encode_each_step=False, grad=False, tile_memory=False, mix_rows=False, early_stop=True,
              reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False, stop="bound",
              at_max_len="compete", pick="normalised", half=False, batch_bound=False,
-             without_eos=False, one_step_short=False):
+             without_eos=False, one_step_short=False, position=-1):
     B, k = src.size(0), beam_size
     device = None if cpu_tensors else src.device  # None: the default device, the CPU
     with torch.set_grad_enabled(grad):
@@ -178,7 +178,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
         for t in range(1, max_len - 1 if one_step_short else max_len):
             if encode_each_step:
                 memory = model.encode(src).repeat_interleave(k, dim=0)
-            logits = model.decode(ys, memory, src_k)[:, -1]
+            logits = model.decode(ys, memory, src_k)[:, position]
             if mask_specials:  # BOS and padding can never be generated
                 logits = logits.index_fill(-1, torch.tensor([bos_id, pad_id], device=logits.device), float("-inf"))
             step = logits.softmax(-1) if probs else logits.log_softmax(-1)
@@ -346,6 +346,7 @@ WRONG = [
     (_variant_of(stop="current"), ["stopping test", "current length"]),
     (_variant_of(penalty=lambda n, a: ((4 + n) / 6) ** a), ["does not count eos"]),
     (_variant_of(pick="raw"), ["picks the answer by the raw sum"]),
+    (_variant_of(position=0), ["logits[:, 0]", "logits[:, -1]"]),  # a walkthrough's: read as "same hypotheses"
     (drops_bos, ["column 0"]),
     (all_beams, ["only the best of the beam_size hypotheses"]),
     # a second hidden set: the open hypotheses at max_len divided by (5 + n) / 6 without its power (equal to the

@@ -144,11 +144,8 @@ def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
     q, k, v = (torch.randn(2, 3, n, d, generator=g, dtype=torch.float64) for n, d in ((4, 3), (5, 3), (5, 2)))
     mask = torch.tensor([[1, 1, 0, 1, 1], [1, 0, 1, 1, 0]], dtype=torch.bool).reshape(2, 1, 1, 5)
 
-    def expected(r: torch.Tensor) -> dict[str, torch.Tensor]:
-        leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
-        out = F.scaled_dot_product_attention(*leaves, attn_mask=mask)
-        return dict(zip(("query", "key", "value"), torch.autograd.grad((out * r).sum(), leaves)))
-
+    expected = stages.oracle_gradients(lambda *qkv: F.scaled_dot_product_attention(*qkv, attn_mask=mask),
+                                       {"query": q, "key": k, "value": v})
     stages.gradients(
         check, lambda query, key, value: _call(check, fn, query, key, value, mask, "positional", batched_ok=True)[0],
         {"query": q.float(), "key": k.float(), "value": v.float()}, expected, "output",

@@ -153,7 +153,7 @@ def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_
         opened.append({prefix for prefix, _ in beams})
         candidates = []
         for prefix, score in beams:
-            log_probs = language.log_probs(sentence, prefix)
+            log_probs = language.log_probs(sentence, prefix[:1] if variant == "first_position" else prefix)
             if variant == "probabilities":
                 log_probs = [math.exp(x) for x in log_probs]
             for w in range(V):
@@ -318,6 +318,9 @@ _VARIANTS = {
     "the dtype of the model's log-probabilities (float32)",
     "raw_pick": "it picks the answer by the raw sum of log-probabilities. The answer is the finished hypothesis "
     "with the best score divided by its length penalty, ((5 + n) / 6) ** length_penalty",
+    "first_position": "it reads the logits at the first position of the decoded prefix (`logits[:, 0]`), which "
+    "always predict the token after BOS, whatever was decoded since. The next token's scores are at the last "
+    "position: `logits[:, -1]`",
 }
 
 
@@ -634,6 +637,9 @@ def _causes(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tu
     return [why for _, _, why in sorted(ranked)]
 
 
+_TIED = {"first_position"}  # every hypothesis gets one distribution: candidates tie, and torch breaks ties its way
+
+
 def _agreement(variant: str, runs: list, sentences: list | None = None, got: list | None = None) -> tuple[int, int]:
     """How many of the runs' sentences (and batch lengths) the wrong variant replays as the learner's search did,
     out of how many: each sentence's answer and opened hypotheses, and each batch's number of steps."""
@@ -646,7 +652,8 @@ def _agreement(variant: str, runs: list, sentences: list | None = None, got: lis
             run_got = [_strip(row, run_case) for row in run_out.tolist()]
         replays = [_search(run_model.script, s, run_k, run_len, run_alpha, variant) for s in run_sentences]
         run_histories = [run_model.history(s) for s in run_sentences]
-        score += sum(r.best == m and _follows(r, h) for r, m, h in zip(replays, run_got, run_histories))
+        score += sum(r.best == m and (variant in _TIED or _follows(r, h))
+                     for r, m, h in zip(replays, run_got, run_histories))
         score += max(r.steps for r in replays) == max(len(h) for h in run_histories)  # the batch stopped with it
         possible += len(replays) + 1
     return score, possible

@@ -54,12 +54,8 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
              "of equal features")
 
     x = torch.randn(2, 5, _D, generator=g)
-
-    def expected(r: torch.Tensor) -> dict[str, torch.Tensor]:
-        leaves = [t.detach().double().requires_grad_(True) for t in (x, norm.weight, norm.bias)]
-        out = F.layer_norm(leaves[0], (_D,), leaves[1], leaves[2], 1e-5)
-        return dict(zip(("x", "weight", "bias"), torch.autograd.grad((out * r).sum(), leaves)))
-
+    expected = stages.oracle_gradients(lambda x_, w, b: F.layer_norm(x_, (_D,), w, b, 1e-5),
+                                       {"x": x, "weight": norm.weight, "bias": norm.bias})
     stages.gradients(check, lambda x_: _run(check, norm, x_), {"x": x}, expected, "LayerNorm", "F.layer_norm",
                      params={"weight": norm.weight, "bias": norm.bias}, causes={frozenset({"x"}): (
                          "The mean or the variance is cut off from autograd (`.detach()`, `.item()`, "
@@ -79,42 +75,36 @@ def _run(check: Check, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
                         dtype=x.dtype)
 
 
-def _formula(module: nn.Module, x: torch.Tensor, eps: float, unbiased: bool = False, eps_outside: bool = False,
-             affine: str = "weight, bias") -> torch.Tensor:
-    """What a LayerNorm built with ``eps`` computes, in float64: the oracle by default, a slip with an argument."""
+def _formula(module: nn.Module, x: torch.Tensor, eps: float, slip: str = "") -> torch.Tensor:
+    """What a LayerNorm built with ``eps`` computes, in float64: the oracle, or with ``slip`` one known slip."""
+    if slip == "moments":  # E[x^2] - E[x]^2 in float32: right on paper, its digits cancel when the mean is large
+        mean = x.mean(-1, keepdim=True)
+        out = (x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) - mean * mean + eps)
+        return (out * module.weight + module.bias).detach().double()
     x, w, b = (t.detach().double() for t in (x, module.weight, module.bias))
-    if not (unbiased or eps_outside or affine != "weight, bias"):
+    if not slip:
         return F.layer_norm(x, (_D,), w, b, eps)
-    centred = x - x.mean(-1, keepdim=True)
-    var = x.var(-1, keepdim=True, unbiased=unbiased)
-    normalised = centred / (var.sqrt() + eps if eps_outside else (var + eps).sqrt())
-    return {"weight, bias": normalised * w + b, "none": normalised, "swapped": normalised * b + w}[affine]
+    var = x.var(-1, keepdim=True, unbiased=False)
+    normalised = (x - x.mean(-1, keepdim=True)) / (var.sqrt() + eps if slip == "eps outside" else (var + eps).sqrt())
+    return {"no affine": normalised, "swapped": normalised * b + w}.get(slip, normalised * w + b)
 
 
-_BESSEL = ("the variance is divided by d_model - 1 (Bessel's correction, what torch.var and torch.std do by default). "
-           "A LayerNorm divides by d_model: `x.var(-1, keepdim=True, unbiased=False)`, as nn.LayerNorm does.")
-def _moments(module: nn.Module, x: torch.Tensor, eps: float) -> torch.Tensor:
-    """The variance as E[x^2] - E[x]^2, in float32: right on paper, but its digits cancel when the mean is large."""
-    mean = x.mean(-1, keepdim=True)
-    out = (x - mean) / torch.sqrt((x * x).mean(-1, keepdim=True) - mean * mean + eps)
-    return (out * module.weight + module.bias).detach().double()
-
-
-_SLIPS = [  # the variance divided by d_model - 1 is named earlier, by _normalises_each_vector
-    (lambda case: _moments(*case.data), "it computes the variance as E[x²] - E[x]², which subtracts two large, "
-     "nearly equal numbers when the mean is large compared with the spread, and loses the digits that matter (it "
-     "can even go negative, and give NaN). Compute it from the deviations: `((x - mean) ** 2).mean(-1, "
-     "keepdim=True)`, or `x.var(-1, keepdim=True, unbiased=False)`."),
-    (lambda case: _formula(*case.data, eps_outside=True),
+_SLIPS = [  # (what the slip computes, what the message says); the d_model - 1 variance is named earlier
+    (lambda case: _formula(*case.data, slip="moments"), "it computes the variance as E[x²] - E[x]², which "
+     "subtracts two large, nearly equal numbers when the mean is large compared with the spread, and loses the "
+     "digits that matter (it can even go negative, and give NaN). Compute it from the deviations: `((x - mean) ** "
+     "2).mean(-1, keepdim=True)`, or `x.var(-1, keepdim=True, unbiased=False)`."),
+    (lambda case: _formula(*case.data, slip="eps outside"),
      "eps is added to the standard deviation, `(x - mean) / (std + eps)`; it belongs inside the square root, "
      "`(x - mean) / torch.sqrt(var + eps)`, as in nn.LayerNorm."),
     (lambda case: _formula(*case.data[:2], 1e-5), "it uses eps = 1e-5 whatever it was built with: store the "
      "constructor's argument, `self.eps = eps`, and add `self.eps` to the variance."),
     (lambda case: _formula(*case.data[:2], 0.0), "it ignores eps: add `self.eps` to the variance, inside the "
      "square root."),
-    (lambda case: _formula(*case.data, affine="none"), "it normalises but then ignores weight and bias. Multiply "
-     "by `self.weight` and add `self.bias`: they start at ones and zeros, so only trained values show the difference."),
-    (lambda case: _formula(*case.data, affine="swapped"), "weight and bias are swapped: the normalised vector is "
+    (lambda case: _formula(*case.data, slip="no affine"), "it normalises but then ignores weight and bias. "
+     "Multiply by `self.weight` and add `self.bias`: they start at ones and zeros, so only trained values show "
+     "the difference."),
+    (lambda case: _formula(*case.data, slip="swapped"), "weight and bias are swapped: the normalised vector is "
      "multiplied by `self.weight` (the gain), then `self.bias` is added."),
 ]
 
@@ -153,7 +143,9 @@ def _normalises_each_vector(check: Check, norm: nn.Module, x: torch.Tensor) -> N
                        "Subtract each vector's own mean, `x - x.mean(-1, keepdim=True)`."))
     got = out.var(-1, unbiased=False)
     known = [(v / (v * _D / (_D - 1) + 1e-5), f"Your vectors come out with variance {_D - 1}/{_D} instead of 1: "
-              f"{_BESSEL}"),
+              "the variance is divided by d_model - 1 (Bessel's correction, what torch.var and torch.std do by "
+              "default). A LayerNorm divides by d_model: `x.var(-1, keepdim=True, unbiased=False)`, as nn.LayerNorm "
+              "does."),
              (v / (v + 1e-5) ** 2, "Your LayerNorm divides by the variance itself: divide by its square root, "
               "`torch.sqrt(var + self.eps)`.")]
     for variance, message in known:

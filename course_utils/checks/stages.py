@@ -575,6 +575,19 @@ def gradients(check: Check, run: Callable[..., torch.Tensor], inputs: dict[str, 
     check.ok(f"gradients reach {', '.join(targets)} as with {oracle}")
 
 
+def oracle_gradients(oracle: Callable[..., torch.Tensor], tensors: dict[str, torch.Tensor],
+                     ) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """``expected`` for ``gradients``: the oracle's gradients of ``(oracle(*tensors) * r).sum()``, in float64.
+
+    ``tensors`` are the inputs and parameters, in the oracle's argument order, under the names ``gradients``
+    reports; each is detached and copied, so the learner's own tensors keep no gradient.
+    """
+    def expected(r: torch.Tensor) -> dict[str, torch.Tensor]:
+        leaves = [t.detach().double().requires_grad_(True) for t in tensors.values()]
+        return dict(zip(tensors, torch.autograd.grad((oracle(*leaves) * r).sum(), leaves)))
+    return expected
+
+
 def every_parameter_learns(check: Check, module: nn.Module, out: torch.Tensor, what: str, seed: int = 7) -> None:
     """A random loss on ``out`` reaches every trainable parameter of ``module``."""
     if not out.requires_grad:
