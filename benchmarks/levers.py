@@ -1,8 +1,8 @@
 """One row of lesson 08's table of levers: a timed training run of the lesson's own code, scored on every test set.
 
 Lesson 08 (``solutions/08_real_data.ipynb``) improves its laptop-CPU run one lever at a time: shared
-embeddings, batches by tokens, checkpoint averaging; and it tries lesson 07's fused attention and
-``torch.compile``, which do not pay on a CPU.
+embeddings, batches by tokens, checkpoint averaging, bfloat16 products, dropout only where the paper
+puts it; and it tries lesson 07's fused attention and ``torch.compile``.
 Each row of its table is one run of the lesson's ``measure_row``: train the row's configuration for
 the budget, translate the four Multi30k test sets (beam 4) with the mean of its last checkpoints
 when it averages, and measure its steps, tokens per second and fraction of the machine's
@@ -12,7 +12,7 @@ learner runs.
 
     python benchmarks/levers.py --list
     python benchmarks/levers.py --row tied --budget-min 15 --threads 2 --multi30k ../dataset/data/task1/raw
-    python benchmarks/levers.py --row averaged --budget-min 15 --set batch_tokens=2000  # a variant of a row
+    python benchmarks/levers.py --row paper-dropout --budget-min 15 --set num_layers=3  # a variant of a row
     python benchmarks/levers.py --table benchmarks/levers-15min.jsonl                 # the rows as Markdown
     python benchmarks/levers.py --quick                                               # a smoke run, seconds
 
@@ -52,19 +52,26 @@ EARLIER = [
 ]
 # Loading a name runs the assignments of its cell too: TEST_SETS loads the data (from MULTI30K_DIR, or the
 # fast slices of the bundled corpus with COURSE_FAST=1), bpe trains the BPE vocabulary, train_src encodes.
-LESSON08 = ["TEST_SETS", "load_splits", "bpe", "train_src", "RunConfig", "LAPTOP_CPU", "GPU", "build_model",
+LESSON08 = ["TEST_SETS", "load_splits", "bpe", "train_src", "RunConfig", "LAPTOP_CPU", "GPU",
+            "attention_survives_float16", "autocast_dtype", "build_model",
             "new_optimizer", "batches_forever", "loss_on", "train_step", "validation_loss", "checkpoint_paths",
             "checkpoint_path", "train", "translate", "averaged", "bleu_scores", "step_flops", "run_work",
             "with_levers", "LEVER_ROWS", "measure_row"]
 
 #: What each row of the table adds to the row above it (the README's wording).
 ADDS = {
-    "base": "none: batches of 128 sentence pairs, separate embeddings, the last checkpoint",
+    "base": "none: batches of 128 sentence pairs, separate embeddings, the last checkpoint, float32",
     "tied": "shared embeddings (section 3.4)",
     "tokens": "batches of 2,500 tokens (section 5.1)",
-    "averaged": "the mean of the last 5 checkpoints (section 6.1): `LAPTOP_CPU`",
-    "fused": "`averaged` + lesson 07's fused attention (not kept on a CPU)",
-    "compiled": "`averaged` + `torch.compile` (not kept)",
+    "averaged": "the mean of the last 5 checkpoints (section 6.1)",
+    "bfloat16": "mixed precision: bfloat16 products, on a CPU that has them",
+    "paper-dropout": "dropout only where section 5.4 puts it: `LAPTOP_CPU`",
+    "no-dropout": "`bfloat16` without any dropout (not kept)",
+    "wider": "`bfloat16` with d_model 256, d_ff 1024 (not kept)",
+    "deeper": "`paper-dropout` with 3 + 3 layers (not kept)",
+    "paper-dropout (seed 1)": "`paper-dropout` again, with `--set seed=1`",
+    "fused": "`paper-dropout` + lesson 07's fused attention",
+    "compiled": "`paper-dropout` + `torch.compile`",
 }
 TABLE_COLUMNS = ["test_2016_flickr", "test_2017_flickr", "test_2017_mscoco", "test_2018_flickr", "steps",
                  "tokens_per_second", "fraction_of_peak"]
@@ -140,11 +147,11 @@ def measure(ns: dict[str, Any], config, device: torch.device, checkpoints: Path,
     from course_utils.training import matmul_peak_flops
 
     ns["device"] = device
-    ns["amp_dtype"] = None
-    if config.mixed_precision and device.type == "cuda":  # the lesson's choice: bfloat16 where the GPU has it
-        ns["amp_dtype"] = torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
     ns["CHECKPOINTS"] = checkpoints
     with contextlib.redirect_stdout(sys.stderr):
+        ns["amp_dtype"] = None  # the lesson's choice: the 16-bit type that pays on this device, if the row asks
+        if config.mixed_precision:
+            ns["amp_dtype"] = ns["autocast_dtype"](device, ns["attention_survives_float16"]())
         peak = matmul_peak_flops(seconds=peak_seconds, device=device)
         log(f"peak {peak / 1e9:.0f} GFLOP/s with {torch.get_num_threads()} threads; training {config}")
         started = time.perf_counter()
@@ -177,7 +184,7 @@ def markdown_table(rows: Sequence[dict]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--row", default="averaged", help="a row of the lesson's LEVER_ROWS, or laptop-cpu, or gpu")
+    parser.add_argument("--row", default="paper-dropout", help="a row of the lesson's LEVER_ROWS, or laptop-cpu, or gpu")
     parser.add_argument("--budget-min", type=float, default=None, help="minutes of training (default: the row's, 15)")
     parser.add_argument("--multi30k", default=os.environ.get("MULTI30K_DIR"),
                         help="the folder of the Multi30k files (data/task1/raw of multi30k/dataset); default MULTI30K_DIR")

@@ -44,12 +44,17 @@ def test_a_quick_row_prints_one_json_line_with_every_figure(levers, tmp_path):
 def test_the_rows_add_one_lever_each_up_to_the_laptop_configuration(lesson):
     ns = lesson
     rows, laptop = ns["LEVER_ROWS"], ns["LAPTOP_CPU"]
-    assert list(rows) == ["base", "tied", "tokens", "averaged", "fused", "compiled"]
+    assert list(rows) == ["base", "tied", "tokens", "averaged", "bfloat16", "paper-dropout", "no-dropout", "wider",
+                          "deeper", "fused", "compiled"]
     assert all(name == config.name for name, config in rows.items()), "a row's JSON line carries its name"
     differ = lambda a, b: {k for k in vars(a) if k != "name" and getattr(a, k) != getattr(b, k)}  # noqa: E731
-    chain = [rows[name] for name in ("base", "tied", "tokens", "averaged")]
-    assert [differ(a, b) for a, b in zip(chain, chain[1:])] == [{"tie_embeddings"}, {"batch_tokens"}, {"average_last"}]
-    assert differ(rows["averaged"], laptop) == set() and differ(rows["base"], ns["BASE_CPU"]) == set()
+    chain = [rows[name] for name in ("base", "tied", "tokens", "averaged", "bfloat16", "paper-dropout")]
+    assert [differ(a, b) for a, b in zip(chain, chain[1:])] == [
+        {"tie_embeddings"}, {"batch_tokens"}, {"average_last"}, {"mixed_precision"}, {"inner_dropout"}]
+    assert differ(rows["paper-dropout"], laptop) == set() and differ(rows["base"], ns["BASE_CPU"]) == set()
+    assert differ(rows["no-dropout"], rows["bfloat16"]) == {"dropout"}
+    assert differ(rows["wider"], rows["bfloat16"]) == {"d_model", "d_ff"}
+    assert differ(rows["deeper"], laptop) == {"num_layers"}
     assert differ(rows["fused"], laptop) == {"fused_attention"} and differ(rows["compiled"], laptop) == {"compile"}
     assert ns["GPU"].fused_attention and ns["GPU"].tie_embeddings and ns["GPU"].average_last > 1
 

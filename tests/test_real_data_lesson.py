@@ -68,3 +68,30 @@ def test_gpu_configuration_trains_in_mixed_precision_on_the_cpu(lesson: dict, dt
     again, history_again = ns["train"](config)
     assert history_again == history
     assert all(torch.equal(before[k], v) for k, v in again.state_dict().items())
+
+
+def test_a_cpu_gets_bfloat16_only_where_its_products_are_faster(lesson: dict, monkeypatch) -> None:
+    ns, cpu = lesson, torch.device("cpu")
+    for float32, bfloat16, wanted in [(100e9, 220e9, torch.bfloat16), (100e9, 150e9, torch.bfloat16),
+                                      (100e9, 140e9, None), (100e9, 20e9, None)]:  # 20: emulated bfloat16
+        rates = {torch.float32: float32, torch.bfloat16: bfloat16}
+        monkeypatch.setitem(ns, "matmul_peak_flops", lambda size=None, seconds=2.0, dtype=torch.float32,
+                            device="cpu", rates=rates: rates[dtype])
+        assert ns["autocast_dtype"](cpu, True) is wanted, (float32, bfloat16)
+    assert ns["autocast_dtype"](torch.device("mps"), True) is None
+
+
+def test_autocast_runs_only_for_a_configuration_that_asks_for_it(lesson: dict, monkeypatch) -> None:
+    """amp_dtype is chosen once, for the lesson's configuration; a row without mixed precision stays in 32 bits."""
+    ns = lesson
+    config = dataclasses.replace(ns["GPU"], d_model=32, num_heads=2, num_layers=1, d_ff=64)
+    monkeypatch.setitem(ns, "amp_dtype", torch.bfloat16)
+    monkeypatch.setitem(ns, "device", torch.device("cpu"))
+    src, tgt = ns["make_batches"](ns["train_src"][:4], ns["train_tgt"][:4], 4, ns["PAD_ID"], shuffle=False)[0]
+    for mixed, wanted in [(True, torch.bfloat16), (False, torch.float32)]:
+        row = dataclasses.replace(config, mixed_precision=mixed)
+        model, seen = ns["build_model"](row, ns["bpe"].vocab_size), set()
+        model.generator.register_forward_hook(lambda module, inputs, output: seen.add(output.dtype))
+        ns["loss_on"](model, src, tgt, row)
+        assert seen == {wanted}, (mixed, seen)
+        assert ns["new_optimizer"](model, row)[2].is_enabled() is False, "no gradient scaler for bfloat16"
