@@ -70,6 +70,7 @@ ADDS = {
     "wider": "`bfloat16` with d_model 256, d_ff 1024 (not kept)",
     "deeper": "`paper-dropout` with 3 + 3 layers (not kept)",
     "paper-dropout (seed 1)": "`paper-dropout` again, with `--set seed=1`",
+    "smaller-batches": "`paper-dropout` with batches of 2,000 tokens, `--set batch_tokens=2000` (not kept)",
     "fused": "`paper-dropout` + lesson 07's fused attention",
     "compiled": "`paper-dropout` + `torch.compile`",
 }
