@@ -580,7 +580,7 @@ def oracle_gradients(oracle: Callable[..., torch.Tensor], tensors: dict[str, tor
     """``expected`` for ``gradients``: the oracle's gradients of ``(oracle(*tensors) * r).sum()``, in float64.
 
     ``tensors`` are the inputs and parameters, in the oracle's argument order, under the names ``gradients``
-    reports; each is detached and copied, so the learner's own tensors keep no gradient.
+    reports; the oracle runs on detached float64 leaves, so the learner's own tensors get no gradient.
     """
     def expected(r: torch.Tensor) -> dict[str, torch.Tensor]:
         leaves = [t.detach().double().requires_grad_(True) for t in tensors.values()]
