@@ -24,6 +24,9 @@ and prints one JSON line per figure, ``{"name": ..., "value": ..., "unit": ...}`
   and ``kv_cache_speedup_batch1`` for one sentence;
 * and a few more (steps, tokens per second, parameters, losses, threads).
 
+Everything runs on the CPU, also on a machine with a GPU: these are the figures of a
+laptop. Lesson 08's ``benchmarks/levers.py --device cuda`` measures a GPU.
+
     python benchmarks/bench.py            # the default configuration (about 2-3 minutes on 2 cores)
     python benchmarks/bench.py --quick    # a tiny smoke run (seconds): checks the plumbing only
 
@@ -314,6 +317,7 @@ def main(argv: Sequence[str] | None = None, emit: Callable[[str], None] = print)
     if args.threads:
         torch.set_num_threads(args.threads)
     code = load_course_code(args.solutions)
+    code["device"] = torch.device("cpu")  # the lessons' functions read this global: the CPU even beside a GPU
     config = code["TrainConfig"]()
     if args.quick:
         config = dataclasses.replace(config, **QUICK)

@@ -1,11 +1,12 @@
-"""Tools around a training run: checkpoint averaging and the machine's matrix-product peak.
+"""Tools around a training run: checkpoint averaging, the machine's matrix-product peak, and honest GPU timing.
 
-    from course_utils.training import average_checkpoints, matmul_peak_flops
+    from course_utils.training import average_checkpoints, matmul_peak_flops, synchronize
     model.load_state_dict(average_checkpoints(paths[-5:]))   # section 6.1 of the paper
     peak = matmul_peak_flops()                                # FLOP/s of a large float32 matmul here
+    synchronize(device)                                       # before reading a clock: a GPU works asynchronously
 
-Neither is an exercise of the course: lesson 08 uses them to improve and to
-measure its training run.
+None is an exercise of the course: lesson 08 uses them to improve and to
+measure its training run, lessons 07 and 09 to time code on a GPU.
 """
 
 from __future__ import annotations
@@ -69,7 +70,13 @@ def average_checkpoints(sources: Sequence[str | os.PathLike | Mapping[str, Any]]
     return averaged
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: str | torch.device) -> None:
+    """Wait until ``device`` has finished the work queued on it, so that a clock read next measures that work.
+
+    A GPU runs operations asynchronously: a call returns as soon as its kernel is queued, and timing it without
+    waiting measures only the queueing. A CPU computes as it goes, so there is nothing to wait for.
+    """
+    device = torch.device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
@@ -95,13 +102,13 @@ def matmul_peak_flops(size: int | None = None, seconds: float = 2.0, dtype: torc
     a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
     b = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
     torch.matmul(a, b)  # warm-up: thread pool, kernels, caches
-    _synchronize(device)
+    synchronize(device)
     best = float("inf")
     deadline = time.perf_counter() + seconds
     for _ in range(1000):
         start = time.perf_counter()
         torch.matmul(a, b)
-        _synchronize(device)
+        synchronize(device)
         best = min(best, time.perf_counter() - start)
         if time.perf_counter() >= deadline:
             break
