@@ -71,6 +71,7 @@ ADDS = {
     "deeper": "`paper-dropout` with 3 + 3 layers (not kept)",
     "paper-dropout (seed 1)": "`paper-dropout` again, with `--set seed=1`",
     "smaller-batches": "`paper-dropout` with batches of 2,000 tokens, `--set batch_tokens=2000` (not kept)",
+    "more-dropout": "`paper-dropout` with dropout 0.2 in its two places, `--set dropout=0.2` (not kept)",
     "fused": "`paper-dropout` + lesson 07's fused attention",
     "compiled": "`paper-dropout` + `torch.compile`",
 }
