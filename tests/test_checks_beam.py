@@ -354,6 +354,8 @@ WRONG = [
     (_variant_of(at_max_len="no power"), ["length_penalty=2.0", "length-normalised score", "** length_penalty"]),
     (lambda model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0: beam_search(
         model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty), ["default of length_penalty is 1.0"]),
+    # a search that switches the model to training mode: dropout would change every translation
+    (lambda model, *args, **kwargs: beam_search(model.train(), *args, **kwargs), ["training mode", "model.train()"]),
 ]
 
 

@@ -279,6 +279,8 @@ def test_accepts_correct_variants(fn):
         (returns_list, ["should be a torch.tensor", "a list"]),
         # issue 17: a pad_id the model produces in mid-sentence does not end the sentence
         (torch.no_grad()(lambda *args: _loop(*args, pad_ends=True)), ["pad_id", "mid-sentence", "only eos_id ends a sentence"]),
+        # a decoder that switches the model to training mode: dropout would change every translation
+        (lambda model, *args: greedy_decode(model.train(), *args), ["training mode", "model.train()", "eval"]),
     ],
 )
 def test_diagnoses_mistakes(fn, phrases):

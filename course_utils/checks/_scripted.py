@@ -10,8 +10,9 @@ script's prediction after the tokens up to it, as a causal model's would.
 
 Like a real model, it reads the sentence from ``memory`` (``src`` only gives
 the padding), so memory and src rows that belong to different sentences are
-counted. It records every encoded sentence and every decoded row (sentence,
-prefix), the calls made with gradients on, and refuses, with a
+counted. It is handed over in eval mode, as the lessons decode, and records
+every encoded sentence and every decoded row (sentence, prefix), the calls made
+with gradients on or in training mode, and refuses, with a
 :class:`Runaway` that a learner's ``except Exception`` cannot swallow, to go
 on past a bound tied to ``max_len``. It can live on the pretend GPU of
 :mod:`._gpu`. :func:`run_decoder` runs a learner's search on it and turns a
@@ -62,8 +63,10 @@ class ScriptedModel(nn.Module):
         self.encode_calls = 0
         self.rows: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []  # per decode call: (sentence, prefix)
         self.grad_calls = 0  # calls made while gradients were on
+        self.train_calls = 0  # calls made in training mode (the search called model.train())
         self.misaligned = 0  # decoded rows whose memory and src belong to different sentences
         self.runaway = ""  # set once a loop has run past the bounds
+        self.eval()  # a trained model is decoded in eval mode: lessons 06 to 09 call model.eval() first
 
     @property
     def script(self) -> Script:
@@ -87,6 +90,7 @@ class ScriptedModel(nn.Module):
     def _arrived(self, what: str, *tensors: torch.Tensor) -> list[torch.Tensor]:
         """Inputs must be on the model's device (it raises as a GPU would); returns them as plain CPU tensors."""
         self.grad_calls += torch.is_grad_enabled()
+        self.train_calls += self.training
         if self._pretend and not all(_gpu.is_on_device(t) for t in tensors):
             raise _gpu.DeviceMismatch(f"model.{what} received a CPU tensor while the model is on {_gpu.PRETEND}")
         if not self._pretend and any(t.device != self._anchor.device for t in tensors):
@@ -200,4 +204,15 @@ def crashes_on_a_batch(check: Check, name: str, out: Any, batch_size: int, advic
         )
 
 
-__all__ = ["Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "follow", "mix", "run_decoder"]
+def training_mode_problem(name: str, models: Sequence[ScriptedModel]) -> str | None:
+    """What to say when a search switched the model it was given (in eval mode) to training mode, else None."""
+    calls = sum(model.train_calls for model in models)
+    if not calls:
+        return None
+    return (f"{name} ran the model in training mode ({calls} calls of model.encode/model.decode): it calls "
+            f"model.train() (or .train(True)) on the model it was given. With dropout on, every translation "
+            f"comes out differently, and worse. The lessons put the model in eval mode before decoding: leave "
+            f"its mode as it is, or call model.eval(), never model.train().")
+
+
+__all__ = ["Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "follow", "mix", "run_decoder", "training_mode_problem"]

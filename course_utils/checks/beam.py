@@ -39,7 +39,7 @@ import torch
 
 from . import stages
 from ._core import Check, CheckResult, fmt_shape, run_check
-from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder
+from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder, training_mode_problem
 
 
 def check_beam_search(beam_search: Callable) -> CheckResult:
@@ -508,6 +508,10 @@ def _encoding_and_grad(check: Check, model: ScriptedModel, sentences: list, setu
             f"beam_search with @torch.no_grad(), or run its body inside `with torch.no_grad():`."
         )
     check.ok("runs under torch.no_grad()")
+    problem = training_mode_problem("beam_search", [model])
+    if problem:
+        check.fail(problem)
+    check.ok("decodes in the mode the model was given (eval): no model.train()")
 
     if model.misaligned:
         check.fail(

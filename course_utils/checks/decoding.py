@@ -27,7 +27,7 @@ import torch
 
 from . import stages
 from ._core import Check, CheckResult, fmt_shape, fmt_values, run_check
-from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder
+from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder, training_mode_problem
 _NO_GRAD = (
     "Decoding needs no gradients: decorate greedy_decode with `@torch.no_grad()` (or run its body inside "
     "`with torch.no_grad():`). With gradients on, every step keeps the whole computation graph of the decoder "
@@ -416,6 +416,10 @@ def _check_no_grad(check: Check, models: list[ScriptedModel]) -> None:
             f"greedy_decode ran the model with gradients on ({calls} calls of model.encode/model.decode).\n{_NO_GRAD}"
         )
     check.ok("runs the model without gradients (torch.no_grad)")
+    problem = training_mode_problem("greedy_decode", models)
+    if problem:
+        check.fail(problem)
+    check.ok("decodes in the mode the model was given (eval): no model.train()")
 
 
 def _check_device(check: Check, greedy_decode: Callable, case: dict) -> None:
