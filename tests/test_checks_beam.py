@@ -356,6 +356,8 @@ WRONG = [
         model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty), ["default of length_penalty is 1.0"]),
     # a search that switches the model to training mode: dropout would change every translation
     (lambda model, *args, **kwargs: beam_search(model.train(), *args, **kwargs), ["training mode", "model.train()"]),
+    (lambda model, *args, **kwargs: (beam_search(model.eval(), *args, **kwargs), model.train())[0],
+     ["hands the model back in training mode"]),
 ]
 
 
@@ -373,6 +375,16 @@ def test_diagnoses_mistakes(fn, phrases):
 
 def test_stub_is_not_attempted():
     expect(check_beam_search(stub), "not attempted")
+
+
+def test_a_search_that_reads_more_of_the_model_than_the_contract_is_told_what_it_may_use():
+    """Lesson 07 decodes through CachedDecoder, which has no generator: the crash names what the model offers."""
+    def reads_the_generator(model, *args, **kwargs):
+        model.generator
+        return beam_search(model, *args, **kwargs)
+
+    expect(check_beam_search(reads_the_generator), "error", "no attribute `generator`", "cacheddecoder",
+           "logits.size(-1)")
 
 
 def test_the_real_device_pass_runs(monkeypatch):

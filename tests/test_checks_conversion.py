@@ -253,6 +253,18 @@ def delegates_to_a_copy(model):
     return converted
 
 
+def frozen_copy(model):
+    """A copy for comparison only: its parameters frozen. Lesson 07 then cannot train it."""
+    return _convert(model).requires_grad_(False)
+
+
+def forward_without_gradients(model):
+    """The copy's forward runs under torch.no_grad(): the logits match, and lesson 07's training step crashes."""
+    converted = _convert(model)
+    converted.forward = torch.no_grad()(converted.forward)
+    return converted
+
+
 CORRECT = [to_torch_transformer, float_causal_mask, separate_stacks, subclassed, relu_as_a_lambda]
 WRONG = [
     (_conversion(order=("W_k", "W_q", "W_v")), ["wrong order"]),
@@ -279,6 +291,9 @@ WRONG = [
     (delegates_to_a_copy, ["ran 0 times", "not a copy of your model"]),
     (norms_with_a_large_eps, ["eps = 0.001", "layer_norm_eps"]),
     (puts_the_model_in_training_mode, ["changed the mode of your model"]),
+    # a third hidden set: copies that lesson 07 cannot train
+    (frozen_copy, ["do not require gradients", "lesson 07 trains the copy"]),
+    (forward_without_gradients, ["torch.no_grad()", "lesson 07 trains the copy"]),
 ]
 
 

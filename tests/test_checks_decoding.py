@@ -281,10 +281,20 @@ def test_accepts_correct_variants(fn):
         (torch.no_grad()(lambda *args: _loop(*args, pad_ends=True)), ["pad_id", "mid-sentence", "only eos_id ends a sentence"]),
         # a decoder that switches the model to training mode: dropout would change every translation
         (lambda model, *args: greedy_decode(model.train(), *args), ["training mode", "model.train()", "eval"]),
+        (lambda model, *args: (greedy_decode(model.eval(), *args), model.train())[0],
+         ["hands the model back in training mode", "lesson 07"]),
     ],
 )
 def test_diagnoses_mistakes(fn, phrases):
     expect(check_greedy_decode(fn), "failed", *phrases)
+
+
+def test_a_decoder_that_reads_more_of_the_model_than_the_contract_is_told_what_it_may_use():
+    """Lesson 07 decodes through CachedDecoder, which has no pad_id: the crash names what the model offers."""
+    def reads_pad_id(model, src, max_len, bos_id, eos_id, pad_id):
+        return greedy_decode(model, src, max_len, bos_id, eos_id, model.pad_id)
+
+    expect(check_greedy_decode(reads_pad_id), "error", "no attribute `pad_id`", "cacheddecoder", "arguments")
 
 
 def test_outcomes():

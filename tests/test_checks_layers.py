@@ -495,16 +495,19 @@ WRONG_ENCODER_LAYERS = {
 
 
 class FusedEncoderLayer(EncoderLayer):
-    """F.scaled_dot_product_attention inside self_attn; one dropout module per sublayer; keyword calls."""
+    """F.scaled_dot_product_attention inside self_attn; keyword calls; the residual added on the other side.
+
+    (It had one dropout module per sublayer once: lesson 08 sets the rate of the contract's `dropout`, so a
+    layer that applies others is now on the wrong side, as UnusedDropoutEncoderLayer.)
+    """
 
     def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
         super().__init__(d_model, num_heads, d_ff, dropout)
         self.self_attn = FusedAttention(d_model, num_heads, dropout)
-        self.drop1, self.drop2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
     def forward(self, x, mask=None):
-        x = self.norm1(self.drop1(self.self_attn(query=x, key=x, value=x, mask=mask)) + x)
-        return self.norm2(self.drop2(self.feed_forward(x)) + x)
+        x = self.norm1(self.dropout(self.self_attn(query=x, key=x, value=x, mask=mask)) + x)
+        return self.norm2(self.dropout(self.feed_forward(x)) + x)
 
 
 class EinsumEncoderLayer(EncoderLayer):
@@ -1006,7 +1009,78 @@ class SwappedShapesFeedForward(FeedForward):
         return self.dropout(h) @ self.linear2.weight + self.linear1.bias  # (B, L, d_model)
 
 
+class AliasedAttentionEncoderLayer(EncoderLayer):
+    """Computes with self_attn under a second name: lesson 07's fused attention, assigned to self_attn, goes unused."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.attn = self.self_attn
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.dropout(self.attn(x, x, x, mask)))
+        return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+
+class AliasedCrossAttentionDecoderLayer(DecoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.sublayers = [self.self_attn, self.cross_attn]  # a plain list made in __init__
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        self_attn, cross_attn = self.sublayers
+        x = self.norm1(x + self.dropout(self_attn(x, x, x, tgt_mask)))
+        x = self.norm2(x + self.dropout(cross_attn(x, memory, memory, src_mask)))
+        return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+class UnusedDropoutEncoderLayer(EncoderLayer):
+    """Has the contract's `dropout`, but applies two others: lesson 08's rate, set on `dropout`, changes nothing."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
+class ReadsTheRateDecoderLayer(DecoderLayer):
+    """Correct: F.dropout at the rate of `self.dropout`, read on every call (lesson 08's change reaches it)."""
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        drop = lambda t: F.dropout(t, self.dropout.p, self.training)  # noqa: E731
+        x = self.norm1(x + drop(self.self_attn(x, x, x, tgt_mask)))
+        x = self.norm2(x + drop(self.cross_attn(x, memory, memory, src_mask)))
+        return self.norm3(x + drop(self.feed_forward(x)))
+
+
+class MasksInAnotherOrderDecoderLayer(DecoderLayer):
+    def forward(self, x, memory, tgt_mask=None, src_mask=None):
+        return super().forward(x, memory, src_mask, tgt_mask)
+
+
+class SmallEpsEncoderLayer(EncoderLayer):
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=1e-6), nn.LayerNorm(d_model, eps=1e-6)
+
+
+def test_a_layer_that_reads_its_dropout_rate_on_every_call_passes():
+    expect(check_decoder_layer(ReadsTheRateDecoderLayer), "passed")
+
+
 ISSUE_17_LAYERS = {
+    # a third hidden set: what lessons 07 and 08 do to the layers, and the order of the parameters
+    "self_attn under a second name": (check_encoder_layer, AliasedAttentionEncoderLayer,
+                                      ["never calls `self.self_attn`", "with_fused_attention"]),
+    "cross_attn from a plain list": (check_decoder_layer, AliasedCrossAttentionDecoderLayer,
+                                     ["never calls `self.self_attn`", "by assignment"]),
+    "the contract's dropout unused": (check_encoder_layer, UnusedDropoutEncoderLayer,
+                                      ["stays deterministic", "`dropout`", "lesson 08"]),
+    "masks in another order": (check_decoder_layer, MasksInAnotherOrderDecoderLayer,
+                               ["in the order (x, memory, tgt_mask, src_mask)", "by position"]),
+    "nn.LayerNorm with eps 1e-6": (check_encoder_layer, SmallEpsEncoderLayer, ["eps=1e-06", "default"]),
     "attention built without the dropout rate (encoder)": (check_encoder_layer, NoAttentionDropoutEncoderLayer,
                                                            ["self_attn", "dropout"]),
     "attention built without the dropout rate (decoder)": (check_decoder_layer, NoAttentionDropoutDecoderLayer,

@@ -780,3 +780,30 @@ class EmbeddingDropoutTransformer(Transformer):
 def test_a_second_dropout_on_the_raw_embeddings_is_named():
     expect(check_transformer(EmbeddingDropoutTransformer), "failed", "embeddings", "before the positional encoding",
            "once")
+
+
+class AliasedPositionsTransformer(Transformer):
+    """Computes with positional_encoding under a second name: lesson 09's swap of positional_encoding goes unused."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.pe = self.positional_encoding
+
+    def embed(self, embedding, tokens):
+        return self.pe(embedding(tokens) * math.sqrt(self.d_model))
+
+
+class HeadsAfterLayersTransformer(Transformer):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_layers=6, num_heads=8, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)
+
+
+def test_positional_encoding_under_a_second_name_is_named():
+    expect(check_transformer(AliasedPositionsTransformer), "failed", "never calls `self.positional_encoding`",
+           "lesson 09")
+
+
+def test_parameters_in_another_order_are_named():
+    expect(check_transformer(HeadsAfterLayersTransformer), "failed", "the exercise's order is", "num_heads",
+           "by position")

@@ -966,7 +966,8 @@ _last: dict[str, dict[int, CheckResult]] = {}
 def run_check(exercise: str, body: Callable[..., None], *args: Any, time_limit: float | None = None, **kwargs: Any) -> CheckResult:
     """Run ``body(check, *args, **kwargs)`` and return its outcome; never raises (except KeyboardInterrupt).
 
-    The first argument, the learner's object, also goes through ``stages.defined_where_loaded``: later
+    The first argument, the learner's object, first goes through ``stages.parameter_order`` (the course
+    passes arguments by position), and after the body through ``stages.defined_where_loaded``: later
     lessons load it from its own cell, so a name it takes from another cell is a failure.
     """
     check = Check(exercise, time_limit=time_limit)
@@ -990,7 +991,11 @@ def _with_loading_checked(body: Callable[..., None], exercise: str) -> Callable[
             defined_where_loaded(check, args[0], exercise)
 
     def checked(check: Check, *args: Any, **kwargs: Any) -> None:
+        from .stages import parameter_order
+
         try:
+            if args:
+                parameter_order(check, args[0], exercise)
             body(check, *args, **kwargs)
         except _Stop:
             loading(check, args)

@@ -68,6 +68,19 @@ class ScriptedModel(nn.Module):
         self.runaway = ""  # set once a loop has run past the bounds
         self.eval()  # a trained model is decoded in eval mode: lessons 06 to 09 call model.eval() first
 
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("_"):
+                raise
+            raise AttributeError(
+                f"the model has no attribute `{name}` here: a decoding function may use only model.encode, "
+                f"model.decode, model.parameters(), model.eval()/model.train() and model.training. Lesson 07 "
+                f"decodes through its CachedDecoder, which offers nothing else. Take sizes and ids from the "
+                f"arguments (pad_id, eos_id, ...) and from the tensors (the vocabulary size is logits.size(-1))"
+            ) from None
+
     @property
     def script(self) -> Script:
         """What the model predicts (for the checker's replays)."""
@@ -205,14 +218,19 @@ def crashes_on_a_batch(check: Check, name: str, out: Any, batch_size: int, advic
 
 
 def training_mode_problem(name: str, models: Sequence[ScriptedModel]) -> str | None:
-    """What to say when a search switched the model it was given (in eval mode) to training mode, else None."""
+    """What to say when a search ran, or left, the model it was given (in eval mode) in training mode, else None."""
     calls = sum(model.train_calls for model in models)
-    if not calls:
-        return None
-    return (f"{name} ran the model in training mode ({calls} calls of model.encode/model.decode): it calls "
-            f"model.train() (or .train(True)) on the model it was given. With dropout on, every translation "
-            f"comes out differently, and worse. The lessons put the model in eval mode before decoding: leave "
-            f"its mode as it is, or call model.eval(), never model.train().")
+    if calls:
+        return (f"{name} ran the model in training mode ({calls} calls of model.encode/model.decode): it calls "
+                f"model.train() (or .train(True)) on the model it was given. With dropout on, every translation "
+                f"comes out differently, and worse. The lessons put the model in eval mode before decoding: leave "
+                f"its mode as it is, or call model.eval(), never model.train().")
+    if any(model.training for model in models):
+        return (f"{name} hands the model back in training mode: it was given in eval mode, and after the call "
+                f"model.training is True (a model.train() at the end?). Lesson 07 puts the model in eval mode once, "
+                f"then decodes and compares with it: with dropout back on, every later translation and comparison "
+                f"changes at random. Leave the mode as it was given (or call model.eval() only).")
+    return None
 
 
 __all__ = ["Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "follow", "mix", "run_decoder", "training_mode_problem"]

@@ -152,6 +152,7 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
         )
     _first_mismatch(check, src, tgt, expected, got, inputs, seen)
     _input_dropout(check, theirs, enc[0], dec[0])
+    _trainable(check, theirs, src, tgt)
     stages.module_on_gpu(check, theirs.eval(), src, tgt, what="to_torch_transformer module", advice=(
         "Create the masks on the device of the tokens: `nn.Transformer.generate_square_subsequent_mask(L, "
         "device=tgt.device)`, `torch.ones(L, L, dtype=torch.bool, device=tgt.device)`."))
@@ -211,6 +212,36 @@ def _shares_nothing(check: Check, model: nn.Module, theirs: nn.Module) -> None:
                    f"`copy.deepcopy(model.src_embed)` for the modules you keep around nn.Transformer, and `.copy_()` "
                    f"into PyTorch's own parameters.")
     check.ok("holds copies of your tensors: none is shared with your model")
+
+
+def _trainable(check: Check, theirs: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> None:
+    """Lesson 07 trains the copy (it times training steps of it): a backward pass gives every parameter a gradient."""
+    frozen = [name for name, p in theirs.named_parameters() if not p.requires_grad]
+    if frozen:
+        check.fail(f"{len(frozen)} parameters of the module do not require gradients ({', '.join(frozen[:3])}...): "
+                   f"lesson 07 trains the copy (its training steps are timed against your model's), and an "
+                   f"optimizer would never change these. Leave requires_grad as it is (no `requires_grad_(False)`).")
+    was = theirs.training
+    theirs.eval()  # the same values every time; gradients flow in eval mode too
+    try:
+        with torch.enable_grad():
+            out = check.call(theirs, src, tgt, what="the module's forward")
+            logits = out[0] if isinstance(out, tuple) else out
+            if not isinstance(logits, torch.Tensor) or not logits.requires_grad:
+                check.fail("With gradients on, the module's logits do not require gradients: its forward runs under "
+                           "torch.no_grad() (or detaches its result). Lesson 07 trains the copy, which needs a "
+                           "backward pass through it: compute the logits with gradients, as your model does.")
+            params = [p for p in theirs.parameters() if p.requires_grad]
+            grads = torch.autograd.grad(logits.float().square().mean(), params, allow_unused=True)
+    finally:
+        theirs.train(was)
+    unused = [name for (name, p), g in zip(((n, p) for n, p in theirs.named_parameters() if p.requires_grad), grads)
+              if g is None]
+    if unused:
+        check.fail(f"No gradient reaches {len(unused)} parameters of the module ({', '.join(unused[:3])}...): its "
+                   f"forward does not compute with them. Lesson 07 trains the copy, so every parameter it holds "
+                   f"should take part in computing the logits.")
+    check.ok("can be trained: a backward pass through it gives every parameter a gradient (lesson 07 trains it)")
 
 
 def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[list, list]:

@@ -95,6 +95,10 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
     _model_dropout(check, build, src, tgt)
     _decode_uses_its_arguments(check, model, src, tgt)
     _model_dropout_measured(check, build, src, tgt)
+    stages.replaced_parts_used(check, build(), ["positional_encoding"], (src, tgt), "Transformer",
+                               "Lesson 09's ablation (learned positions, no positions)")
+    stages.dropout_set_through(check, lambda p: build(dropout=p), ["positional_encoding.dropout"], (src, tgt),
+                               "Transformer", "to the embeddings plus positions")
     _long_sentences(check, build, g)
     _moves(check, build, src, tgt)
 

@@ -261,6 +261,10 @@ def _part_problem(part: Any, name: str, kind: str, text: str, sizes: dict[str, A
             if tuple(part.normalized_shape) != tuple(args):
                 return (f"{shown} is nn.LayerNorm({tuple(part.normalized_shape)}): it normalises over the wrong axes; "
                         f"nn.LayerNorm({args[0]}) normalises each position's d_model features on its own.")
+            if part.eps != 1e-5:
+                return (f"{shown} is nn.LayerNorm({args[0]}, eps={part.eps:g}): the exercise's LayerNorm(d_model) keeps "
+                        f"the default eps=1e-5, which lesson 07's nn.Transformer copy of your model uses too "
+                        f"(layer_norm_eps). Leave eps at its default.")
         elif any(tuple(p.shape) != tuple(args) for p in part.parameters()):
             return f"{shown} is {describe(part)}, whose parameters do not have the shape ({args[0]},) of a layer norm's gain and bias."
         else:
@@ -429,6 +433,73 @@ def _imported(sources: list[str]) -> set[str]:
     return names
 
 
+def _named_parameters(text: str) -> list[str]:
+    """The parameter names of ``name(a, b=1, c (B, L))``: the first identifier of each top-level item."""
+    depth, items, current = 0, [], ""
+    for char in text:
+        depth += (char in "([") - (char in ")]")
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    names = [re.match(r"\s*\**([A-Za-z_]\w*)", item) for item in items if item.strip()]
+    return [m.group(1) for m in names if m]
+
+
+def _call_parameters(signature: str, name: str) -> list[str] | None:
+    """The parameters a contract's signature gives ``name(...)`` (the constructor's or forward's), or None."""
+    start = re.search(rf"(?<![\w.]){re.escape(name)}\(", signature)
+    if start is None:
+        return None
+    depth, i = 1, start.end()
+    while i < len(signature) and depth:
+        depth += (signature[i] == "(") - (signature[i] == ")")
+        i += 1
+    return _named_parameters(signature[start.end(): i - 1])
+
+
+def _positional(fn: Any, skip_self: bool) -> list[str] | None:
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names[1:] if skip_self else names
+
+
+def parameter_order(check: Check, obj: Any, exercise: str) -> None:
+    """The course passes arguments by position: the exercise's parameters, under its names, in its order.
+
+    Only a reordering of the contract's own names is reported (a renamed or extra parameter is not this stage's
+    business): a learner who writes ``(d_model, num_layers, num_heads)`` gets every later call's sizes mixed up.
+    """
+    spec = contracts.CONTRACTS.get(exercise)
+    if spec is None or not callable(obj):
+        return
+    name = getattr(obj, "__name__", exercise)
+    methods = [("__init__", exercise, True), ("forward", "forward", True)] if spec.kind == "class" else \
+              [(None, exercise, False)]
+    for method, called, skip_self in methods:
+        wanted = _call_parameters(spec.signature, called)
+        fn = obj if method is None else getattr(obj, method, None)
+        theirs = _positional(fn, skip_self) if fn is not None else None
+        if not wanted or theirs is None or len(theirs) < len(wanted):
+            continue
+        first = theirs[: len(wanted)]
+        if set(first) == set(wanted) and first != wanted:
+            where = name if method is None else f"{name}.{method}" if method == "forward" else name
+            swapped = [f"`{w}`" for w, t in zip(wanted, first) if w != t]
+            check.fail(
+                f"Your {where} takes its parameters in the order ({', '.join(first)}); the exercise's order is "
+                f"({', '.join(wanted)}). The course passes them by position, as later lessons do, so "
+                f"{' and '.join(swapped[:2]) if len(swapped) <= 2 else ', '.join(swapped)} would receive each "
+                f"other's values. Put the parameters in the exercise's order: "
+                f"{spec.signature.split(';')[0] if method != 'forward' else spec.signature.split(';')[-1].strip()}."
+            )
+
+
 def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
     """Later lessons load the exercise's own cell: every name it uses must be defined there (or imported).
 
@@ -475,6 +546,83 @@ def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
 
 
 _MISSING = object()
+
+
+class _Spy(nn.Module):
+    """Stands in for a submodule and counts its calls; everything else (attributes, parameters) is the original's."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner, self.calls = inner, 0
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self.inner(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.inner, name)
+
+
+def replaced_parts_used(check: Check, module: nn.Module, names: Sequence[str], inputs: tuple, owner: str,
+                        replaced_by: str) -> None:
+    """Later lessons replace these submodules by assignment: forward must reach each through its own name.
+
+    Each is swapped, in turn, for a stand-in that counts its calls (and otherwise is the original). A forward
+    that computes with the same module under another name, or with a copy, never calls the stand-in; a forward
+    that crashes with the stand-in in place proves nothing, and passes.
+    """
+    for name in names:
+        original = getattr(module, name, None)
+        if not isinstance(original, nn.Module):
+            continue
+        spy = _Spy(original)
+        setattr(module, name, spy)
+        try:
+            out = check.attempt(module, *inputs, what=f"{owner}.forward")
+        finally:
+            setattr(module, name, original)
+        if not isinstance(out, Raised) and spy.calls == 0:
+            check.fail(
+                f"Your {owner}'s forward never calls `self.{name}`: with `self.{name}` replaced by another module, "
+                f"the output was computed without it (the same module kept under a second name, a copy, or a list "
+                f"made in __init__?). {replaced_by} replaces `{name}` by assignment and must see the change. Call "
+                f"it as `self.{name}(...)` in forward, and keep no other reference to it."
+            )
+    check.ok("calls " + ", ".join(f"`self.{n}`" for n in names) + " by name (later lessons replace them)")
+
+
+def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths: Sequence[str], inputs: tuple,
+                        owner: str, where: str) -> None:
+    """Built with dropout 0.0, then `.p` set on the named Dropout modules: training must become random.
+
+    Lesson 08 applies dropout only where the paper puts it this way (``inner_dropout=False``): it builds the
+    model without dropout and sets the rate of the contract's ``dropout`` modules afterwards.
+    """
+    module = build(0.0)
+    targets = [module.get_submodule(path) for path in paths]
+    if not all(isinstance(t, nn.Dropout) for t in targets):
+        return  # the contract's kinds are checked elsewhere
+    for target in targets:
+        target.p = 0.5
+    module.train()
+    first = check.attempt(module, *inputs, what=f"{owner}.forward")
+    second = check.attempt(module, *inputs, what=f"{owner}.forward")
+    if isinstance(first, Raised) or isinstance(second, Raised):
+        return
+    first, second = (o[0] if isinstance(o, tuple) else o for o in (first, second))
+    if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and torch.equal(first, second):
+        shown = ", ".join(f"`{p}`" for p in paths)
+        check.fail(
+            f"Your {owner}, built with dropout=0.0, stays deterministic in training mode after the rate of {shown} "
+            f"was set to 0.5: the dropout it applies {where} is not {shown if len(paths) == 1 else 'those modules'} "
+            f"(another nn.Dropout, built with the rate of 0.0, does the work?). Lesson 08 builds your model "
+            f"without dropout and then sets `{paths[0]}.p`, to put dropout only where the paper does. Apply "
+            f"`self.dropout` itself (or read its `.p`)."
+        )
+    check.ok(f"applies its dropout through {', '.join(f'`{p}`' for p in paths)} (lesson 08 sets their rate)")
 
 
 def one_tensor(check: Check, out: Any, what: str, hint: str = "") -> Any:
