@@ -181,9 +181,11 @@ _ALL = (
                  "in training mode, dropout with rate `dropout` on each sublayer's output before the residual "
                  "addition (plus the sublayers' own), nowhere else, a fresh mask each time; eval deterministic",
                  "no causal mask: every position sees every unmasked position",
+                 "forward calls self_attn and applies dropout through these very attributes: a module assigned to "
+                 "self_attn is used, and a rate set on dropout.p takes effect",
              ),
              used_by=("05: Transformer", "06: training", "07: copying the weights into nn.Transformer",
-                      "07: with_fused_attention replaces self_attn")),
+                      "07: with_fused_attention replaces self_attn", "08: build_model sets dropout.p")),
     Contract("DecoderLayer", "05_transformer", "class",
              "DecoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, memory, src_mask=None, tgt_mask=None) "
              "-> (B, L_tgt, d_model)",
@@ -199,10 +201,12 @@ _ALL = (
                  "with src_mask, feed-forward",
                  "in training mode, dropout with rate `dropout` on each sublayer's output before the residual "
                  "addition, nowhere else, a fresh mask each time; eval deterministic",
+                 "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
+                 "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
              used_by=("05: Transformer", "06: cross_attention_weights reads decoder_layers[-1].cross_attn",
                       "07: decode_step applies each layer's dropout", "07: copying the weights into nn.Transformer",
-                      "07: with_fused_attention replaces self_attn and cross_attn")),
+                      "07: with_fused_attention replaces self_attn and cross_attn", "08: build_model sets dropout.p")),
     Contract("Transformer", "05_transformer", "class",
              "Transformer(src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048, "
              "dropout=0.1, max_len=5000, pad_id=0); forward(src, tgt) -> logits (B, L_tgt, tgt_vocab_size)",
@@ -226,10 +230,14 @@ _ALL = (
                  "in training mode, dropout with rate `dropout` on the embeddings plus positional encoding of both "
                  "sides and inside the layers, nowhere else; eval deterministic",
                  "raw logits (no softmax); sentences up to max_len; .to(dtype) and .to(device) move every tensor",
+                 "encode and decode call positional_encoding through that attribute (a module assigned to it is "
+                 "used), and a rate set on positional_encoding.dropout.p takes effect",
              ),
              used_by=("05: the parameter breakdown (src_embed, tgt_embed, encoder_layers, decoder_layers, generator)",
                       "06: build_model, training, checkpoints, greedy decoding, the cross-attention plot",
-                      "benchmarks/bench.py", "07: the key/value cache and nn.Transformer copy")),
+                      "benchmarks/bench.py", "07: the key/value cache and nn.Transformer copy",
+                      "08: build_model sets positional_encoding.dropout.p",
+                      "09: the ablations assign learned positions to positional_encoding")),
     # -- lesson 06 ---------------------------------------------------------------
     Contract("noam_lr", "06_training", "function", "noam_lr(step, d_model, warmup_steps) -> float",
              promises=("the paper's d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), as a plain number",
@@ -299,8 +307,10 @@ _ALL = (
                        "model's embeddings, positional encoding and generator, with PyTorch's mask polarity",
                        "its logits equal model(src, tgt) to 1e-5 in eval mode",
                        "PyTorch's layers have the model's dropout rate, model.positional_encoding.dropout.p",
-                       "PyTorch's layers hold copies of the model's weights; the model is unchanged"),
-             used_by=("07: the trained model compared with its nn.Transformer copy",)),
+                       "PyTorch's layers hold copies of the model's weights; the model is unchanged",
+                       "the copy can be trained: its parameters require gradients and its forward records them"),
+             used_by=("07: the trained model compared with its nn.Transformer copy",
+                      "07: training steps of the copy, timed against the model's")),
     # -- lesson 08 ---------------------------------------------------------------
     Contract("learn_bpe", "08_real_data", "function", "learn_bpe(word_counts, num_merges) -> list[tuple[str, str]]",
              promises=(
@@ -346,6 +356,8 @@ _ALL = (
                  "in training mode, dropout with rate `dropout` on each sublayer's output before the residual "
                  "addition (plus the sublayers' own), nowhere else, a fresh mask each time; eval deterministic",
                  "no causal mask: every position sees every unmasked position",
+                 "forward calls self_attn and applies dropout through these very attributes: a module assigned to "
+                 "self_attn is used, and a rate set on dropout.p takes effect",
              ),
              used_by=("09: the pre-LN rows put one in place of every EncoderLayer of model.encoder_layers",)),
     Contract("PreLNDecoderLayer", "09_ablations", "class",
@@ -364,6 +376,8 @@ _ALL = (
                  "normalised it)",
                  "in training mode, dropout with rate `dropout` on each sublayer's output before the residual "
                  "addition, nowhere else, a fresh mask each time; eval deterministic",
+                 "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
+                 "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
              used_by=("09: the pre-LN rows put one in place of every DecoderLayer of model.decoder_layers",)),
 )

@@ -1066,6 +1066,27 @@ class SmallEpsEncoderLayer(EncoderLayer):
         self.norm1, self.norm2 = nn.LayerNorm(d_model, eps=1e-6), nn.LayerNorm(d_model, eps=1e-6)
 
 
+class MemoryNormalisedDecoderLayer(DecoderLayer):
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+        m = self.norm2(memory)
+        x = self.norm2(x + self.dropout(self.cross_attn(x, m, m, src_mask)))
+        return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+class TorchAttentionEncoderLayer(EncoderLayer):
+    """PyTorch's nn.MultiheadAttention as self_attn (returning its output only), not the learner's class."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.self_attn = nn.MultiheadAttention(d_model, num_heads, dropout=dropout, batch_first=True)
+
+    def forward(self, x, mask=None):
+        hidden = None if mask is None else ~mask.reshape(mask.shape[0], -1)
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, key_padding_mask=hidden)[0]))
+        return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+
 def test_a_layer_that_reads_its_dropout_rate_on_every_call_passes():
     expect(check_decoder_layer(ReadsTheRateDecoderLayer), "passed")
 
@@ -1081,6 +1102,10 @@ ISSUE_17_LAYERS = {
     "masks in another order": (check_decoder_layer, MasksInAnotherOrderDecoderLayer,
                                ["in the order (x, memory, tgt_mask, src_mask)", "by position"]),
     "nn.LayerNorm with eps 1e-6": (check_encoder_layer, SmallEpsEncoderLayer, ["eps=1e-06", "default"]),
+    "memory normalised before the cross-attention": (check_decoder_layer, MemoryNormalisedDecoderLayer,
+                                                      ["memory goes through norm2", "cross_attn(x, memory, memory"]),
+    "nn.MultiheadAttention as self_attn": (check_encoder_layer, TorchAttentionEncoderLayer,
+                                           ["torch.nn.MultiheadAttention", "not your MultiHeadAttention"]),
     "attention built without the dropout rate (encoder)": (check_encoder_layer, NoAttentionDropoutEncoderLayer,
                                                            ["self_attn", "dropout"]),
     "attention built without the dropout rate (decoder)": (check_decoder_layer, NoAttentionDropoutDecoderLayer,

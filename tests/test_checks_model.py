@@ -807,3 +807,31 @@ def test_positional_encoding_under_a_second_name_is_named():
 def test_parameters_in_another_order_are_named():
     expect(check_transformer(HeadsAfterLayersTransformer), "failed", "the exercise's order is", "num_heads",
            "by position")
+
+
+class FinalNormTransformer(Transformer):
+    """A final LayerNorm after the decoder stack, as nn.Transformer has: not the paper's post-LN model."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.final_norm = nn.LayerNorm(self.d_model)
+
+    def decode(self, tgt, memory, src):
+        y = self.embed(self.tgt_embed, tgt)
+        for layer in self.decoder_layers:
+            y = layer(y, memory, self.src_mask(src), self.tgt_mask(tgt))
+        return self.generator(self.final_norm(y))
+
+
+class SourceTableForTheTargetTransformer(Transformer):
+    def embed(self, embedding, tokens):
+        return super().embed(self.src_embed, tokens)
+
+
+def test_a_final_layer_norm_is_named():
+    expect(check_transformer(FinalNormTransformer), "failed", "a final layernorm", "lesson 07", "remove it")
+
+
+def test_target_ids_through_the_source_table_are_explained():
+    expect(check_transformer(SourceTableForTheTargetTransformer), "error", "index out of range",
+           "tgt_embed (tgt_vocab_size rows)")

@@ -1094,9 +1094,9 @@ def _post_ln_decoder(p: Pieces) -> list:
     """Known wrong post-LN decoder layers, as functions of a twin's pieces: (cause, variant)."""
     x, memory, sa, ca, ff, n1, n2, n3 = p.x, p.memory, p.sa, p.ca, p.ff, p.n1, p.n2, p.n3
 
-    def post(res=(1, 1, 1), tm=_GIVEN, sm=_GIVEN, own_kv=False, query_x=False, ffn=True, act=torch.relu):
+    def post(res=(1, 1, 1), tm=_GIVEN, sm=_GIVEN, own_kv=False, query_x=False, ffn=True, act=torch.relu, kv=None):
         y1 = n1((x if res[0] else 0) + sa(x, m=tm))
-        y2 = n2((y1 if res[1] else 0) + ca(x if query_x else y1, y1 if own_kv else memory, sm))
+        y2 = n2((y1 if res[1] else 0) + ca(x if query_x else y1, kv if kv is not None else y1 if own_kv else memory, sm))
         return n3((y2 if res[2] else 0) + ff(y2, act)) if ffn else y2
 
     return [
@@ -1105,6 +1105,10 @@ def _post_ln_decoder(p: Pieces) -> list:
          lambda: post(sm=None)),
         ("the cross-attention takes its keys and values from the decoder's own states instead of memory: "
          "cross_attn(x, memory, memory, src_mask)", lambda: post(own_kv=True, sm=p.self_mask)),
+        *[(f"memory goes through {name} before the cross-attention reads it: the encoder's output is already "
+           f"normalised (each encoder layer ends with a LayerNorm), so use it as it is: "
+           f"cross_attn(x, memory, memory, src_mask)", (lambda norm=norm: post(kv=norm(memory))))
+          for name, norm in (("norm1", n1), ("norm2", n2), ("norm3", n3))],
         ("the cross-attention query is the layer's input instead of the output of the first sublayer "
          "(the query must be the result of the masked self-attention sublayer)", lambda: post(query_x=True)),
         ("the residual connection around the masked self-attention is missing", lambda: post(res=(0, 1, 1))),

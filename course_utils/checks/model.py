@@ -26,6 +26,7 @@ import math
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from . import _anatomy as anatomy
@@ -833,9 +834,26 @@ def _nothing_between(check: Check, links: list, pe_rate: float | None = None) ->
                 check.fail(f"In training mode your Transformer drops entries a second time between {source} and "
                            f"{target} ({round(100 * again.rate)}% of them): an extra dropout. The positional "
                            f"encoding's own dropout is the paper's; apply it once.")
+            if _normalised(produced.detach(), received.detach()):
+                check.fail(f"Your Transformer normalises the output of {source} before {target}: a final LayerNorm, "
+                           f"as nn.Transformer has. The paper's post-LN model has none, since every layer already "
+                           f"ends with its own norm, and lesson 07's nn.Transformer copy of your model leaves it out "
+                           f"(encoder.norm = None). Remove it.")
             check.fail(f"In training mode something changes the tensor between {source} and {target} (an extra "
                        f"dropout?): the paper applies dropout only to the embeddings plus positions and inside "
                        f"the layers.")
+
+
+def _normalised(produced: torch.Tensor, received: torch.Tensor) -> bool:
+    """Whether ``received`` is a layer norm of ``produced`` (normalised per position, then any scale and shift per feature)."""
+    if produced.shape != received.shape or produced.dim() < 2:
+        return False
+    d = produced.shape[-1]
+    z = F.layer_norm(produced.double(), (d,)).reshape(-1, d)
+    r = received.double().reshape(-1, d)
+    zc, rc = z - z.mean(0), r - r.mean(0)
+    scale = (zc * rc).sum(0) / (zc * zc).sum(0).clamp_min(1e-12)
+    return bool((rc - scale * zc).abs().max() <= 1e-3 * (1 + r.abs().max()))
 
 
 def _model_masks_swapped(check: Check, model: nn.Module, src: torch.Tensor, tgt: torch.Tensor) -> None:

@@ -359,6 +359,12 @@ def components_first(check: Check, owner: str, parts: Sequence[Part]) -> None:
         if key in seen:
             continue
         seen.add(key)
+        library = getattr(part.obj, "__module__", "") or ""
+        if isinstance(part.obj, type) and library.startswith("torch.") and part.obj.__name__ != part.exercise:
+            check.fail(f"Your {owner} uses {part.usage}, which is PyTorch's torch.nn.{part.obj.__name__}, not your "
+                       f"{part.exercise} from the earlier exercise. Build the part with your own class, as the "
+                       f"exercise says: later lessons rely on its names and its call, which PyTorch's class does not "
+                       f"have.")
         result = component_result(part.checker, part.obj)
         if result.passed:
             continue
@@ -591,7 +597,8 @@ def replaced_parts_used(check: Check, module: nn.Module, names: Sequence[str], i
                 f"made in __init__?). {replaced_by} replaces `{name}` by assignment and must see the change. Call "
                 f"it as `self.{name}(...)` in forward, and keep no other reference to it."
             )
-    check.ok("calls " + ", ".join(f"`self.{n}`" for n in names) + " by name (later lessons replace them)")
+    check.ok("calls " + ", ".join(f"`self.{n}`" for n in names) + " by name (later lessons replace "
+             + ("it)" if len(names) == 1 else "them)"))
 
 
 def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths: Sequence[str], inputs: tuple,
@@ -622,7 +629,8 @@ def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths
             f"without dropout and then sets `{paths[0]}.p`, to put dropout only where the paper does. Apply "
             f"`self.dropout` itself (or read its `.p`)."
         )
-    check.ok(f"applies its dropout through {', '.join(f'`{p}`' for p in paths)} (lesson 08 sets their rate)")
+    check.ok(f"applies its dropout through {', '.join(f'`{p}`' for p in paths)} (lesson 08 sets "
+             f"{'its' if len(paths) == 1 else 'their'} rate)")
 
 
 def one_tensor(check: Check, out: Any, what: str, hint: str = "") -> Any:
