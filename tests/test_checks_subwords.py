@@ -211,7 +211,8 @@ def _apply(symbols, pair, everywhere=True):
     return out
 
 
-def _variant(count_pair=None, choose=None, apply=None, steps=lambda n: n, recount=True, min_count=1, spell=tuple):
+def _variant(count_pair=None, choose=None, apply=None, steps=lambda n: n, recount=True, min_count=1, spell=tuple,
+             pairs_of=lambda symbols: zip(symbols, symbols[1:])):
     """learn_bpe with one part swapped for a mistake."""
 
     def implementation(word_counts, num_merges):
@@ -220,7 +221,7 @@ def _variant(count_pair=None, choose=None, apply=None, steps=lambda n: n, recoun
         for _ in range(steps(num_merges)):
             pairs = Counter()
             for symbols, count in words.items():
-                for pair in zip(symbols, symbols[1:]):
+                for pair in pairs_of(symbols):
                     pairs[pair] += count_pair(count) if count_pair else count
             if first_counts is None:
                 first_counts = pairs
@@ -239,6 +240,25 @@ def _variant(count_pair=None, choose=None, apply=None, steps=lambda n: n, recoun
         return merges
 
     return implementation
+
+
+def _str_count_variant(word_counts, num_merges):
+    """Counts each pair seen anywhere by searching the text of every space-joined word."""
+    words = {tuple(w): c for w, c in word_counts.items()}
+    merges = []
+    for _ in range(num_merges):
+        seen = {pair for symbols in words for pair in zip(symbols, symbols[1:])}
+        if not seen:
+            break
+        counts = {pair: sum(" ".join(s).count(" ".join(pair)) * c for s, c in words.items()) for pair in seen}
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merges.append(best)
+        words_new = {}
+        for symbols, count in words.items():
+            key = tuple(_apply(symbols, best))
+            words_new[key] = words_new.get(key, 0) + count
+        words = words_new
+    return merges
 
 
 WRONG = {
@@ -270,6 +290,12 @@ WRONG = {
     "a regex merge guarded on its right only": (
         _variant(apply=lambda s, p: re.sub(re.escape(" ".join(p)) + r"(?!\S)", "".join(p), " ".join(s)).split()),
         ["across", "guard both ends"]),
+    # a third hidden set: how the pairs are counted
+    "each pair once per word": (_variant(pairs_of=lambda s: set(zip(s, s[1:]))), ["once per word", "count twice"]),
+    "the last pair of each word skipped": (
+        _variant(pairs_of=lambda s: [(s[i], s[i + 1]) for i in range(len(s) - 2)]), ["skip the last pair",
+                                                                                      "range(len(symbols) - 1)"]),
+    "pairs counted as text with str.count": (_str_count_variant, ["str.count", "overlapping", "position by position"]),
     "a regex merge guarded on its left only": (
         _variant(apply=lambda s, p: re.sub(r"(?<!\S)" + re.escape(" ".join(p)), "".join(p), " ".join(s)).split()),
         ["across", "guard both ends"]),

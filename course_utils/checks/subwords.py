@@ -49,12 +49,24 @@ def check_learn_bpe(learn_bpe: Callable) -> CheckResult:
 # The definition, and the usual mistakes, as one small simulator.
 
 
-def _pair_counts(words: dict[tuple[str, ...], int], weighted: bool = True) -> Counter:
-    """How often each pair of neighbouring symbols occurs (each word counted once unless ``weighted``)."""
+def _pair_counts(words: dict[tuple[str, ...], int], weighted: bool = True, counting: str = "pairs") -> Counter:
+    """How often each pair of neighbouring symbols occurs (each word counted once unless ``weighted``).
+
+    ``counting`` names three slips: "once per word" (a set of the word's pairs), "last pair skipped"
+    (``range(len(symbols) - 2)``), "text" (``str.count`` of "first second" in the space-joined word).
+    """
     counts: Counter = Counter()
+    if counting == "text":  # every pair seen anywhere, counted as text in every word
+        candidates = dict.fromkeys(p for spelling in words for p in zip(spelling, spelling[1:]))
+        for pair in candidates:
+            counts[pair] = sum(" ".join(spelling).count(" ".join(pair)) * (freq if weighted else 1)
+                               for spelling, freq in words.items())
+        return counts
     for spelling, freq in words.items():
-        for position in range(len(spelling) - 1):
-            counts[spelling[position : position + 2]] += freq if weighted else 1
+        stop = len(spelling) - (2 if counting == "last pair skipped" else 1)
+        pairs = [spelling[position : position + 2] for position in range(stop)]
+        for pair in dict.fromkeys(pairs) if counting == "once per word" else pairs:
+            counts[pair] += freq if weighted else 1
     return counts
 
 
@@ -104,7 +116,8 @@ def _best(counts: Counter, tie: str = "smallest") -> Pair:
 
 
 def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, recount: bool = True,
-           tie: str = "smallest", min_count: int = 1, lowercase: bool = False, **mistake: bool) -> list[Pair]:
+           tie: str = "smallest", min_count: int = 1, lowercase: bool = False, counting: str = "pairs",
+           **mistake: bool) -> list[Pair]:
     """The contract (all defaults) or one of the usual mistakes."""
     if lowercase:
         lowered: Counter = Counter()
@@ -112,10 +125,10 @@ def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, 
             lowered[word.lower()] += count
         word_counts = dict(lowered)
     words = {tuple(w): c for w, c in word_counts.items()}
-    frozen = _pair_counts(words, weighted)
+    frozen = _pair_counts(words, weighted, counting)
     merges: list[Pair] = []
     while len(merges) < num_merges:
-        counts = _pair_counts(words, weighted) if recount else Counter({p: c for p, c in frozen.items() if p not in merges})
+        counts = _pair_counts(words, weighted, counting) if recount else Counter({p: c for p, c in frozen.items() if p not in merges})
         counts = +counts
         if not recount:  # stale counts: only pairs still present in the words can be merged
             present = _pair_counts(words)
@@ -165,6 +178,18 @@ _MISTAKES = (
      "Ties are broken by the first symbol only: among tied pairs with the same first symbol, such as ('ab', 'e') "
      "and ('ab', 'c'), yours takes the one seen first. Compare whole pairs, (first, second): "
      "`min(pairs, key=lambda p: (-counts[p], p))`."),
+    (dict(counting="once per word"),
+     "Your counts take each pair once per word: a pair that occurs twice in one word (('a', 'a') in `a a a a`, or "
+     "('a', 'b') in `a b a b`) must count twice, times the word's frequency. Count every position, not a set "
+     "of the word's pairs."),
+    (dict(counting="last pair skipped"),
+     "Your counts skip the last pair of every word: the loop over positions stops one early. A word of n symbols "
+     "has n - 1 pairs, at positions 0 to n - 2: `range(len(symbols) - 1)`."),
+    (dict(counting="text"),
+     "Your counts search the text of the space-joined word (str.count): the text 'first second' also matches "
+     "where `first` is only the end of a longer symbol or `second` the start of one, and str.count skips "
+     "overlapping matches (`a a a` holds the pair ('a', 'a') twice). Count the pairs of neighbouring symbols "
+     "position by position."),
     # Last: on some corpora a mistake above stops early too, and its own cause is the one to name.
     (dict(min_count=2),
      "Your loop stops when the most frequent pair occurs only once (a habit of some BPE tools). The contract "
