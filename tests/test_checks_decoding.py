@@ -456,10 +456,12 @@ def encodes_a_truncated_source(model, src, max_len, bos_id, eos_id, pad_id):
     [
         (per_sentence_encoding_every_step, ["called model.encode", "should call it once"]),
         (pads_with_eos, ["every later position should be pad_id"]),
-        (finished_not_remembered, ["every later position should be pad_id", "finished"]),
+        (finished_not_remembered, ["every later position should be pad_id", "forgets the sentence after one step",
+                                   "finished |= next_token == eos_id"]),
         (softmax_over_the_batch, ["not the argmax of the logits at the last position", "dim=-1"]),
         (samples, ["the model's choice is", "argmax"]),
-        (eos_overwritten_by_pad, ["the model's choice is", "your token is pad_id"]),
+        (eos_overwritten_by_pad, ["the model's choice is", "eos itself was overwritten",
+                                  "then `finished |= next_token == eos_id`"]),
         (encodes_a_truncated_source, ["model.encode received other sentences", "model.encode(src)"]),
     ],
 )

@@ -346,7 +346,14 @@ def _check_tokens(check, model, out, expected, sentences, case, setup) -> str:
                     "it is not the argmax of the logits at the last position. Take `logits[:, -1, :]` (shape (B, V)) "
                     "and its argmax over the vocabulary axis, `dim=-1`."
                 )
-                if row[j] == pad:
+                if row[j] == pad and want == eos:
+                    cause = (
+                        "the model's choice here is eos_id, and your output has pad_id in its place: the EOS itself "
+                        "was overwritten with padding. Write pad_id only where a sentence had finished BEFORE this "
+                        "step: first `next_token.masked_fill(finished, pad_id)`, then `finished |= next_token == "
+                        "eos_id` (the other order pads the EOS away)."
+                    )
+                elif row[j] == pad:
                     cause += " (Your token is pad_id: only the sentences that already emitted EOS get padding.)"
             check.fail(
                 f"Sentence {b}, position {j}: after the prefix {_row(prefix)} the model's choice is {want}, but "
@@ -366,6 +373,10 @@ def _check_padding(check: Check, out: torch.Tensor, expected: torch.Tensor, case
                 extra = ""
                 if all(x == 0 for x in after) and pad != 0:
                     extra = f" Your padding is 0: use the pad_id argument ({pad}), not a fixed id."
+                elif after and after[0] == pad and any(x != pad for x in after):
+                    extra = (" The first position after EOS is padded and a later one is not: your `finished` "
+                             "flag forgets the sentence after one step (`finished = next_token == eos_id` instead of "
+                             "`finished |= next_token == eos_id`): once finished, a sentence stays finished.")
                 check.fail(
                     f"Sentence {b} emitted EOS at position {k}, so every later position should be pad_id = {pad}, "
                     f"but your output continues with {_row(after)} {setup}.{extra}\n"
