@@ -334,6 +334,11 @@ def test_noam_scheduler_accepts_correct_variants(fn):
     expect(check_noam_scheduler(fn), "passed")
 
 
+def divides_by_the_first_lr(optimizer, d_model, warmup_steps):
+    base = optimizer.param_groups[0]["lr"]
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: noam_lr(n + 1, d_model, warmup_steps) / base)
+
+
 @pytest.mark.parametrize(
     "fn, phrases",
     [
@@ -351,6 +356,8 @@ def test_noam_scheduler_accepts_correct_variants(fn):
         (forgets_to_return, ["returned None", "return"]),
         (returns_the_function, ["should return a scheduler", "step()"]),
         (compounding, ["factors compound", "initial lr times noam_lr(n + 1)"]),
+        # a third hidden set: the factor divided by the optimizer's (first) lr
+        (divides_by_the_first_lr, ["times the contract's", "divides by an lr", "return the factor itself"]),
     ],
 )
 def test_noam_scheduler_diagnoses_mistakes(fn, phrases):
@@ -456,7 +463,8 @@ def both_terms_as_an_array(step, d_model, warmup_steps):
         (fixed_d_model, ["changes with d_model", "not fixed numbers"]),
         (fixed_warmup, ["peak should be exactly at step == warmup_steps", "warmup_steps argument"]),
         (doubled, ["2.0000 times the paper's"]),
-        (step_and_d_model_swapped, ["step and d_model swapped", "(step, d_model, warmup_steps)"]),
+        (step_and_d_model_swapped, ["in the order (d_model, step, warmup_steps)", "(step, d_model, warmup_steps)",
+                                    "by position"]),
         (clamped_to_warmup, ["after warmup the rate should fall like step ** -0.5"]),
         (negative, ["0 or negative", "always positive"]),
         (both_terms_as_an_array, ["one number", "holding 2 values", "min(...)"]),

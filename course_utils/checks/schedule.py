@@ -587,6 +587,13 @@ def _scheduler_slips(observed, lrs, factor, table) -> list[tuple[bool, str]]:
         for shift in (0, 1)
     )
     ratios = [[observed[n][g] / lrs[g] for g in range(2)] for n in range(n_rows)]
+    scale = [observed[n][g] / (lrs[g] * factor(n + 1)) for n in range(n_rows) for g in range(2)
+             if lrs[g] * factor(n + 1)]
+    constant = bool(scale) and all(math.isfinite(c) for c in scale) and \
+        all(math.isclose(c, scale[0], rel_tol=1e-4) for c in scale) and not math.isclose(scale[0], 1.0, rel_tol=1e-4)
+    by_lr = next((f" (exactly 1 / {lr:g}: your function divides by an lr)" if math.isclose(scale[0] * lr, 1, rel_tol=1e-4)
+                  else f" (exactly {lr:g}: your function multiplies by an lr)" if math.isclose(scale[0], lr, rel_tol=1e-4)
+                  else "" for lr in lrs if constant), "")
     return [
         (_near(observed, table(lambda n, g: lrs[g])),
          "The learning rates never change: your scheduler computes a value but never writes it into "
@@ -629,6 +636,11 @@ def _scheduler_slips(observed, lrs, factor, table) -> list[tuple[bool, str]]:
          "compound and the lr collapses. The lr after n steps should be the initial lr times "
          "noam_lr(n + 1), not the product of all the rates so far (MultiplicativeLR compounds; LambdaLR "
          "scales the initial lr)."),
+        (constant,
+         f"Every lr is {scale[0]:.4g} times the contract's{by_lr}, at every step and in both groups: the "
+         f"schedule's shape is right, its scale is not. LambdaLR multiplies each group's initial lr by the value "
+         f"of your function, so return the factor itself, `noam_lr(step + 1, d_model, warmup_steps)`, with no lr "
+         f"in it." if constant else ""),
         (all(math.isclose(r[0], r[1], rel_tol=1e-4) for r in ratios),
          "Both groups are scaled by the same factor, as they should be, but the factor is not the "
          "paper's noam_lr(n + 1). Check the formula (run check_noam_lr on your noam_lr) and that the scheduler "
