@@ -785,7 +785,7 @@ MISTAKES = [
     (OutputProjectionFirst, ["W_o is applied to the values before the heads are split"]),
     (ResidualInside, ["plus the query", "residual"]),
     (SelfAttentionOnly, ["values come from the `query` input"]),
-    (KeyQueryValueOrder, ["(key, query, value)", "forward(query, key, value, mask=None)"]),
+    (KeyQueryValueOrder, ["(key, query, value, mask)", "forward(query, key, value, mask=None)"]),
     (ShortArgumentNames, ["names its inputs (q, k, v, mask)", "passes them by name"]),
     (UnderNoGrad, ["does not require grad", "no_grad"]),
     (DetachedScores, ["gradient with respect to query, key, W_q, W_k", "detach"]),
