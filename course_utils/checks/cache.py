@@ -66,7 +66,10 @@ def _positions_seen(calls: list) -> dict[str, list[int]]:
 
 def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache, t: int):
     out = check.call(decode_step, model, y_last, memory, src, cache, what="decode_step", may_change=(cache,),
-                     hint=f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0)")
+                     hint=f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0.) Where a size "
+                          f"does not match inside the attention, check the layout: heads are split as "
+                          f"`.view(B, L, num_heads, d_k).transpose(1, 2)`, giving (B, num_heads, L, d_k), and the "
+                          f"cache grows along the positions, `torch.cat([cached, new], dim=2)`.")
     out = check.unpack(out, ["logits", "cache"], "decode_step")
     logits = check.tensor(out[0], f"the logits of decode_step at step {t}")
     B = y_last.shape[0]
