@@ -178,10 +178,6 @@ WRONG_FEED_FORWARDS = {
     "unscaled dropout": (MaskDropoutFeedForward, ["1 / (1 - p)"]),
     "no return": (_ffn(lambda self, x: None), ["forget a `return`"]),
     "relu6": (_ffn(lambda self, x: self.linear2(self.dropout(F.relu6(self.linear1(x))))), ["not exactly ReLU"]),
-    "leaky relu": (
-        _ffn(lambda self, x: self.linear2(self.dropout(F.leaky_relu(self.linear1(x), 0.01)))),
-        ["wrong values", "relu"],
-    ),
     "dropout rate hard-coded": (FixedRateFeedForward, ["1 / (1 - 0.10)", "not the `dropout` argument"]),
     "residual and LayerNorm inside": (NormInsideFeedForward, ["LayerNorm(x + ffn(x))"]),
 }
