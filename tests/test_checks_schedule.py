@@ -334,6 +334,11 @@ def test_noam_scheduler_accepts_correct_variants(fn):
     expect(check_noam_scheduler(fn), "passed")
 
 
+def divides_by_the_second_lr(optimizer, d_model, warmup_steps):
+    base = optimizer.param_groups[1]["lr"]  # 2.0, whose inverse is the first group's lr: named as a division
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: noam_lr(n + 1, d_model, warmup_steps) / base)
+
+
 def divides_by_the_first_lr(optimizer, d_model, warmup_steps):
     base = optimizer.param_groups[0]["lr"]
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: noam_lr(n + 1, d_model, warmup_steps) / base)
@@ -358,6 +363,7 @@ def divides_by_the_first_lr(optimizer, d_model, warmup_steps):
         (compounding, ["factors compound", "initial lr times noam_lr(n + 1)"]),
         # a third hidden set: the factor divided by the optimizer's (first) lr
         (divides_by_the_first_lr, ["times the contract's", "divides by an lr", "return the factor itself"]),
+        (divides_by_the_second_lr, ["0.5 times the contract's", "exactly 1 / 2: your function divides by an lr"]),
     ],
 )
 def test_noam_scheduler_diagnoses_mistakes(fn, phrases):

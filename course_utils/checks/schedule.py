@@ -591,9 +591,10 @@ def _scheduler_slips(observed, lrs, factor, table) -> list[tuple[bool, str]]:
              if lrs[g] * factor(n + 1)]
     constant = bool(scale) and all(math.isfinite(c) for c in scale) and \
         all(math.isclose(c, scale[0], rel_tol=1e-4) for c in scale) and not math.isclose(scale[0], 1.0, rel_tol=1e-4)
-    by_lr = next((f" (exactly 1 / {lr:g}: your function divides by an lr)" if math.isclose(scale[0] * lr, 1, rel_tol=1e-4)
-                  else f" (exactly {lr:g}: your function multiplies by an lr)" if math.isclose(scale[0], lr, rel_tol=1e-4)
-                  else "" for lr in lrs if constant), "")
+    divided = [lr for lr in lrs if constant and math.isclose(scale[0] * lr, 1, rel_tol=1e-4)]
+    multiplied = [lr for lr in lrs if constant and math.isclose(scale[0], lr, rel_tol=1e-4)]
+    by_lr = (f" (exactly 1 / {divided[0]:g}: your function divides by an lr)" if divided else
+             f" (exactly {multiplied[0]:g}: your function multiplies by an lr)" if multiplied else "")
     return [
         (_near(observed, table(lambda n, g: lrs[g])),
          "The learning rates never change: your scheduler computes a value but never writes it into "

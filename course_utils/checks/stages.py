@@ -484,7 +484,6 @@ def parameter_order(check: Check, obj: Any, exercise: str) -> None:
     spec = contracts.CONTRACTS.get(exercise)
     if spec is None or not callable(obj):
         return
-    name = exercise  # the course's name for it, whatever the learner called it
     methods = [("__init__", exercise, True), ("forward", "forward", True)] if spec.kind == "class" else \
               [(None, exercise, False)]
     for method, called, skip_self in methods:
@@ -495,7 +494,7 @@ def parameter_order(check: Check, obj: Any, exercise: str) -> None:
             continue
         first = theirs[: len(wanted)]
         if set(first) == set(wanted) and first != wanted:
-            where = name if method is None else f"{name}.{method}" if method == "forward" else name
+            where = f"{exercise}.forward" if method == "forward" else exercise  # the course's name for it
             swapped = [f"`{w}`" for w, t in zip(wanted, first) if w != t]
             check.fail(
                 f"Your {where} takes its parameters in the order ({', '.join(first)}); the exercise's order is "
