@@ -13,6 +13,7 @@ learner runs.
     python benchmarks/levers.py --list
     python benchmarks/levers.py --row tied --budget-min 15 --threads 2 --multi30k ../dataset/data/task1/raw
     python benchmarks/levers.py --row paper-dropout --budget-min 15 --set num_layers=3  # a variant of a row
+    python benchmarks/levers.py --row paper-dropout --bpe-vocab 2000 ...               # another BPE vocabulary
     python benchmarks/levers.py --table benchmarks/levers-15min.jsonl                 # the rows as Markdown
     python benchmarks/levers.py --quick                                               # a smoke run, seconds
 
@@ -110,6 +111,16 @@ def load_lesson(multi30k: str | None, quick: bool, folder: Path = SOLUTIONS) -> 
     return namespace
 
 
+def use_vocabulary(ns: dict[str, Any], vocab_size: int) -> None:
+    """Retrain the lesson's shared BPE with vocab_size pieces and re-encode its training and validation pairs.
+
+    The lesson's functions read ``bpe``, ``train_src``... from the namespace when they run, so they use the new ones.
+    """
+    ns["bpe"] = ns["train_bpe"](ns["train_split"], vocab_size=vocab_size)
+    ns["train_src"], ns["train_tgt"] = ns["prepare_subwords"](ns["train_split"], ns["bpe"])
+    ns["valid_src"], ns["valid_tgt"] = ns["prepare_subwords"](ns["valid_split"], ns["bpe"])
+
+
 def parse_value(text: str) -> Any:
     """A --set value: None, a bool, an int, a float, else the text."""
     lowered = text.strip().lower()
@@ -194,6 +205,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="change one field of the row's RunConfig (repeatable), e.g. --set average_last=3")
+    parser.add_argument("--bpe-vocab", type=int, default=None,
+                        help="pieces in the shared BPE vocabulary (default: the lesson's, 4,000 on Multi30k)")
     parser.add_argument("--checkpoints", type=Path, default=None,
                         help="where the run keeps its checkpoints (default: a fresh temporary folder)")
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS, help="folder of the notebooks to load")
@@ -219,8 +232,11 @@ def main(argv: Sequence[str] | None = None, emit: Callable[[str], None] = print)
             emit(f"{name}: {config}")
         return None
     config = row_config(ns, args.row, args.budget_min, args.set, args.quick)
+    if args.bpe_vocab:
+        use_vocabulary(ns, args.bpe_vocab)
     checkpoints = args.checkpoints or Path(tempfile.mkdtemp(prefix="levers-"))
     result = measure(ns, config, torch.device(args.device), checkpoints, 0.3 if args.quick else 3.0)
+    result["bpe_vocab"] = ns["bpe"].vocab_size
     emit(json.dumps(result))
     return result
 
