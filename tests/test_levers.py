@@ -29,12 +29,13 @@ def lesson(levers) -> dict:
 
 def test_a_quick_row_prints_one_json_line_with_every_figure(levers, tmp_path):
     lines = []
-    row = levers.main(["--quick", "--threads", "1", "--row", "averaged", "--checkpoints", str(tmp_path)],
-                      emit=lines.append)
+    row = levers.main(["--quick", "--threads", "1", "--row", "averaged", "--checkpoints", str(tmp_path),
+                       "--bpe-vocab", "500"], emit=lines.append)
     assert len(lines) == 1 and json.loads(lines[0]) == row
     for name in levers.TABLE_COLUMNS + ["valid_bleu", "valid_bleu_last", "peak_gflops", "train_seconds"]:
         assert isinstance(row[name], (int, float)) and math.isfinite(row[name]), name
     assert row["row"] == "averaged" and row["steps"] == levers.QUICK["num_steps"]
+    assert row["bpe_vocab"] == 500, "--bpe-vocab retrains the shared vocabulary (the lesson's fast one has 1,000)"
     assert 0 < row["fraction_of_peak"] < 1 and row["tokens_per_second"] > 0
     assert row["config"]["tie_embeddings"] and row["config"]["average_last"] == 5 and not row["config"]["compile"]
     kept = sorted(p.name for p in tmp_path.glob("*.pt"))

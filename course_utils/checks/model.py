@@ -335,18 +335,16 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
         for tied in (False, True):
             for finals in (0, 1, 2):
                 total = base + d * _TGT_VOCAB * (not tied) + _TGT_VOCAB * bias + finals * norm
-                words = [
-                    "output projection " + ("with" if bias else "without") + " bias",
-                    "tied to the target embedding" if tied else "its own weight matrix",
-                ]
-                if finals:
-                    words.append(f"{'a final LayerNorm' if finals == 1 else 'final LayerNorms'} after the "
-                                 f"{'encoder or decoder' if finals == 1 else 'encoder and decoder'} stacks")
-                options.setdefault(total, ", ".join(words))
+                options.setdefault(total, (finals, "output projection " + ("with" if bias else "without") +
+                                           " bias, " + ("tied to the target embedding" if tied else
+                                                        "its own weight matrix")))
     actual = anatomy.count_parameters(model)
-    if actual in options:
+    finals, words = options.get(actual, (0, ""))
+    if finals:  # the layout's count plus one or two LayerNorms: the gradients name one unused, the values one used
+        return
+    if words:
         check.ok(f"has the number of parameters the paper's layout gives at these sizes, {actual:,} (recognised: "
-                 f"{options[actual]})")
+                 f"{words})")
         return
     expected = base + d * _TGT_VOCAB + _TGT_VOCAB
     lines = [
@@ -357,7 +355,7 @@ def _parameter_count(check: Check, model: nn.Module) -> None:
         f"  {_NUM_LAYERS} encoder layers x {enc:,} (self-attention {attention:,}, feed-forward {ffn:,}, 2 LayerNorms {2 * norm})",
         f"  {_NUM_LAYERS} decoder layers x {dec:,} (2 attentions {2 * attention:,}, feed-forward {ffn:,}, 3 LayerNorms {3 * norm})",
         f"  output projection {d} x {_TGT_VOCAB} + {_TGT_VOCAB} = {d * _TGT_VOCAB + _TGT_VOCAB:,} "
-        f"(also accepted: without bias, tied to the target embedding, final LayerNorms)",
+        f"(also accepted: without bias, tied to the target embedding)",
         "In yours: " + _breakdown(model),
     ]
     if any(_MAX_LEN in p.shape for p in model.parameters() if p.requires_grad):
@@ -473,11 +471,10 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
         for option in _final_options(finals):
             if close_enough(out, oracle(final=option), _ATOL, _RTOL):
                 if any(n is not None for n in option):
-                    check.ok("matches PyTorch's layers carrying your weights (with the extra final LayerNorm "
-                             "that nn.Transformer also has; the paper's post-LN model does not need it)")
-                else:
-                    check.ok("matches a model assembled from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer "
-                             "carrying your weights (embeddings scaled by sqrt(d_model), sinusoidal positions)")
+                    check.fail(_final_norm_message("the " + " and the ".join(
+                        kind for kind, n in zip(("encoder", "decoder"), option) if n is not None) + " stack"))
+                check.ok("matches a model assembled from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer "
+                         "carrying your weights (embeddings scaled by sqrt(d_model), sinusoidal positions)")
                 return
         causes = _oracle_causes()
         for options, cause in causes:
@@ -513,6 +510,12 @@ def _oracle_causes() -> list[tuple[dict, str]]:
         (dict(pe=(False, True)), "the positional encoding is added to the target embeddings only: the source "
                                  "embeddings need it too"),
     ]
+
+
+def _final_norm_message(where: str) -> str:
+    return (f"Your Transformer normalises the output of {where}: a final LayerNorm, as nn.Transformer has. The "
+            f"paper's post-LN model has none, since every layer already ends with its own norm, and lesson 07's "
+            f"nn.Transformer copy of your model leaves it out (encoder.norm = None). Remove it.")
 
 
 def _final_options(finals: list) -> list[tuple]:
@@ -835,10 +838,7 @@ def _nothing_between(check: Check, links: list, pe_rate: float | None = None) ->
                            f"{target} ({round(100 * again.rate)}% of them): an extra dropout. The positional "
                            f"encoding's own dropout is the paper's; apply it once.")
             if _normalised(produced.detach(), received.detach()):
-                check.fail(f"Your Transformer normalises the output of {source} before {target}: a final LayerNorm, "
-                           f"as nn.Transformer has. The paper's post-LN model has none, since every layer already "
-                           f"ends with its own norm, and lesson 07's nn.Transformer copy of your model leaves it out "
-                           f"(encoder.norm = None). Remove it.")
+                check.fail(_final_norm_message(f"{source}, before {target}"))
             check.fail(f"In training mode something changes the tensor between {source} and {target} (an extra "
                        f"dropout?): the paper applies dropout only to the embeddings plus positions and inside "
                        f"the layers.")
