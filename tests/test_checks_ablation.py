@@ -201,10 +201,10 @@ class PreLNEncoderLayer(nn.Module):
         return (n2(y) if add_normalised else y) * res[1] + d(ff(n2(y)))
 
 
-def _fused_encoder(s, x, mask=None):  # keyword calls, one dropout module per sublayer, the residual on the right
+def _fused_encoder(s, x, mask=None):  # keyword calls, the residual on the right
     h = s.norm1(x)
-    x = s.drop1(s.self_attn(query=h, key=h, value=h, mask=mask)) + x
-    return s.drop2(s.feed_forward(s.norm2(x))) + x
+    x = s.dropout(s.self_attn(query=h, key=h, value=h, mask=mask)) + x
+    return s.dropout(s.feed_forward(s.norm2(x))) + x
 
 
 def _helper_encoder(s, x, mask=None):  # one helper for both sublayers
@@ -213,7 +213,7 @@ def _helper_encoder(s, x, mask=None):  # one helper for both sublayers
 
 CORRECT_ENCODER_LAYERS = [
     PreLNEncoderLayer, variant(PreLNEncoderLayer, "FusedPreLNEncoderLayer", parts(
-        self_attn=FusedAttention, drop1=nn.Dropout, drop2=nn.Dropout), forward=_fused_encoder),
+        self_attn=FusedAttention), forward=_fused_encoder),
     variant(PreLNEncoderLayer, "OwnNormPreLNEncoderLayer", parts(norm1=OwnLayerNorm, norm2=OwnLayerNorm),
             forward=lambda s, x, mask=None: (lambda y: y + s.dropout(s.feed_forward(s.norm2(y))))(  # norm1 thrice
                 x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), mask)))),
@@ -257,6 +257,14 @@ WRONG_ENCODER_LAYERS = {
     "dropout on the residual sum": (enc(drop="sum"), ["wrong place", "drops the residual stream"]),
     "dropout on the sublayer's input": (enc(drop="input"), ["applies dropout to the input of self-attention"]),
     "dropout on the layer's output": (enc(forward=lambda s, x, m=None: s.dropout(s.steps(x, m))), ["wrong place"]),
+    "F.dropout with a rate stored at construction": (enc(lambda s, dropout, **_: setattr(s, "p", dropout), forward=lambda s, x,
+        m=None: (lambda y: y + F.dropout(s.feed_forward(s.norm2(y)), s.p, s.training))(
+            x + F.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), m), s.p, s.training))),
+        ["stays deterministic", "lesson 08", "read its `.p`"]),
+    "a second dropout for the feed-forward sublayer": (enc(parts(drop2=nn.Dropout), forward=lambda s, x, m=None: (
+        lambda y: y + s.drop2(s.feed_forward(s.norm2(y))))(x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x),
+                                                                                      s.norm1(x), m)))),
+        ["the output of `feed_forward`", "`dropout`"]),
     "no dropout": (enc(lambda s, **a: PreLNEncoderLayer.__init__(s, **dict(a, dropout=0.0))), ["dropout is not applied"]),
     "dropout only inside the sublayers": (enc(drop="none"), ["applies no dropout on the output of self-attention"]),
     "a causal mask in the encoder": (enc(forward=lambda s, x, m=None: s.steps(x, torch.ones(
@@ -317,11 +325,11 @@ class PreLNDecoderLayer(nn.Module):
         return (n3(y) if add_normalised else y) * res[2] + d(self.feed_forward(n3(y)))
 
 
-def _fused_decoder(s, x, memory, src_mask=None, tgt_mask=None):  # keyword calls; one dropout module per sublayer
+def _fused_decoder(s, x, memory, src_mask=None, tgt_mask=None):  # keyword calls
     h = s.norm1(x)
-    x = x + s.drops[0](s.self_attn(query=h, key=h, value=h, mask=tgt_mask))
-    x = x + s.drops[1](s.cross_attn(query=s.norm2(x), key=memory, value=memory, mask=src_mask))
-    return x + s.drops[2](s.feed_forward(s.norm3(x)))
+    x = x + s.dropout(s.self_attn(query=h, key=h, value=h, mask=tgt_mask))
+    x = x + s.dropout(s.cross_attn(query=s.norm2(x), key=memory, value=memory, mask=src_mask))
+    return x + s.dropout(s.feed_forward(s.norm3(x)))
 
 
 def _loop_decoder(s, x, memory, src_mask=None, tgt_mask=None):  # a loop over the sublayers
@@ -344,16 +352,15 @@ def _helper_decoder(s, x, memory, src_mask=None, tgt_mask=None):  # one helper; 
 
 
 CORRECT_DECODER_LAYERS = [
-    PreLNDecoderLayer, variant(PreLNDecoderLayer, "FusedPreLNDecoderLayer", lambda s, dropout, **a: (parts(
-        self_attn=FusedAttention, cross_attn=FusedAttention)(s, dropout=dropout, **a), setattr(s, "drops", nn.ModuleList(
-            nn.Dropout(dropout) for _ in range(3)))), forward=_fused_decoder),
+    PreLNDecoderLayer, variant(PreLNDecoderLayer, "FusedPreLNDecoderLayer", parts(
+        self_attn=FusedAttention, cross_attn=FusedAttention), forward=_fused_decoder),
     variant(PreLNDecoderLayer, "OwnNormPreLNDecoderLayer", parts(norm1=CentredNorm, norm2=CentredNorm,
                                                                  norm3=CentredNorm), forward=_loop_decoder),
     variant(PreLNDecoderLayer, "EinsumPreLNDecoderLayer", parts(self_attn=EinsumAttention, cross_attn=EinsumAttention),
             forward=_einsum_decoder),
     variant(PreLNDecoderLayer, "HelperPreLNDecoderLayer", parts(  # norms registered first, in reverse order
-        "norm3", "norm2", "norm1", "feed_forward", "cross_attn", "self_attn", "drop", drop=nn.Dropout),
-        forward=_helper_decoder, sublayer=lambda s, x, norm, fn: torch.add(x, s.drop(fn(norm(x))))),
+        "norm3", "norm2", "norm1", "feed_forward", "cross_attn", "self_attn", "dropout"),
+        forward=_helper_decoder, sublayer=lambda s, x, norm, fn: torch.add(x, s.dropout(fn(norm(x))))),
 ]
 
 

@@ -30,7 +30,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
              cross_every_step=False, src_mask_off=False, recompute_prefix=False, cache_on_model=False,
              heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
              skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
-             empty_on_the_cpu=False):
+             empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
     src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
@@ -38,6 +38,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
     scale = 1.0 if unscaled else math.sqrt(model.d_model)
     position = 0 if position_zero else t + 1 if next_position else t
     x = model.tgt_embed(y_last) * scale + (0 if no_pe else pe[position])  # (B, 1, d_model)
+    x = x if no_embedding_dropout else model.positional_encoding.dropout(x)
     if recompute_prefix:  # caches the decoder's input tokens and reruns every layer on the whole prefix
         state["tokens"] = torch.cat([state["tokens"], y_last], 1) if "tokens" in state else y_last
         logits = model.decode(state["tokens"], memory, src)
@@ -63,7 +64,8 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
             mask = (torch.arange(k.size(2)) < k.size(2) - 1)[None, :]  # (1, t + 1)
         if scale_d_model:
             q = q * math.sqrt(a.d_k) / math.sqrt(model.d_model)
-        attended = layer.dropout(a.W_o(_merge(_attend(q, k, v, mask))))
+        attended = a.W_o(_merge(_attend(q, k, v, mask)))
+        attended = attended if no_self_dropout else layer.dropout(attended)
         x = x + attended if skip_norm1 else layer.norm1(x + attended)
         if "mk" not in kv or cross_every_step:
             source = x if cross_from_self else memory
@@ -95,11 +97,11 @@ def decode_step_tuples(model, y_last, memory, src, cache):
         if old is not None:
             k, v = torch.cat((old[0], k), 2), torch.cat((old[1], v), 2)
         scores = _heads(a.W_q(x), a) @ k.transpose(-2, -1) / math.sqrt(a.d_k)  # (B, H, 1, t + 1)
-        x = layer.norm1(x + a.W_o(_merge(scores.softmax(-1) @ v)))
+        x = layer.norm1(x + layer.dropout(a.W_o(_merge(scores.softmax(-1) @ v))))
         mk, mv = (old[2], old[3]) if old is not None else (_heads(c.W_k(memory), c), _heads(c.W_v(memory), c))
         scores = (_heads(c.W_q(x), c) @ mk.transpose(-2, -1) / math.sqrt(c.d_k)).masked_fill(~mask, float("-inf"))
-        x = layer.norm2(x + c.W_o(_merge(scores.softmax(-1) @ mv)))
-        x = layer.norm3(x + layer.feed_forward(x))
+        x = layer.norm2(x + layer.dropout(c.W_o(_merge(scores.softmax(-1) @ mv))))
+        x = layer.norm3(x + layer.dropout(layer.feed_forward(x)))
         new.append((k, v, mk, mv))
     return model.generator(x).squeeze(1), {"t": t + 1, "layers": new}
 
@@ -178,6 +180,7 @@ def decode_step_functional(model, y_last, memory, src, cache, position=None, lay
     run = list(layers(model) if layers else model.decoder_layers)
     t = position(model, cache) if position else len(cache.get("keys", [[]])[0]) if cache else 0
     x = model.tgt_embed(y_last) * math.sqrt(model.d_model) + model.positional_encoding.pe[t]  # (B, 1, d_model)
+    x = F.dropout(x, model.positional_encoding.dropout.p, model.training)  # the module's rate, applied functionally
     keep = (src != model.pad_id)[:, None, None, :]
     keys, values = cache.get("keys", [[] for _ in run]), cache.get("values", [[] for _ in run])
     memory_kv = cache.get("memory") or [(_heads(project(memory, getattr(l, kv_from).W_k), l.cross_attn),
@@ -187,10 +190,10 @@ def decode_step_functional(model, y_last, memory, src, cache, position=None, lay
         keys[i] = keys[i] + [_heads(project(x, a.W_k), a)]
         values[i] = values[i] + [_heads(project(x, a.W_v), a)]
         out = _attend(_heads(project(x, a.W_q), a), torch.cat(keys[i], 2), torch.cat(values[i], 2))
-        x = layer.norm1(x + project(_merge(out), a.W_o))
+        x = layer.norm1(x + layer.dropout(project(_merge(out), a.W_o)))
         out = _attend(_heads(project(x, c.W_q), c), *memory_kv[i], keep)
-        x = layer.norm2(x + project(_merge(out), c.W_o))
-        x = layer.norm3(x + layer.feed_forward(x))
+        x = layer.norm2(x + layer.dropout(project(_merge(out), c.W_o)))
+        x = layer.norm3(x + layer.dropout(layer.feed_forward(x)))
     return model.generator(x)[:, -1], {"keys": keys, "values": values, "memory": memory_kv}
 
 
@@ -250,6 +253,8 @@ WRONG = [
      ["`decoder_layers[1].self_attn.w_q` was never called", "its own weights"]),
     (lambda *a: decode_step_functional(*a, layers=lambda m: m.decoder_layers[:-1]), ["`decoder_layers[1]` never ran"]),
     (lambda *a: decode_step_functional(*a, kv_from="self_attn"), ["cross_attn.w_k` was never called", "its own w_k"]),
+    (_kv_variant(no_embedding_dropout=True), ["training mode", "`model.positional_encoding.dropout`"]),
+    (_kv_variant(no_self_dropout=True), ["training mode", "`model.decoder_layers.0.dropout`", "norm1(x + dropout("]),
 ]
 
 

@@ -1083,6 +1083,43 @@ class TorchAttentionEncoderLayer(EncoderLayer):
         return self.norm2(x + self.dropout(self.feed_forward(x)))
 
 
+class SecondDropoutEncoderLayer(EncoderLayer):
+    """A second nn.Dropout for the feed-forward sublayer: lesson 08's `dropout.p` never reaches it."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
+class CrossDropoutDecoderLayer(DecoderLayer):
+    """Its own nn.Dropout for the cross-attention sublayer."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.dropout_cross = nn.Dropout(dropout)
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+        x = self.norm2(x + self.dropout_cross(self.cross_attn(x, memory, memory, src_mask)))
+        return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+class StoredRateEncoderLayer(EncoderLayer):
+    """F.dropout with the rate stored at construction: a rate set later on `dropout.p` is ignored."""
+
+    def __init__(self, d_model, num_heads, d_ff, dropout=0.0):
+        super().__init__(d_model, num_heads, d_ff, dropout)
+        self.p = dropout
+
+    def forward(self, x, mask=None):
+        x = self.norm1(x + F.dropout(self.self_attn(x, x, x, mask), self.p, self.training))
+        return self.norm2(x + F.dropout(self.feed_forward(x), self.p, self.training))
+
+
 def test_a_layer_that_reads_its_dropout_rate_on_every_call_passes():
     expect(check_decoder_layer(ReadsTheRateDecoderLayer), "passed")
 
@@ -1113,6 +1150,13 @@ ISSUE_17_LAYERS = {
                                               ["cross-attention", "src_mask"]),
     "linear1 and linear2 with each other's shapes": (check_feed_forward, SwappedShapesFeedForward,
                                                       ["`linear1`", "nn.Linear(24, 16)", "nn.Linear(d_model, d_ff)"]),
+    # a fourth: what lesson 08's `layer.dropout.p = config.dropout` does not reach
+    "a second dropout for the feed-forward sublayer": (check_encoder_layer, SecondDropoutEncoderLayer,
+                                                       ["the output of `feed_forward`", "lesson 08", "`dropout`"]),
+    "its own dropout for the cross-attention": (check_decoder_layer, CrossDropoutDecoderLayer,
+                                                ["the output of `cross_attn`", "lesson 08"]),
+    "F.dropout with a rate stored at construction": (check_encoder_layer, StoredRateEncoderLayer,
+                                                     ["stays deterministic", "lesson 08", "read its `.p`"]),
 }
 
 

@@ -8,6 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from helpers import expect
@@ -647,16 +648,23 @@ class PESharedMaskOverBatch(PEModule):
 
 
 class PECpuDropoutMask(PEModule):
+    def forward(self, x):
+        out = x + self.pe[: x.size(1)]
+        if not self.training:
+            return out
+        keep = torch.rand(out.shape) >= self.dropout.p  # the module's rate, but always on the CPU
+        return out * keep / (1 - self.dropout.p)
+
+
+class PEStoredRate(PEModule):
+    """Holds the contract's `dropout` module, but applies F.dropout with the rate it was built with."""
+
     def __init__(self, d_model, dropout=0.1, max_len=5000):
         super().__init__(d_model, dropout, max_len)
         self.p = dropout
 
     def forward(self, x):
-        out = x + self.pe[: x.size(1)]
-        if not self.training:
-            return out
-        keep = torch.rand(out.shape) >= self.p  # always on the CPU
-        return out * keep / (1 - self.p)
+        return F.dropout(x + self.pe[: x.size(1)], self.p, self.training)
 
 
 class PEOutputFloat32(PEModule):
@@ -722,6 +730,7 @@ MODULE_MISTAKES = [
     (PEAlwaysDropout, ["eval mode", "F.dropout"]),
     (PENoDropout, ["no dropout", "every entry arrives unchanged"]),
     (PEFixedRate, ["nn.Dropout(p=0.1)", "built with dropout=0.0"]),
+    (PEStoredRate, ["stays deterministic", "lesson 08", "`dropout.p`"]),
     (PEFloat64, ["torch.float64", "float32"]),
     (PEUnscaledMask, ["does not scale the ones it keeps", "1 / (1 - p)"]),
     (PENoDefaults, ["defaults", "dropout=(none), max_len=(none)"]),

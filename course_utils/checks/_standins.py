@@ -126,7 +126,7 @@ class CourseTransformer(nn.Module):
         B, L = tgt.shape
         pe = self.positional_encoding.pe
         where = torch.arange(L) if positions is None else positions
-        x = self.tgt_embed(tgt) * math.sqrt(self.d_model) + pe[where]  # (B, L, d_model)
+        x = self.positional_encoding.dropout(self.tgt_embed(tgt) * math.sqrt(self.d_model) + pe[where])  # (B, L, d_model)
         real = src != self.pad_id
         src_mask = real[:, None, None, :] if src_padding else None  # (B, 1, 1, L_src), True = visible
         if keys == "causal":

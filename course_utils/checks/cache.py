@@ -87,6 +87,7 @@ def _check_decode_step(check: Check, decode_step: Callable) -> None:
     _cache_steps(check, decode_step, model, src, memory, tgt, oracle, causes, trace)
     _cache_reorder(check, decode_step, model, src, memory, tgt)
     _caches_interleaved(check, decode_step, model, src, memory, tgt)
+    _dropouts_applied(check, decode_step, model, src, memory, tgt)
     _cache_on_gpu(check, decode_step, model, src, memory, tgt)
 
 
@@ -201,6 +202,41 @@ def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: tor
             _positions(check, seen, t, memory.shape[1])
     check.ok("logits equal the full recomputation at every step (batch with source padding)")
     check.ok("every projection sees one new position per step; cross-attention keys and values are computed once")
+
+
+def _dropouts_applied(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor,
+                      memory: torch.Tensor, tgt: torch.Tensor) -> None:
+    """In training mode, the contract's dropouts, one at a time at rate 1 (every entry dropped, no randomness)."""
+    places = {"positional_encoding.dropout": "to the new token's embedding plus position, "
+                                             "`model.positional_encoding.dropout(tgt_embed(y_last) * sqrt(d_model) "
+                                             "+ pe[t])`, as the positional encoding does"}
+    for i in range(len(model.decoder_layers)):
+        places[f"decoder_layers.{i}.dropout"] = (
+            "to each sublayer's output before its residual sum, as DecoderLayer does: norm1(x + dropout(self-"
+            "attention)), norm2(x + dropout(cross-attention)), norm3(x + dropout(feed_forward(x)))")
+    for place, where in {"": "", **places}.items():  # first every rate at 0: a control, nothing dropped
+        dropped = copy.deepcopy(model).train()
+        for module in dropped.modules():
+            if isinstance(module, nn.Dropout):
+                module.p = 1.0 if place and module is dropped.get_submodule(place) else 0.0
+        with torch.no_grad():
+            cache: object = {}
+            for t in range(2):
+                out = check.attempt(decode_step, dropped, tgt[:, t : t + 1], memory, src, cache, what="decode_step")
+                if isinstance(out, Raised) or not (isinstance(out, (tuple, list)) and len(out) == 2):
+                    return  # a crash in training mode is not this stage's business: the steps above ran
+                logits, cache = out
+                expected = dropped.decode(tgt[:, : t + 1], memory, src)[:, -1]
+                if isinstance(logits, torch.Tensor) and not close_enough(logits, expected):
+                    if not place:
+                        return  # wrong without any dropout: not a dropout slip (the stages above name such)
+                    check.fail(
+                        f"In training mode your decode_step does not apply `model.{place}` as the model does. "
+                        f"With that dropout's rate set to 1 (every entry dropped) and every other at 0, its "
+                        f"logits at step {t} differ from model.decode's on the prefix.\n"
+                        f"The contract says decode_step applies the model's dropout {where}. Lesson 07 decodes in "
+                        f"eval mode, where dropout does nothing; in training mode it must give what decode gives.")
+    check.ok("in training mode it applies the positional encoding's dropout and each layer's `dropout`, as decode does")
 
 
 def _cache_reorder(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,

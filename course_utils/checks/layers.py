@@ -135,10 +135,11 @@ def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     layout = _values(check, layer, "encoder", wiring, out, lambda layer_: run(layer_, x, keep), g, x,
                      masks=(twins.torch_mask(keep, B, _NUM_HEADS, L, L), None))
     _layer_dropout(check, build, lambda layer_: run(layer_, x, keep), (x, keep), "encoder", wiring)
-    if name == "EncoderLayer":  # what lessons 07 and 08 do to the post-LN layers
+    if name == "EncoderLayer":  # what lesson 07 does to the post-LN layers
         stages.replaced_parts_used(check, build(0.0).eval(), ["self_attn"], (x, keep), name,
                                    "Lesson 07's with_fused_attention")
-        stages.dropout_set_through(check, build, ["dropout"], (x, keep), name, "to the sublayers' outputs")
+    stages.dropout_set_through(check, build, ["dropout"], (x, keep), name, "to the sublayers' outputs",
+                               sublayers=["self_attn", "feed_forward"])  # lesson 08 sets `.p`
     stages.module_on_gpu(check, layer, x, keep, what=name, also=[(x,)])
     _check_layer_sizes(check, build, "encoder", wiring)
     if layout.missing:
@@ -211,11 +212,12 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
                      x, memory, (twins.torch_mask(causal, B, _NUM_HEADS, T, T), twins.torch_mask(src_keep, B, _NUM_HEADS, T, S)))
     _layer_dropout(check, build, lambda layer_: run(layer_, x, memory, src_keep, causal), (x, memory, src_keep, causal),
              "decoder", wiring)
-    if name == "DecoderLayer":  # what lessons 07 and 08 do to the post-LN layers
-        inputs = (x, memory, src_keep, causal)
+    inputs = (x, memory, src_keep, causal)
+    if name == "DecoderLayer":  # what lesson 07 does to the post-LN layers
         stages.replaced_parts_used(check, build(0.0).eval(), ["self_attn", "cross_attn"], inputs, name,
                                    "Lesson 07's with_fused_attention")
-        stages.dropout_set_through(check, build, ["dropout"], inputs, name, "to the sublayers' outputs")
+    stages.dropout_set_through(check, build, ["dropout"], inputs, name, "to the sublayers' outputs",
+                               sublayers=["self_attn", "cross_attn", "feed_forward"])  # lesson 08 sets `.p`
     stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what=name, also=[(x, memory)])
     _check_layer_sizes(check, build, "decoder", wiring)
     if layout.missing:

@@ -610,6 +610,7 @@ def dropout_stage(check: Check, build: Callable, max_len: int, d_model: int, g: 
     default_table = enc.table(check, default, 64, 32)
     y = torch.rand(8, 64, 32, generator=generator(6)) + max(1.0, -float(default_table.min()))  # x + table > 0
     stages.dropout_measured(check, lambda: sites(default, y, y.double() + default_table), 0.1, name)
+    stages.dropout_set_through(check, build, ["dropout"], (x,), name, "to x + " + symbol, sublayers=[""])
 
 
 def defaults_stage(check: Check, cls: type, enc: Encoding = SINUSOIDAL) -> None:

@@ -601,8 +601,10 @@ def replaced_parts_used(check: Check, module: nn.Module, names: Sequence[str], i
 
 
 def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths: Sequence[str], inputs: tuple,
-                        owner: str, where: str) -> None:
-    """Built with dropout 0.0, then `.p` set on the named Dropout modules: training must become random.
+                        owner: str, where: str, sublayers: Sequence[str] = ()) -> None:
+    """Built with dropout 0.0, then `.p` set on the named Dropout modules: training must become random, and at
+    `.p = 1` what those modules drop must no longer reach the output (``sublayers``: parts, or ``""`` for the
+    input itself, whose contribution goes through them alone).
 
     Lesson 08 applies dropout only where the paper puts it this way (``inner_dropout=False``): it builds the
     model without dropout and sets the rate of the contract's ``dropout`` modules afterwards.
@@ -611,6 +613,9 @@ def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths
     targets = [module.get_submodule(path) for path in paths]
     if not all(isinstance(t, nn.Dropout) for t in targets):
         return  # the contract's kinds are checked elsewhere
+    shown = ", ".join(f"`{p}`" for p in paths)
+    advice = (f"Lesson 08 builds your model without dropout and then sets `{paths[0]}.p`, to put dropout only where "
+              f"the paper does. Apply `self.dropout` itself (or read its `.p`).")
     for target in targets:
         target.p = 0.5
     module.train()
@@ -620,16 +625,33 @@ def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths
         return
     first, second = (o[0] if isinstance(o, tuple) else o for o in (first, second))
     if isinstance(first, torch.Tensor) and isinstance(second, torch.Tensor) and torch.equal(first, second):
-        shown = ", ".join(f"`{p}`" for p in paths)
         check.fail(
             f"Your {owner}, built with dropout=0.0, stays deterministic in training mode after the rate of {shown} "
             f"was set to 0.5: the dropout it applies {where} is not {shown if len(paths) == 1 else 'those modules'} "
-            f"(another nn.Dropout, built with the rate of 0.0, does the work?). Lesson 08 builds your model "
-            f"without dropout and then sets `{paths[0]}.p`, to put dropout only where the paper does. Apply "
-            f"`self.dropout` itself (or read its `.p`)."
-        )
-    check.ok(f"applies its dropout through {', '.join(f'`{p}`' for p in paths)} (lesson 08 sets "
-             f"{'its' if len(paths) == 1 else 'their'} rate)")
+            f"(another nn.Dropout, built with the rate of 0.0, does the work?). " + advice)
+    for part in sublayers:  # at p = 1 the part's contribution is dropped whole: changing it changes nothing
+        for target in targets:
+            target.p = 1.0
+        base = check.attempt(module, *inputs, what=f"{owner}.forward")
+        changed = build(0.0)
+        changed.load_state_dict(module.state_dict())
+        for path in paths:
+            changed.get_submodule(path).p = 1.0
+        changed.train()
+        moved = [x + 1.0 if part == "" and isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        with torch.no_grad():
+            for parameter in (changed.get_submodule(part).parameters() if part else ()):
+                parameter.add_(1.0)
+        out = check.attempt(changed, *moved, what=f"{owner}.forward")
+        base, out = (o[0] if isinstance(o, tuple) else o for o in (base, out))
+        if (isinstance(base, torch.Tensor) and isinstance(out, torch.Tensor) and base.shape == out.shape
+                and not torch.allclose(base, out, atol=1e-5, equal_nan=True)):
+            check.fail(
+                f"Your {owner}, built with dropout=0.0 and then given a rate of 1 in {shown} (every entry dropped), "
+                f"still passes " + (f"the output of `{part}`" if part else "its input") + " on in training mode: "
+                f"some of the dropout it applies {where} is not {shown} (a second nn.Dropout, built with the rate "
+                f"of 0.0, or F.dropout with a rate stored at construction?). " + advice)
+    check.ok(f"applies its dropout through {shown} (lesson 08 sets {'its' if len(paths) == 1 else 'their'} rate)")
 
 
 def one_tensor(check: Check, out: Any, what: str, hint: str = "") -> Any:
