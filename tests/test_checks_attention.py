@@ -200,6 +200,11 @@ def only_output(query, key, value, mask=None):
     return reference(query, key, value, mask)[0]
 
 
+def detached_weights(query, key, value, mask=None):
+    out, w = reference(query, key, value, mask)
+    return out, w.detach()  # "the weights are only for plotting": lesson 04 trains through them
+
+
 def swapped_order(query, key, value, mask=None):
     out, w = reference(query, key, value, mask)
     return w, out
@@ -498,6 +503,7 @@ WRONG = [
     ("casts to float32", casts_to_float32, ["float64", "keep the dtype"]),
     ("wrong arity", wrong_arity, ["typeerror", "query, key, value, mask=None"]),
     ("returns a generator", returns_generator, ["should return 2 values", "generator"]),
+    ("weights detached", detached_weights, ["cut off from autograd", "self.dropout(weights) @ v", "lesson 04"]),
 ]
 
 

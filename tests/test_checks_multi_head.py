@@ -597,6 +597,14 @@ class DropoutTwice(MHA):
         return self.dropout(self.dropout(weights)) @ v
 
 
+class DetachedBeforeDropout(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        weights = weights.detach()  # for the plots, but the training output is computed from them too
+        self.attention_weights = weights
+        return self.dropout(weights) @ v if self.training else out
+
+
 class DropoutOnScores(MHA):
     def attend(self, q, k, v, mask):
         scores = self.dropout(q @ k.transpose(-2, -1) / math.sqrt(self.d_k))
@@ -729,6 +737,7 @@ NEW_MISTAKES = [
     (DropoutOnOutput, ["not on the attention weights", "after the attention"]),
     (DropoutTwice, ["twice"]),
     (DropoutOnScores, ["before the softmax"]),
+    (DetachedBeforeDropout, ["in training mode no gradient reaches `w_q` and `w_k`", "weights.detach()"]),
     (DropoutOnValues, ["not on the attention weights", "values"]),
     (OneMaskForAllHeads, ["drops the same entries for every head"]),
     (SeedInForward, ["drops the same entries on every call"]),

@@ -154,6 +154,25 @@ def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
             "`weights @ value`.\nLikely cause: `weights.detach()`, `.data`, or computing the weights under "
             "`torch.no_grad()`. Keep the weights in the graph.")})
 
+    # Lesson 04's MultiHeadAttention trains through the returned weights: `dropout(weights) @ v`.
+    detached = ("The attention weights your function returns are cut off from autograd (`.detach()`, `.data`, or "
+                "computed under `torch.no_grad()`). Lesson 04's MultiHeadAttention applies dropout to these weights "
+                "in training, `self.dropout(weights) @ v`, so with detached weights no gradient would reach W_q and "
+                "W_k. Return the weights as they are; detach only the copy you store for plotting.")
+    leaves = [t.float().requires_grad_(True) for t in (q, k)]
+    weights = _call(check, fn, *leaves, v.float(), mask, "positional", batched_ok=True)[1]
+    if isinstance(weights, torch.Tensor) and weights.grad_fn is None:
+        check.fail(detached)
+
+    def oracle_weights(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        scores = (query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))).masked_fill(~mask, float("-inf"))
+        return scores.softmax(-1)  # (B, H, L_q, L_k)
+
+    stages.gradients(
+        check, lambda query, key: _call(check, fn, query, key, v.float(), mask, "positional", batched_ok=True)[1],
+        {"query": q.float(), "key": k.float()}, stages.oracle_gradients(oracle_weights, {"query": q, "key": k}),
+        "attention weights", "softmax(QK^T / sqrt(d_k))", causes={frozenset({"query", "key"}): detached})
+
 
 def _device_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
     """Inputs on a GPU: a pretended one everywhere, and the real one when there is one."""

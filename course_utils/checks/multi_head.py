@@ -787,7 +787,27 @@ def _check_dropout(check: Check, cls, g: torch.Generator) -> None:
                   "with some entries zeroed and the rest scaled by 1 / (1 - p): the dropout acts before the softmax "
                   "(on the scores, or on Q or K), which changes every weight of the row.\nApply dropout to the weights, "
                   "after the softmax: `self.dropout(weights) @ v`.")
+    _learns_in_training(check, module, q, k, v, p)
     module.eval()
+
+
+def _learns_in_training(check: Check, module: nn.Module, q, k, v, p: float) -> None:
+    """In training mode too, where the output comes from the dropped weights, gradients reach W_q and W_k."""
+    module.zero_grad(set_to_none=True)
+    out = _run(check, module, q, k, v, shape=q.shape, what=f"the output in training mode (dropout={p})")
+    if not out.requires_grad:
+        return  # named by the gradient stage
+    out.mul(torch.randn(out.shape, generator=generator(12))).sum().backward()
+    silent = [name for name in ("W_q", "W_k") if getattr(module, name).weight.grad is None
+              or not bool(getattr(module, name).weight.grad.abs().sum() > 0)]
+    module.zero_grad(set_to_none=True)
+    if silent:
+        check.fail(f"In training mode no gradient reaches {' and '.join(f'`{n}`' for n in silent)} of your "
+                   f"MultiHeadAttention: the weights it drops are cut off from autograd (`weights.detach()` or "
+                   f"`.data` before `self.dropout(weights) @ v`, or attention weights returned detached by "
+                   f"scaled_dot_product_attention). Keep the weights in the graph; detach only the copy stored in "
+                   f"`self.attention_weights`.")
+    check.ok("in training mode too, gradients reach W_q and W_k through the dropped weights")
 
 
 def attention_dropout(check: Check, attention: nn.Module, d_model: int, num_heads: int, p: float, owner: str,
