@@ -292,6 +292,7 @@ _ALL = (
                  "besides (lesson 07's CachedDecoder offers exactly these)",
              ),
              used_by=("07: BLEU against beam size, the length penalty plot, the cached search",
+                      "08: translate, with length_penalty passed by keyword (section 8.7 chooses it)",
                       "benchmarks/bench.py (beam4_bleu)")),
     Contract("decode_step", "07_inference", "function",
              "decode_step(model, y_last (B, 1), memory, src, cache) -> (logits (B, V), cache)",

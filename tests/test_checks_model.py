@@ -839,6 +839,20 @@ class FinalEncoderNormTransformer(Transformer):
         return self.memory_norm(super().encode(src))
 
 
+class NormalEmbeddingsTransformer(Transformer):
+    """Xavier everywhere, then the embeddings re-drawn with std 1/sqrt(d_model): not the exercise's init."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, *args, **kwargs):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, *args, **kwargs)
+        nn.init.normal_(self.src_embed.weight, std=d_model ** -0.5)
+        nn.init.normal_(self.tgt_embed.weight, std=d_model ** -0.5)
+
+
+def test_embeddings_drawn_with_another_spread_are_named():
+    expect(check_transformer(NormalEmbeddingsTransformer), "failed", "not initialised with Xavier/Glorot",
+           "src_embed.weight")
+
+
 @pytest.mark.parametrize("impl, where", [(FinalNormTransformer, "decoder stack"),
                                          (FinalEncoderNormTransformer, "encoder stack")])
 def test_a_final_layer_norm_is_named(impl, where):

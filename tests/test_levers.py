@@ -41,22 +41,37 @@ def test_a_quick_row_prints_one_json_line_with_every_figure(levers, tmp_path):
     kept = sorted(p.name for p in tmp_path.glob("*.pt"))
     assert kept == [f"08_real_data-averaged-step{s:06d}.pt" for s in (2, 4, 6)], "every checkpoint, as it averages 5"
 
+    # the same run decoded again with another length penalty: no training, the run's own figures
+    again = levers.main(["--quick", "--threads", "1", "--row", "averaged", "--set", "length_penalty=1.4",
+                         "--bpe-vocab", "500", "--decode-only", str(tmp_path)], emit=lines.append)
+    assert again["decoded_from"] == str(tmp_path) and again["config"]["length_penalty"] == 1.4
+    assert (again["steps"], again["train_seconds"], again["valid_loss"]) == (row["steps"], row["train_seconds"],
+                                                                             row["valid_loss"])
+    assert sorted(p.name for p in tmp_path.glob("*.pt")) == kept, "the run's files are left as they were"
+    with pytest.raises(SystemExit, match="trained with other batch_tokens"):
+        levers.main(["--quick", "--row", "averaged", "--set", "batch_tokens=123", "--bpe-vocab", "500",
+                     "--decode-only", str(tmp_path)], emit=lines.append)
+
 
 def test_the_rows_add_one_lever_each_up_to_the_laptop_configuration(lesson):
     ns = lesson
     rows, laptop = ns["LEVER_ROWS"], ns["LAPTOP_CPU"]
-    assert list(rows) == ["base", "tied", "tokens", "averaged", "bfloat16", "paper-dropout", "no-dropout", "wider",
-                          "deeper", "fused", "compiled"]
+    assert list(rows) == ["base", "tied", "tokens", "averaged", "bfloat16", "paper-dropout", "length-penalty",
+                          "no-dropout", "wider", "deeper", "fused", "compiled"]
     assert all(name == config.name for name, config in rows.items()), "a row's JSON line carries its name"
     differ = lambda a, b: {k for k in vars(a) if k != "name" and getattr(a, k) != getattr(b, k)}  # noqa: E731
-    chain = [rows[name] for name in ("base", "tied", "tokens", "averaged", "bfloat16", "paper-dropout")]
+    chain = [rows[name] for name in ("base", "tied", "tokens", "averaged", "bfloat16", "paper-dropout",
+                                     "length-penalty")]
     assert [differ(a, b) for a, b in zip(chain, chain[1:])] == [
-        {"tie_embeddings"}, {"batch_tokens"}, {"average_last"}, {"mixed_precision"}, {"inner_dropout"}]
-    assert differ(rows["paper-dropout"], laptop) == set() and differ(rows["base"], ns["BASE_CPU"]) == set()
+        {"tie_embeddings"}, {"batch_tokens"}, {"average_last"}, {"mixed_precision"}, {"inner_dropout"},
+        {"length_penalty"}]
+    assert differ(rows["length-penalty"], laptop) == set() and differ(rows["base"], ns["BASE_CPU"]) == set()
+    assert laptop.length_penalty != rows["paper-dropout"].length_penalty == 0.6, "the paper's alpha until 8.7"
+    paper = rows["paper-dropout"]  # the rows tried on top of it were measured with the paper's alpha
     assert differ(rows["no-dropout"], rows["bfloat16"]) == {"dropout"}
     assert differ(rows["wider"], rows["bfloat16"]) == {"d_model", "d_ff"}
-    assert differ(rows["deeper"], laptop) == {"num_layers"}
-    assert differ(rows["fused"], laptop) == {"fused_attention"} and differ(rows["compiled"], laptop) == {"compile"}
+    assert differ(rows["deeper"], paper) == {"num_layers"}
+    assert differ(rows["fused"], paper) == {"fused_attention"} and differ(rows["compiled"], paper) == {"compile"}
     assert ns["GPU"].fused_attention and ns["GPU"].tie_embeddings and ns["GPU"].average_last > 1
 
 
