@@ -2,7 +2,8 @@
 
 Lesson 08 (``solutions/08_real_data.ipynb``) improves its laptop-CPU run one lever at a time: shared
 embeddings, batches by tokens, checkpoint averaging, bfloat16 products, dropout only where the paper
-puts it; and it tries lesson 07's fused attention and ``torch.compile``.
+puts it, a length penalty chosen on the validation set; and it tries lesson 07's fused attention and
+``torch.compile``.
 Each row of its table is one run of the lesson's ``measure_row``: train the row's configuration for
 the budget, translate the four Multi30k test sets (beam 4) with the mean of its last checkpoints
 when it averages, and measure its steps, tokens per second and fraction of the machine's
@@ -14,6 +15,7 @@ learner runs.
     python benchmarks/levers.py --row tied --budget-min 15 --threads 2 --multi30k ../dataset/data/task1/raw
     python benchmarks/levers.py --row paper-dropout --budget-min 15 --set num_layers=3  # a variant of a row
     python benchmarks/levers.py --row paper-dropout --bpe-vocab 2000 ...               # another BPE vocabulary
+    python benchmarks/levers.py --row length-penalty --decode-only RUN_FOLDER ...      # a trained run, decoded again
     python benchmarks/levers.py --table benchmarks/levers-15min.jsonl                 # the rows as Markdown
     python benchmarks/levers.py --quick                                               # a smoke run, seconds
 
@@ -66,13 +68,16 @@ ADDS = {
     "tokens": "batches of 2,500 tokens (section 5.1)",
     "averaged": "the mean of the last 5 checkpoints (section 6.1)",
     "bfloat16": "mixed precision: bfloat16 products, on a CPU that has them",
-    "paper-dropout": "dropout only where section 5.4 puts it: `LAPTOP_CPU`",
+    "paper-dropout": "dropout only where section 5.4 puts it",
     "no-dropout": "`bfloat16` without any dropout (not kept)",
     "wider": "`bfloat16` with d_model 256, d_ff 1024 (not kept)",
     "deeper": "`paper-dropout` with 3 + 3 layers (not kept)",
     "paper-dropout (seed 1)": "`paper-dropout` again, with `--set seed=1`",
     "smaller-batches": "`paper-dropout` with batches of 2,000 tokens, `--set batch_tokens=2000` (not kept)",
     "more-dropout": "`paper-dropout` with dropout 0.2 in its two places, `--set dropout=0.2` (not kept)",
+    "smaller-vocabulary": "`paper-dropout` with 2,000 BPE pieces, `--bpe-vocab 2000` (not kept)",
+    "length-penalty": "length penalty 1.4, chosen on the validation set (section 6.1): `LAPTOP_CPU`, "
+                      "`paper-dropout`'s run translated again (`--decode-only`)",
     "fused": "`paper-dropout` + lesson 07's fused attention",
     "compiled": "`paper-dropout` + `torch.compile`",
 }
@@ -121,6 +126,40 @@ def use_vocabulary(ns: dict[str, Any], vocab_size: int) -> None:
     ns["valid_src"], ns["valid_tgt"] = ns["prepare_subwords"](ns["valid_split"], ns["bpe"])
 
 
+#: fields that change only how a trained model translates: a run trained with other values can be decoded again
+DECODING = {"name", "beam_size", "length_penalty", "extra_len", "test_sentences"}
+
+
+def decode_only(ns: dict[str, Any], config, folder: Path) -> Path:
+    """Make the lesson's ``train`` return the run saved in folder (no training): a row that differs from that run
+    in DECODING fields only is then measured on the run's own checkpoints. Returns the newest checkpoint."""
+    import torch
+
+    paths = sorted(Path(folder).glob("*-step*.pt"))
+    if not paths:
+        raise SystemExit(f"--decode-only: no checkpoints (*-step*.pt) in {folder}")
+    saved = torch.load(paths[-1], map_location="cpu", weights_only=False)
+    wanted = dataclasses.asdict(config)
+    differ = sorted(k for k in set(saved["config"]) | set(wanted) - DECODING
+                    if k not in DECODING and saved["config"].get(k) != wanted.get(k))
+    if differ:
+        raise SystemExit(f"--decode-only: the run in {folder} was trained with other {', '.join(differ)}")
+    if saved["vocab"] != ns["bpe"].tokenizer.to_str():
+        raise SystemExit(f"--decode-only: the run in {folder} has another BPE vocabulary (--bpe-vocab?)")
+    linked = Path(tempfile.mkdtemp(prefix="levers-decode-"))  # the run's checkpoints under this row's name
+    for path in paths:
+        (linked / f"08_real_data-{config.name}-step{path.stem.rsplit('step', 1)[1]}.pt").symlink_to(path.resolve())
+    ns["CHECKPOINTS"] = linked
+
+    def train(row, resume=True):
+        model = ns["build_model"](row, ns["bpe"].vocab_size).to(ns["device"])
+        model.load_state_dict(saved["model"])
+        return model, saved["state"]["history"]
+
+    ns["train"] = train
+    return paths[-1]
+
+
 def parse_value(text: str) -> Any:
     """A --set value: None, a bool, an int, a float, else the text."""
     lowered = text.strip().lower()
@@ -155,8 +194,11 @@ def row_config(ns: dict[str, Any], name: str, budget_min: float | None, override
     return config
 
 
-def measure(ns: dict[str, Any], config, device: torch.device, checkpoints: Path, peak_seconds: float) -> dict:
-    """The lesson's measure_row for config, on device; the lesson's own prints go to stderr."""
+def measure(ns: dict[str, Any], config, device: torch.device, checkpoints: Path, peak_seconds: float,
+            peak_gflops: float | None = None) -> dict:
+    """The lesson's measure_row for config, on device; the lesson's own prints go to stderr.
+
+    ``peak_gflops``: the machine's peak as measured when the run trained (for --decode-only), instead of now."""
     from course_utils.training import matmul_peak_flops
 
     ns["device"] = device
@@ -165,7 +207,7 @@ def measure(ns: dict[str, Any], config, device: torch.device, checkpoints: Path,
         ns["amp_dtype"] = None  # the lesson's choice: the 16-bit type that pays on this device, if the row asks
         if config.mixed_precision:
             ns["amp_dtype"] = ns["autocast_dtype"](device, ns["attention_survives_float16"]())
-        peak = matmul_peak_flops(seconds=peak_seconds, device=device)
+        peak = peak_gflops * 1e9 if peak_gflops else matmul_peak_flops(seconds=peak_seconds, device=device)
         log(f"peak {peak / 1e9:.0f} GFLOP/s with {torch.get_num_threads()} threads; training {config}")
         started = time.perf_counter()
         result = ns["measure_row"](config, peak)
@@ -207,6 +249,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="change one field of the row's RunConfig (repeatable), e.g. --set average_last=3")
     parser.add_argument("--bpe-vocab", type=int, default=None,
                         help="pieces in the shared BPE vocabulary (default: the lesson's, 4,000 on Multi30k)")
+    parser.add_argument("--decode-only", type=Path, default=None, metavar="RUN_FOLDER",
+                        help="no training: translate with the checkpoints of a run in RUN_FOLDER that differs from "
+                             "the row in decoding fields only (beam_size, length_penalty, ...)")
+    parser.add_argument("--peak-gflops", type=float, default=None,
+                        help="with --decode-only: the peak measured when the run trained (its row's peak_gflops)")
     parser.add_argument("--checkpoints", type=Path, default=None,
                         help="where the run keeps its checkpoints (default: a fresh temporary folder)")
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS, help="folder of the notebooks to load")
@@ -235,7 +282,15 @@ def main(argv: Sequence[str] | None = None, emit: Callable[[str], None] = print)
     if args.bpe_vocab:
         use_vocabulary(ns, args.bpe_vocab)
     checkpoints = args.checkpoints or Path(tempfile.mkdtemp(prefix="levers-"))
-    result = measure(ns, config, torch.device(args.device), checkpoints, 0.3 if args.quick else 3.0)
+    if args.decode_only:
+        ns["device"] = torch.device(args.device)
+        newest = decode_only(ns, config, args.decode_only)
+        checkpoints = ns["CHECKPOINTS"]
+        log(f"decoding the run saved in {args.decode_only} (newest checkpoint {newest.name}), no training")
+    result = measure(ns, config, torch.device(args.device), checkpoints, 0.3 if args.quick else 3.0,
+                     args.peak_gflops if args.decode_only else None)
+    if args.decode_only:
+        result["decoded_from"] = str(args.decode_only)
     result["bpe_vocab"] = ns["bpe"].vocab_size
     emit(json.dumps(result))
     return result

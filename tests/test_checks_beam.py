@@ -156,7 +156,7 @@ def shrinking_batch(model, src, beam_size, max_len, bos_id, eos_id, pad_id, leng
 
 
 def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6, *, probs=False,
-             penalty=_gnmt, every_step=False, drop_finished=False, duplicates=False, extend_finished=False,
+             penalty=_gnmt, finished_penalty=None, every_step=False, drop_finished=False, duplicates=False, extend_finished=False,
              worst=False, encode_each_step=False, grad=False, tile_memory=False, mix_rows=False, early_stop=True,
              reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False, stop="bound",
              at_max_len="compete", pick="normalised", half=False, batch_bound=False,
@@ -195,7 +195,8 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
             for b, j in is_eos[:, : (2 * k if eos_from_2k else k)].nonzero().tolist():
                 if not done[b] and not drop_finished:
                     seq = ys[b * k + beam[b, j]].tolist() + ([] if without_eos else [eos_id])
-                    value = top_scores[b, j].item() if every_step else top_scores[b, j].item() / penalty(t, length_penalty)
+                    value = top_scores[b, j].item() if every_step else top_scores[b, j].item() / (
+                        finished_penalty or penalty)(t, length_penalty)
                     finished[b].append((value, seq))
             keep = is_eos.long().argsort(dim=1, stable=True)[:, :k]
             scores = top_scores.gather(1, keep)
@@ -315,6 +316,7 @@ WRONG = [
     (greedy_in_disguise, ["greedy decoding finds"]),
     (_variant_of(probs=True), ["adding probabilities"]),
     (_variant_of(penalty=lambda n, a: 1.0), ["length penalty is missing"]),
+    (_variant_of(finished_penalty=lambda n, a: _gnmt(n + 1, a)), ["its length n counts bos", "len(tokens) - 1"]),
     (_variant_of(every_step=True), ["compounds"]),
     (_variant_of(penalty=lambda n, a: max(n, 1) ** a), ["n ** length_penalty"]),
     (_variant_of(penalty=lambda n, a: ((6 + n) / 6) ** a), ["counts bos"]),

@@ -30,7 +30,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
              cross_every_step=False, src_mask_off=False, recompute_prefix=False, cache_on_model=False,
              heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
              skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
-             empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False):
+             empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
     src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
@@ -64,7 +64,8 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
             mask = (torch.arange(k.size(2)) < k.size(2) - 1)[None, :]  # (1, t + 1)
         if scale_d_model:
             q = q * math.sqrt(a.d_k) / math.sqrt(model.d_model)
-        attended = a.W_o(_merge(_attend(q, k, v, mask)))
+        attended = _merge(_attend(q, k, v, mask))
+        attended = attended if no_self_wo else a.W_o(attended)
         attended = attended if no_self_dropout else layer.dropout(attended)
         x = x + attended if skip_norm1 else layer.norm1(x + attended)
         if "mk" not in kv or cross_every_step:
@@ -253,6 +254,7 @@ WRONG = [
      ["`decoder_layers[1].self_attn.w_q` was never called", "its own weights"]),
     (lambda *a: decode_step_functional(*a, layers=lambda m: m.decoder_layers[:-1]), ["`decoder_layers[1]` never ran"]),
     (lambda *a: decode_step_functional(*a, kv_from="self_attn"), ["cross_attn.w_k` was never called", "its own w_k"]),
+    (_kv_variant(no_self_wo=True), ["`decoder_layers[0].self_attn.w_o` was never called", "attn.w_o(...)"]),
     (_kv_variant(no_embedding_dropout=True), ["training mode", "`model.positional_encoding.dropout`"]),
     (_kv_variant(no_self_dropout=True), ["training mode", "`model.decoder_layers.0.dropout`", "norm1(x + dropout("]),
 ]

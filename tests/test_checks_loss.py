@@ -41,6 +41,15 @@ def nll_plus_uniform(logits, target, smoothing, pad_id):
     return (per_token * mask).sum() / mask.sum()
 
 
+def uniform_summed(logits, target, smoothing, pad_id):
+    """The uniform term summed over the classes, not averaged: V times too large."""
+    log_probs = logits.log_softmax(-1)
+    mask = (target != pad_id).float()
+    nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)
+    per_token = (1 - smoothing) * nll + smoothing * -log_probs.sum(-1)
+    return (per_token * mask).sum() / mask.sum()
+
+
 def masked_select_float64(logits, target, smoothing, pad_id):
     keep = target != pad_id
     x = logits[keep].double()
@@ -197,6 +206,7 @@ def test_accepts_correct_variants(fn):
         (per_token_losses, ["should be a scalar", "shape (7,)", "one loss per position"]),
         (no_smoothing, ["ignores the smoothing"]),
         (true_class_only, ["only the true class is smoothed"]),
+        (uniform_summed, ["summed over the v classes instead of averaged", "-log_probs.mean(-1)"]),
         (in_place, ["changed its input `logits` in place"]),
         (item, ["python number", ".item()"]),
         (detached, ["not connected to the logits", "requires_grad is false"]),

@@ -839,6 +839,21 @@ class FinalEncoderNormTransformer(Transformer):
         return self.memory_norm(super().encode(src))
 
 
+class NotChainedTransformer(Transformer):
+    """Each encoder layer reads the embedded source, and only the last one's output is kept."""
+
+    def encode(self, src):
+        x = self.embed(self.src_embed, src)
+        for layer in self.encoder_layers:
+            out = layer(x, self.src_mask(src))
+        return out
+
+
+def test_layers_not_chained_are_named():
+    expect(check_transformer(NotChainedTransformer), "failed", "only the last of your transformer's `encoder_layers`",
+           "x = layer(x, ...)")
+
+
 class NormalEmbeddingsTransformer(Transformer):
     """Xavier everywhere, then the embeddings re-drawn with std 1/sqrt(d_model): not the exercise's init."""
 

@@ -732,7 +732,7 @@ MODULE_MISTAKES = [
     (PEFixedRate, ["nn.Dropout(p=0.1)", "built with dropout=0.0"]),
     (PEStoredRate, ["stays deterministic", "lesson 08", "`dropout.p`"]),
     (PEFloat64, ["torch.float64", "float32"]),
-    (PEUnscaledMask, ["does not scale the ones it keeps", "1 / (1 - p)"]),
+    (PEUnscaledMask, ["not scaled by 1 / (1 - p)", "without the scaling"]),
     (PENoDefaults, ["defaults", "dropout=(none), max_len=(none)"]),
     (PEFloat16, ["torch.float16", "float32"]),
     (PEDetachedInput, ["does not require grad", ".detach()"]),

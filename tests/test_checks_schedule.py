@@ -335,7 +335,7 @@ def test_noam_scheduler_accepts_correct_variants(fn):
 
 
 def divides_by_the_second_lr(optimizer, d_model, warmup_steps):
-    base = optimizer.param_groups[1]["lr"]  # 2.0, whose inverse is the first group's lr: named as a division
+    base = optimizer.param_groups[1]["lr"]  # 2.0, whose inverse is the first group's lr: both readings named
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda n: noam_lr(n + 1, d_model, warmup_steps) / base)
 
 
@@ -357,13 +357,14 @@ def divides_by_the_first_lr(optimizer, d_model, warmup_steps):
         (crashes_at_step_zero, ["crashed while building", "ZeroDivisionError", "calls your schedule once with step 0", "step 0"]),
         (zero_at_step_zero, ["lr is 0", "step 0"]),
         (wrong_formula, ["same factor", "not the paper's", "check_noam_lr"]),
-        (swapped_arguments, ["same factor", "right order"]),
+        (swapped_arguments, ["d_model and warmup_steps are swapped", "noam_lr(step + 1, d_model, warmup_steps)"]),
         (forgets_to_return, ["returned None", "return"]),
         (returns_the_function, ["should return a scheduler", "step()"]),
         (compounding, ["factors compound", "initial lr times noam_lr(n + 1)"]),
         # a third hidden set: the factor divided by the optimizer's (first) lr
-        (divides_by_the_first_lr, ["times the contract's", "divides by an lr", "return the factor itself"]),
-        (divides_by_the_second_lr, ["0.5 times the contract's", "exactly 1 / 2: your function divides by an lr"]),
+        (divides_by_the_first_lr, ["times the contract's", "which is 1 / 0.5", "return the factor itself"]),
+        (divides_by_the_second_lr, ["0.5 times the contract's", "exactly 0.5, which is 1 / 2", "multiplies by one "
+                                    "group's lr, or divides by the other's"]),
     ],
 )
 def test_noam_scheduler_diagnoses_mistakes(fn, phrases):

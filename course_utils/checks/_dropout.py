@@ -69,9 +69,11 @@ def dropout_problem(pattern: DropPattern, p: float, where: str, owner: str) -> s
                 f"scaled by {pattern.scale:.3f} = 1 / (1 - p)^2 instead of 1 / (1 - p) = {1 / keep:.3f}, and about "
                 f"{round(100 * pattern.rate)}% are dropped instead of {round(100 * p)}%. Apply one nn.Dropout there, once.")
     if _near(pattern.scale, 1.0, 1e-3):
-        return (f"In training mode your {owner} zeroes entries of {where} but does not scale the ones it keeps "
-                f"by 1 / (1 - p): the expected value changes between training and evaluation. nn.Dropout does the "
-                f"scaling for you: use it rather than multiplying by a random 0/1 mask.")
+        return (f"In training mode some entries of {where} come out as zeros while the others are not scaled by "
+                f"1 / (1 - p). Either no dropout is applied there at all (the zeros then come from inside, such as "
+                f"an attention's own dropout on its weights): apply `self.dropout` to it; or your {owner} multiplies "
+                f"by a random 0/1 mask without the scaling, which changes the expected value between training and "
+                f"evaluation: use nn.Dropout, which scales for you.")
     if not _near(pattern.scale, 1 / keep):
         implied = 1 - 1 / pattern.scale if pattern.scale > 1 else float("nan")
         return (f"In training mode your {owner} scales the entries of {where} it keeps by {pattern.scale:.3f} = "

@@ -163,9 +163,14 @@ def _validate(tgt: Any, memory: Any, src: Any) -> None:
         raise ValueError("model.decode(tgt, memory, src) expects src, the source token ids (B, S), as its third "
                          "argument, not a mask: the model builds its masks itself")
     if not isinstance(memory, torch.Tensor) or memory.dim() != 3 or memory.shape[0] != tgt.shape[0] or memory.shape[-1] != WIDTH:
+        more = (isinstance(memory, torch.Tensor) and memory.dim() == 3 and memory.shape[-1] == WIDTH
+                and memory.shape[0] > tgt.shape[0])
         raise ValueError(f"model.decode(tgt, memory, src) expects memory = model.encode(src) as its second argument, "
-                         f"one row per row of tgt ({tgt.shape[0]}); got {describe(memory)}. For several hypotheses "
-                         f"per sentence, repeat it: memory.repeat_interleave(beam_size, dim=0)")
+                         f"one row per row of tgt ({tgt.shape[0]}); got {describe(memory)}. " + (
+                             "memory has more rows than tgt: when the rows of stopped sentences leave ys, index "
+                             "memory (and src) with the same rows, `memory[kept_rows]`" if more else
+                             "For several hypotheses per sentence, repeat it: memory.repeat_interleave(beam_size, "
+                             "dim=0)"))
     if not isinstance(src, torch.Tensor) or src.dim() != 2 or src.shape[0] != tgt.shape[0] or src.shape[1] != memory.shape[1]:
         raise ValueError(f"model.decode(tgt, memory, src) expects src, the source batch (B, S), as its third argument "
                          f"(and memory = model.encode(src) as its second), one row per row of tgt; got {describe(src)} "

@@ -728,6 +728,12 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                      f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
                      f"candidates, those ending in EOS among the beam_size best finish, and the beam_size best "
                      f"others stay open.")
+        elif mine in score and mine == max(score, key=lambda s: score[s] * _penalty(len(s) - 1, alpha)
+                                           / _penalty(len(s), alpha)):
+            cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is the "
+                     "best finished hypothesis if its length n counts BOS: n is the number of tokens after BOS, EOS "
+                     "included (the step t at which it finished, `len(tokens) - 1`), in "
+                     "sum / ((5 + n) / 6) ** length_penalty.")
         elif mine in score:
             cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is one "
                      "of the finished hypotheses, but not the best by the length-normalised score: compare "
@@ -738,8 +744,13 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                      "and the output keeps it, padded after it.")
         else:
             cause = ("Your search opened the same hypotheses as the contract's at every step, but your answer is not "
-                     "one of its finished hypotheses: check how you finish a hypothesis (the candidate ending in EOS, "
-                     "with its sum divided by the length penalty) and what you return (the best, BOS first).")
+                     "one of its finished hypotheses: the bookkeeping around the chosen candidates goes astray. "
+                     "Likely causes: the scores kept for the new beam are not those of the kept candidates "
+                     "(`top_scores.gather(1, keep)`, not `top_scores[:, :k]`); a finished hypothesis is read from "
+                     "another row of ys (sentence i's beam j is row `i * beam_size + j`); or it is filed under "
+                     "another sentence (once stopped sentences leave the batch, row i is sentence `active[i]`). "
+                     "A finished hypothesis is the candidate ending in EOS, its sum divided by the length penalty; "
+                     "return the best, BOS first.")
         check.fail(f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n"
                    f"{expected_text}\n{yours_text}\n{cause}")
 

@@ -326,6 +326,11 @@ def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) ->
     if layers_unused:
         return (f"Where it goes wrong: {', '.join(f'`{n}`' for n in layers_unused)} never ran in this step: the "
                 f"new token goes through every layer of `model.decoder_layers`, in order.")
+    if unused:
+        return (f"Where it goes wrong: `{unused[0]}` was never called in this step"
+                + (" (the merged heads go through W_o before the residual sum)" if unused[0].endswith("W_o") else "")
+                + ": decode_step computes what the layer computes, each projection applied as a module, "
+                  "`attn.W_o(...)`.")
     mine = {name: applied.double() for name, applied, _ in calls}
     for name in _linear_weights(model):
         if name not in mine or name not in trace:

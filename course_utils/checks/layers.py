@@ -606,6 +606,11 @@ def _parameters(check: Check, layer: nn.Module, layout: twins.LayerLayout, kind:
     attention, ffn, norm = 4 * (d * d + d), d * _D_FF + _D_FF + _D_FF * d + d, 2 * d
     expected = n_attn * attention + ffn + (n_attn + 1) * norm
     actual = anatomy.count_parameters(layer)
+    shared = getattr(layer, "cross_attn", None)
+    if actual != expected and shared is not None and shared is getattr(layer, "self_attn", None):
+        check.fail(f"In your {name}, `cross_attn` and `self_attn` are one and the same module, so the two attentions "
+                   f"share their weights ({attention:,} parameters fewer than the paper's layer). Build each with "
+                   f"its own `MultiHeadAttention(d_model, num_heads, dropout)`.")
     if actual != expected:
         check.fail(
             f"Your {name}(d_model={d}, num_heads={_NUM_HEADS}, d_ff={_D_FF}) has {actual:,} parameters; the "

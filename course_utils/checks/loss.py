@@ -126,6 +126,11 @@ _SPREAD = {
         "Only the true class is smoothed: it gets 1-smoothing and every other class 0, so the smoothing mass "
         "disappears. It should be spread as smoothing/V over all V classes."
     ),
+    "summed": (
+        "The uniform part is summed over the V classes instead of averaged: smoothing * -log_probs.sum(-1) gives "
+        "every class the weight smoothing, V times the smoothing/V it should get. Average it, "
+        "`-log_probs.mean(-1)`, or divide the sum by V."
+    ),
 }
 _SCORE = {
     "log": "",
@@ -200,6 +205,8 @@ def _slip_per_token(case: dict, spread: str, score: str, kind: str, pad_id: int)
         q = (1 - s) * one_hot + s / v * (1 - one_hot)
     elif spread == "none":
         q = one_hot
+    elif spread == "summed":
+        q = (1 - s) * one_hot + s
     else:
         q = (1 - s) * one_hot
     if score == "log":

@@ -117,7 +117,11 @@ class _Model:
         self.check, self.model = check, model
 
     def logits(self, src: torch.Tensor, tgt: torch.Tensor, what: str = "the logits", nan_hint: str = "") -> torch.Tensor:
-        out = self.check.call(self.model, src, tgt, what="Transformer.forward")
+        out = self.check.call(self.model, src, tgt, what="Transformer.forward", hint=(
+            f"If it is about sizes that do not match: src and tgt have different lengths here ({src.shape[1]} and "
+            f"{tgt.shape[1]}), so a mask built from the wrong one shows. The encoder's mask and the cross-attention's "
+            f"come from src (its keys are memory's positions): make_padding_mask(src, pad_id); the decoder's "
+            f"self-attention mask from tgt: make_target_mask(tgt, pad_id)."))
         hint = ""
         shape = (src.shape[0], tgt.shape[1], _TGT_VOCAB)
         if isinstance(out, torch.Tensor) and nan_hint and tuple(out.shape) == shape and out.is_floating_point():

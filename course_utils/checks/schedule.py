@@ -515,7 +515,8 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, late
                    "scheduler is rebuilt or restored. Compute the factor from the step number LambdaLR passes, and "
                    "from nothing else: `lambda step: noam_lr(step + 1, d_model, warmup_steps)`.")
     factor = lambda k: _paper(k, d_model, warmup_steps)  # noqa: E731  the paper's rate at step k
-    for fits, message in _scheduler_slips(observed, lrs, factor, table):
+    swapped = lambda k: _paper(k, warmup_steps, d_model)  # noqa: E731  d_model and warmup_steps swapped
+    for fits, message in _scheduler_slips(observed, lrs, factor, table, swapped):
         if fits:
             check.fail(head + message)
     check.fail(
@@ -575,7 +576,7 @@ def _write_overwritten(check: Check, optimizer: Any, scheduler: Any) -> str:
     )
 
 
-def _scheduler_slips(observed, lrs, factor, table) -> list[tuple[bool, str]]:
+def _scheduler_slips(observed, lrs, factor, table, swapped) -> list[tuple[bool, str]]:
     """(does the slip fit the observed lrs, its message), in the order they are tried."""
     n_rows = len(observed)
     first_row_initial = _near(observed[0], list(lrs))
@@ -593,7 +594,9 @@ def _scheduler_slips(observed, lrs, factor, table) -> list[tuple[bool, str]]:
         all(math.isclose(c, scale[0], rel_tol=1e-4) for c in scale) and not math.isclose(scale[0], 1.0, rel_tol=1e-4)
     divided = [lr for lr in lrs if constant and math.isclose(scale[0] * lr, 1, rel_tol=1e-4)]
     multiplied = [lr for lr in lrs if constant and math.isclose(scale[0], lr, rel_tol=1e-4)]
-    by_lr = (f" (exactly 1 / {divided[0]:g}: your function divides by an lr)" if divided else
+    by_lr = (f" (exactly {multiplied[0]:g}, which is 1 / {divided[0]:g}: your function multiplies by one "
+             f"group's lr, or divides by the other's)" if divided and multiplied else
+             f" (exactly 1 / {divided[0]:g}: your function divides by an lr)" if divided else
              f" (exactly {multiplied[0]:g}: your function multiplies by an lr)" if multiplied else "")
     return [
         (_near(observed, table(lambda n, g: lrs[g])),
@@ -622,6 +625,10 @@ def _scheduler_slips(observed, lrs, factor, table) -> list[tuple[bool, str]]:
          "initial lr * noam_lr(n + 2), but it should be noam_lr(n + 1). Did you add 1 twice "
          "(in the scheduler and in noam_lr), or call scheduler.step() once inside make_noam_scheduler? "
          "The training loop makes every call of scheduler.step()."),
+        (_near(observed, table(lambda n, g: lrs[g] * swapped(n + 1))),
+         "Your rates match noam_lr(step + 1, warmup_steps, d_model): d_model and warmup_steps are swapped in the "
+         "call. noam_lr takes (step, d_model, warmup_steps): `noam_lr(step + 1, d_model, warmup_steps)`, or pass "
+         "them by keyword."),
         (n_rows > 2 and _near(observed, table(lambda n, g: lrs[g] * factor(2 * n + 1))),
          "Your scheduler moves two steps at every step: after n calls of scheduler.step() the lr is "
          "initial lr * noam_lr(2n + 1). Something steps it a second time: a hook on the optimizer that calls "

@@ -777,6 +777,14 @@ def every_parameter_learns(check: Check, module: nn.Module, out: torch.Tensor, w
     module.zero_grad(set_to_none=True)
     if missing:
         shown = ", ".join(f"`{n}`" for n in missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        for stack, layers in module.named_children():  # every layer of a stack but the last: not chained
+            if isinstance(layers, nn.ModuleList) and len(layers) > 1:
+                idle = {n for n in missing if n.startswith(f"{stack}.")}
+                if idle and idle == {f"{stack}.{n}" for n, p in layers[:-1].named_parameters() if p.requires_grad}:
+                    check.fail(
+                        f"Only the last of your {what}'s `{stack}` reaches the output: the parameters of the others "
+                        f"receive no gradient ({shown}). Each layer must take the previous layer's output, "
+                        f"`x = layer(x, ...)` in the loop, not the loop's input each time.")
         check.fail(
             f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your {what} receive{'s' if len(missing) == 1 else ''} "
             f"no gradient: {shown}.\nA module created in __init__ but not used in forward (an attention module used "

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import inspect
 import operator
+import re
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any, Callable
@@ -868,7 +869,9 @@ def _pad(check: Check, pad_batch: Callable, sequences: list, pad_id: int, what: 
     if not isinstance(out, Raised) or isinstance(out.exception, NotImplementedError):
         return _guarded(check, pad_batch, (copy.deepcopy(sequences), pad_id), "pad_batch")
     largest, longest = max(sequences), max(len(s) for s in sequences)
-    if "max(" in _source(pad_batch) and len(largest) != longest and "key=len" not in _source(pad_batch):
+    code = _source(pad_batch)  # max over the lists themselves, max(sequences), not over their lengths
+    if (re.search(r"\bmax\(\s*[A-Za-z_]\w*\s*\)", code) and len(largest) != longest
+            and not isinstance(out.exception, NameError)):
         check.error(out.message + "\n" + _MAX_OF_LISTS.format(largest=largest, n=len(largest), longest=longest))
     if what == "an empty sequence":
         exc = out.exception
