@@ -75,6 +75,7 @@ ADDS = {
     "paper-dropout (seed 1)": "`paper-dropout` again, with `--set seed=1`",
     "smaller-batches": "`paper-dropout` with batches of 2,000 tokens, `--set batch_tokens=2000` (not kept)",
     "more-dropout": "`paper-dropout` with dropout 0.2 in its two places, `--set dropout=0.2` (not kept)",
+    "length-penalty (trained again)": "`LAPTOP_CPU` trained afresh, end to end, on a slower day",
     "smaller-vocabulary": "`paper-dropout` with 2,000 BPE pieces, `--bpe-vocab 2000` (not kept)",
     "length-penalty": "length penalty 1.4, chosen on the validation set (section 6.1): `LAPTOP_CPU`, "
                       "`paper-dropout`'s run translated again (`--decode-only`)",
