@@ -30,7 +30,8 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
              cross_every_step=False, src_mask_off=False, recompute_prefix=False, cache_on_model=False,
              heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
              skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
-             empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False):
+             empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False,
+             one_cache=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
     src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
@@ -46,6 +47,8 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
         return logits[:, -1], cache
     layers = state.setdefault("layers", [dict() for _ in model.decoder_layers])
     for layer, kv in zip(model.decoder_layers, layers):
+        own = kv
+        kv = state.setdefault("self", {}) if one_cache else kv  # one_cache: every layer's keys and values together
         a, c = layer.self_attn, layer.cross_attn
         q, k, v = _heads(a.W_q(x), a), _heads(a.W_k(x), a), _heads(a.W_v(x), a)  # (B, H, 1, d_k)
         if heads_first:
@@ -55,6 +58,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
         if "k" in kv and use_cache:
             k, v = torch.cat([kv["k"], k], dim=2), torch.cat([kv["v"], v], dim=2)
         kv["k"], kv["v"] = k, v
+        kv = own
         if heads_first:
             k, v = k.transpose(0, 1), v.transpose(0, 1)
         mask = None
@@ -254,6 +258,7 @@ WRONG = [
      ["`decoder_layers[1].self_attn.w_q` was never called", "its own weights"]),
     (lambda *a: decode_step_functional(*a, layers=lambda m: m.decoder_layers[:-1]), ["`decoder_layers[1]` never ran"]),
     (lambda *a: decode_step_functional(*a, kv_from="self_attn"), ["cross_attn.w_k` was never called", "its own w_k"]),
+    (_kv_variant(one_cache=True), ["every layer reads and writes the same keys and values", "one cache entry per layer"]),
     (_kv_variant(no_self_wo=True), ["`decoder_layers[0].self_attn.w_o` was never called", "attn.w_o(...)"]),
     (_kv_variant(no_embedding_dropout=True), ["training mode", "`model.positional_encoding.dropout`"]),
     (_kv_variant(no_self_dropout=True), ["training mode", "`model.decoder_layers.0.dropout`", "norm1(x + dropout("]),

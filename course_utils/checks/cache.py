@@ -380,6 +380,12 @@ def _departure_cause(model: nn.Module, name: str, got: torch.Tensor, trace: dict
                   "the self-attention scores are divided by sqrt(d_model) instead of sqrt(d_k), the size of one head"),
                  (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], 1.0),
                   "the self-attention scores are not divided by sqrt(d_k)")]
+        if i > 0 and t == 0:  # one cache for every layer: layer i also attends over the keys of layers 0 to i - 1
+            ks, vs = ([trace[f"decoder_layers[{j}].self_attn.{w}"][1][:, :1] for j in range(i + 1)] for w in ("W_k", "W_v"))
+            named.append((_heads_attend(q, torch.cat(ks, 1), torch.cat(vs, 1), d_k ** -0.5),
+                          f"every layer reads and writes the same keys and values in the cache, so layer {i} also "
+                          f"attends over the keys of the layers before it: keep one cache entry per layer (a list "
+                          f"or a dict per layer, `cache['layers'][i]`)"))
         where = ("the self-attention over the cache differs although its query, keys and values are right: attend with "
                  "the new query over the keys and values of every position so far, the cached ones and the new one, "
                  "softmax(q k^T / sqrt(d_k)) v per head, then merge the heads")
