@@ -360,7 +360,9 @@ def _departure_cause(model: nn.Module, name: str, got: torch.Tensor, trace: dict
                               "`model.positional_encoding.pe[t]`, the row of its position t (the number of tokens "
                               "already in the cache)"),
                  (emb * root + pe[t + 1], "the new token gets the positional encoding of position t + 1; its position "
-                                          "is t, the number of tokens already in the cache: add `pe[t]`")]
+                                          "is t, the number of tokens already in the cache: add `pe[t]` (a step "
+                                          "counter advanced inside the loop over the layers moves once per layer: "
+                                          "advance it once per call, after the loop)")]
         where = ("what the first layer receives for the new token differs from model.decode's: "
                  "tgt_embed(y_last) * sqrt(d_model) + pe[t] (the positional encoding's dropout is off in eval mode)")
     elif name.endswith(("self_attn.W_q", "generator")):  # the end of the previous layer
