@@ -171,7 +171,8 @@ def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
     stages.gradients(
         check, lambda query, key: _call(check, fn, query, key, v.float(), mask, "positional", batched_ok=True)[1],
         {"query": q.float(), "key": k.float()}, stages.oracle_gradients(oracle_weights, {"query": q, "key": k}),
-        "attention weights", "softmax(QK^T / sqrt(d_k))", causes={frozenset({"query", "key"}): detached})
+        "attention weights", "softmax(QK^T / sqrt(d_k)) for the weights it returns",
+        causes={frozenset({"query", "key"}): detached})
 
 
 def _device_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
