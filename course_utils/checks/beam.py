@@ -555,7 +555,8 @@ def _prefixes(check: Check, model: ScriptedModel, sentences: list, setup: str, b
                     f"model.decode received the prefix {_row(prefix)}, which ends in EOS {setup}: a finished "
                     f"hypothesis was kept in the beam, and its next token would continue after EOS. Move the "
                     f"candidates that end in EOS to a list of finished hypotheses, and keep only the others in "
-                    f"the beam."
+                    f"the beam. If you do: the tokens appended to the new beam must be those of the kept candidates, "
+                    f"`token.gather(1, keep)` (the same positions as the kept beams and scores), not the first ones."
                 )
             seen[sentence].add(prefix)
 
@@ -575,7 +576,10 @@ def _duplicate_beams(check: Check, model: ScriptedModel, sentences: list, setup:
                         f"After the first step, the {k} beams of sentence {sentences.index(sentence)} are all "
                         f"{_row(prefixes[0])} {setup}: duplicate beams. Every beam starts as BOS with score 0, so "
                         f"the top candidates are the same token {k} times. Start with one live hypothesis: "
-                        f"scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the first step)."
+                        f"scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the first step). If "
+                        f"yours start so: every candidate must get its own beam's score, `scores.unsqueeze(-1) + "
+                        f"log_probs.view(B, beam_size, V)`, flattened to (B, beam_size * V) (`scores.repeat(1, V)` "
+                        f"puts the beams' scores in the wrong places)."
                     )
 
 
@@ -715,7 +719,8 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
         if others:
             check.fail(
                 f"Row {b} of your output is the best hypothesis of sentence {others[0]} {setup}: the rows are in "
-                f"the wrong order. Return the hypotheses in the order of the source sentences."
+                f"the wrong order. Return the hypotheses in the order of the source sentences; and read each "
+                f"sentence's hypotheses from its own rows of ys (sentence i's beam j is row `i * beam_size + j`)."
             )
         named = _causes(model, sentences, got, b, k, max_len, alpha, evidence)
         expected_text = f"  expected: {_row(search.best)} (score {score[search.best]:.4f})"
