@@ -31,13 +31,15 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
              heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
              skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
              empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False,
-             one_cache=False):
+             one_cache=False, t_from_rows=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
     src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
     pe = model.positional_encoding.pe
     scale = 1.0 if unscaled else math.sqrt(model.d_model)
     position = 0 if position_zero else t + 1 if next_position else t
+    if t_from_rows and state.get("layers"):  # len() of a cached key: its rows, the batch size
+        position = len(state["layers"][0]["k"])
     x = model.tgt_embed(y_last) * scale + (0 if no_pe else pe[position])  # (B, 1, d_model)
     x = x if no_embedding_dropout else model.positional_encoding.dropout(x)
     if recompute_prefix:  # caches the decoder's input tokens and reruns every layer on the whole prefix
@@ -258,6 +260,7 @@ WRONG = [
      ["`decoder_layers[1].self_attn.w_q` was never called", "its own weights"]),
     (lambda *a: decode_step_functional(*a, layers=lambda m: m.decoder_layers[:-1]), ["`decoder_layers[1]` never ran"]),
     (lambda *a: decode_step_functional(*a, kv_from="self_attn"), ["cross_attn.w_k` was never called", "its own w_k"]),
+    (_kv_variant(t_from_rows=True), ["position 3, the number of sentences in the batch", "k.size(2)"]),
     (_kv_variant(one_cache=True), ["every layer reads and writes the same keys and values", "one cache entry per layer"]),
     (_kv_variant(no_self_wo=True), ["`decoder_layers[0].self_attn.w_o` was never called", "attn.w_o(...)"]),
     (_kv_variant(no_embedding_dropout=True), ["training mode", "`model.positional_encoding.dropout`"]),

@@ -363,6 +363,12 @@ def _departure_cause(model: nn.Module, name: str, got: torch.Tensor, trace: dict
                                           "is t, the number of tokens already in the cache: add `pe[t]` (a step "
                                           "counter advanced inside the loop over the layers moves once per layer: "
                                           "advance it once per call, after the loop)")]
+        B = y_last.shape[0]
+        if B not in (t, t + 1) and B < pe.shape[0]:  # the position read from the rows of a cached tensor
+            named.append((emb * root + pe[B], f"the new token gets the positional encoding of position {B}, the "
+                                              f"number of sentences in the batch: t is the number of tokens already "
+                                              f"in the cache, the length axis of a cached key, `k.size(2)` (`len(k)` "
+                                              f"counts its rows)"))
         where = ("what the first layer receives for the new token differs from model.decode's: "
                  "tgt_embed(y_last) * sqrt(d_model) + pe[t] (the positional encoding's dropout is off in eval mode)")
     elif name.endswith(("self_attn.W_q", "generator")):  # the end of the previous layer
