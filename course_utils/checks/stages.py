@@ -634,7 +634,9 @@ def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths
             target.p = 1.0
         base = check.attempt(module, *inputs, what=f"{owner}.forward")
         changed = build(0.0)
-        changed.load_state_dict(module.state_dict())
+        if isinstance(check.attempt(changed.load_state_dict, module.state_dict(), what=f"{owner}.load_state_dict"),
+                      Raised):
+            return  # a state that does not load back is not this stage's business
         for path in paths:
             changed.get_submodule(path).p = 1.0
         changed.train()
