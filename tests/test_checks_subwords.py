@@ -362,6 +362,16 @@ def test_changing_the_input_dictionary():
     expect(check_learn_bpe(pops), "failed", "changed its input `word_counts`")
 
 
+def test_dropping_the_one_letter_words_from_the_input():
+    def drops_single_symbols(word_counts, num_merges):  # words with no pair, removed from the caller's dict
+        merges = learn_bpe(word_counts, num_merges)
+        for word in [w for w in word_counts if len(w) == 1]:
+            word_counts.pop(word)
+        return merges
+
+    expect(check_learn_bpe(drops_single_symbols), "failed", "changed its input `word_counts`", "one-letter word")
+
+
 def test_ignoring_num_merges_and_merging_everything():
     def everything(word_counts, num_merges):
         return learn_bpe(word_counts, 1000)

@@ -297,22 +297,28 @@ def _likely_cause(merges: list[Pair], word_counts: dict[str, int], num_merges: i
     return ""
 
 
+def _call_on_a_copy(check: Check, learn_bpe: Callable, word_counts: dict, num_merges: int, where: str) -> Any:
+    """learn_bpe on a copy of word_counts, which must come back as it was (its words, counts and order)."""
+    given = copy.deepcopy(word_counts)
+    value = check.call(learn_bpe, given, num_merges, what=f"learn_bpe({_describe_words(word_counts)}, {num_merges})")
+    if given != word_counts or list(given) != list(word_counts):
+        check.fail(f"Your learn_bpe changed its input `word_counts` (for {where}). Work on a copy of the words "
+                   f"(e.g. a dict from each word's tuple of symbols to its count), and leave the argument as it was.")
+    return value
+
+
 def _check_learn_bpe(check: Check, learn_bpe: Callable) -> None:
     check.callable_(learn_bpe, "learn_bpe")
     for where, word_counts, num_merges in _CORPORA:
-        given = copy.deepcopy(word_counts)
-        value = check.call(learn_bpe, given, num_merges, what=f"learn_bpe({_describe_words(word_counts)}, {num_merges})")
-        if given != word_counts or list(given) != list(word_counts):
-            check.fail(f"Your learn_bpe changed its input `word_counts` (for {where}). Work on a copy of the words "
-                       f"(e.g. a dict from each word's tuple of symbols to its count), and leave the argument as it was.")
+        value = _call_on_a_copy(check, learn_bpe, word_counts, num_merges, where)
         merges = _as_pairs(check, value, where)
         _replay(check, merges, word_counts, num_merges, where)
     check.ok("every merge is the most frequent pair of adjacent symbols at its point, counted with the word frequencies")
     check.ok("ties go to the smallest pair, and every occurrence of a merged pair is replaced")
 
     # Stopping: more merges asked for than there are pairs, and none.
-    words = {"ab": 2, "b": 1, "abc": 1}
-    value = check.call(learn_bpe, dict(words), 50, what="learn_bpe({'ab': 2, 'b': 1, 'abc': 1}, 50)")
+    words = {"ab": 2, "b": 1, "abc": 1}  # "b": a word of one symbol, which has no pair
+    value = _call_on_a_copy(check, learn_bpe, words, 50, "a corpus with a one-letter word")
     merges = _as_pairs(check, value, "a corpus that runs out of pairs")
     _replay(check, merges, words, 50, "{'ab': 2, 'b': 1, 'abc': 1} with num_merges=50")
     value = check.call(learn_bpe, dict(words), 0, what="learn_bpe({'ab': 2, 'b': 1, 'abc': 1}, 0)")
