@@ -7,6 +7,7 @@ They reuse the layers written in test_checks_layers.py.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -879,3 +880,12 @@ def test_a_final_layer_norm_is_named(impl, where):
 def test_target_ids_through_the_source_table_are_explained():
     expect(check_transformer(SourceTableForTheTargetTransformer), "error", "index out of range",
            "tgt_embed (tgt_vocab_size rows)")
+
+
+def test_the_count_of_matrices_off_xavier_counts_each_once():
+    """The wide model is measured too, but a matrix off in both instances is one matrix in the message."""
+    result = check_transformer(DefaultInitTransformer)
+    expect(result, "failed", "not initialised with Xavier/Glorot")
+    counted = int(re.search(r"(\d+) weight matri", result.messages[0]).group(1))
+    matrices = sum(p.dim() > 1 for p in DefaultInitTransformer(11, 13, 16, 4, 2, 24, 0.0, 64, 3).parameters())
+    assert 0 < counted <= matrices, result.messages[0]

@@ -719,7 +719,7 @@ def _xavier(check: Check, model: nn.Module, wide: nn.Module) -> None:
     ``wide`` has vocabularies far larger than d_model, as the lessons' models do: there Xavier's spread of an
     embedding is far from the 1/sqrt(d_model) of a "transformer-style" normal init (at the checker's small sizes
     the two nearly agree)."""
-    off = []
+    off: dict[str, tuple[float, float]] = {}  # by name: the wide model's matrices are the same ones again
     for name, p in [*model.named_parameters(), *wide.named_parameters()]:
         if p.dim() < 2 or not p.requires_grad:
             continue
@@ -728,9 +728,9 @@ def _xavier(check: Check, model: nn.Module, wide: nn.Module) -> None:
         want = math.sqrt(2.0 / (fan_in + fan_out))
         got = float(p.detach().double().std())
         if not 0.75 * want <= got <= 1.33 * want:
-            off.append((name, got, want))
+            off.setdefault(name, (got, want))
     if off:
-        name, got, want = off[0]
+        name, (got, want) = next(iter(off.items()))
         check.fail(
             f"{len(off)} weight matri{'ces' if len(off) > 1 else 'x'} of your freshly built Transformer "
             f"{'are' if len(off) > 1 else 'is'} not initialised with Xavier/Glorot: `{name}` has standard deviation "

@@ -629,10 +629,11 @@ def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths
             f"Your {owner}, built with dropout=0.0, stays deterministic in training mode after the rate of {shown} "
             f"was set to 0.5: the dropout it applies {where} is not {shown if len(paths) == 1 else 'those modules'} "
             f"(another nn.Dropout, built with the rate of 0.0, does the work?). " + advice)
-    for part in sublayers:  # at p = 1 the part's contribution is dropped whole: changing it changes nothing
-        for target in targets:
-            target.p = 1.0
-        base = check.attempt(module, *inputs, what=f"{owner}.forward")
+    for target in targets:  # at p = 1 each part's contribution is dropped whole: changing it changes nothing
+        target.p = 1.0
+    base = check.attempt(module, *inputs, what=f"{owner}.forward")
+    base = base[0] if isinstance(base, tuple) else base
+    for part in sublayers:
         changed = build(0.0)
         if isinstance(check.attempt(changed.load_state_dict, module.state_dict(), what=f"{owner}.load_state_dict"),
                       Raised):
@@ -645,7 +646,7 @@ def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths
             for parameter in (changed.get_submodule(part).parameters() if part else ()):
                 parameter.add_(1.0)
         out = check.attempt(changed, *moved, what=f"{owner}.forward")
-        base, out = (o[0] if isinstance(o, tuple) else o for o in (base, out))
+        out = out[0] if isinstance(out, tuple) else out
         if (isinstance(base, torch.Tensor) and isinstance(out, torch.Tensor) and base.shape == out.shape
                 and not torch.allclose(base, out, atol=1e-5, equal_nan=True)):
             check.fail(
