@@ -16,6 +16,7 @@ learner runs.
     python benchmarks/levers.py --row paper-dropout --budget-min 15 --set num_layers=3  # a variant of a row
     python benchmarks/levers.py --row paper-dropout --bpe-vocab 2000 ...               # another BPE vocabulary
     python benchmarks/levers.py --row length-penalty --decode-only RUN_FOLDER ...      # a trained run, decoded again
+    python benchmarks/levers.py --row gpu --device cuda --length-penalties 0.6,1.0,1.4 ...  # section 8.7's choice too
     python benchmarks/levers.py --table benchmarks/levers-15min.jsonl                 # the rows as Markdown
     python benchmarks/levers.py --quick                                               # a smoke run, seconds
 
@@ -161,6 +162,24 @@ def decode_only(ns: dict[str, Any], config, folder: Path) -> Path:
     return paths[-1]
 
 
+def choose_length_penalty(ns: dict[str, Any], config, alphas: Sequence[float]) -> dict:
+    """Section 8.7 on a trained row: validation BLEU with each alpha, then the test sets with the best of them.
+
+    The run's checkpoints are in place (``measure`` trained it, or ``decode_only`` links them): ``train`` only loads.
+    """
+    with contextlib.redirect_stdout(sys.stderr):
+        model, _ = ns["train"](config)
+        final = ns["averaged"](model, config)
+        validation = {"validation": ns["valid_split"]}
+        sweep = {str(alpha): ns["bleu_scores"](final, dataclasses.replace(config, length_penalty=alpha),
+                                               validation)["validation"] for alpha in alphas}
+        best = max(alphas, key=lambda alpha: sweep[str(alpha)])  # the first of equals
+        log(f"validation BLEU by length penalty: {sweep}; the test sets with {best}")
+        tests = ns["bleu_scores"](final, dataclasses.replace(config, length_penalty=best))
+    return {"valid_bleu_by_length_penalty": sweep, "chosen_length_penalty": best,
+            "test_at_chosen_length_penalty": tests}
+
+
 def parse_value(text: str) -> Any:
     """A --set value: None, a bool, an int, a float, else the text."""
     lowered = text.strip().lower()
@@ -255,6 +274,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                              "the row in decoding fields only (beam_size, length_penalty, ...)")
     parser.add_argument("--peak-gflops", type=float, default=None,
                         help="with --decode-only: the peak measured when the run trained (its row's peak_gflops)")
+    parser.add_argument("--length-penalties", type=lambda text: [float(a) for a in text.split(",")], default=None,
+                        metavar="A,B,...", help="after the row, translate the validation set with each length "
+                        "penalty, and the test sets again with the best (section 8.7)")
     parser.add_argument("--checkpoints", type=Path, default=None,
                         help="where the run keeps its checkpoints (default: a fresh temporary folder)")
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS, help="folder of the notebooks to load")
@@ -292,6 +314,8 @@ def main(argv: Sequence[str] | None = None, emit: Callable[[str], None] = print)
                      args.peak_gflops if args.decode_only else None)
     if args.decode_only:
         result["decoded_from"] = str(args.decode_only)
+    if args.length_penalties:
+        result.update(choose_length_penalty(ns, config, args.length_penalties))
     result["bpe_vocab"] = ns["bpe"].vocab_size
     emit(json.dumps(result))
     return result

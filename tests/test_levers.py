@@ -48,6 +48,18 @@ def test_a_quick_row_prints_one_json_line_with_every_figure(levers, tmp_path):
     assert (again["steps"], again["train_seconds"], again["valid_loss"]) == (row["steps"], row["train_seconds"],
                                                                              row["valid_loss"])
     assert sorted(p.name for p in tmp_path.glob("*.pt")) == kept, "the run's files are left as they were"
+    assert "chosen_length_penalty" not in again
+
+    # section 8.7's choice on the same run: one validation score per alpha, the test sets with the best
+    chosen = levers.main(["--quick", "--threads", "1", "--row", "averaged", "--bpe-vocab", "500",
+                          "--decode-only", str(tmp_path), "--length-penalties", "0.6,1.4"], emit=lines.append)
+    sweep = chosen["valid_bleu_by_length_penalty"]
+    assert list(sweep) == ["0.6", "1.4"] and sweep["0.6"] == row["valid_bleu"], "alpha 0.6 is the row's own"
+    assert chosen["chosen_length_penalty"] == max((0.6, 1.4), key=lambda alpha: sweep[str(alpha)])
+    at_chosen = chosen["test_at_chosen_length_penalty"]
+    assert set(at_chosen) == {c for c in levers.TABLE_COLUMNS if c.startswith("test_")}
+    if chosen["chosen_length_penalty"] == 1.4:
+        assert all(at_chosen[name] == again[name] for name in at_chosen), "the same translations as --set"
     with pytest.raises(SystemExit, match="trained with other batch_tokens"):
         levers.main(["--quick", "--row", "averaged", "--set", "batch_tokens=123", "--bpe-vocab", "500",
                      "--decode-only", str(tmp_path)], emit=lines.append)
