@@ -31,6 +31,7 @@ class Contract:
     # another exercise (whose own parts then apply)
     promises: tuple[str, ...] = ()  # behaviour later code relies on, in words; each verified by the checker
     used_by: tuple[str, ...] = ()  # the later cells, lessons and tools that use it
+    loaded_with: tuple[str, ...] = ()  # the lesson's own code in other cells that later lessons load with it
 
 
 _ALL = (
@@ -293,7 +294,8 @@ _ALL = (
              ),
              used_by=("07: BLEU against beam size, the length penalty plot, the cached search",
                       "08: translate, with length_penalty passed by keyword (section 8.7 chooses it)",
-                      "benchmarks/bench.py (beam4_bleu)")),
+                      "benchmarks/bench.py (beam4_bleu)"),
+             loaded_with=("gnmt_length_penalty",)),
     Contract("decode_step", "07_inference", "function",
              "decode_step(model, y_last (B, 1), memory, src, cache) -> (logits (B, V), cache)",
              promises=(

@@ -395,8 +395,9 @@ def _name_error_note(exc: NameError, exercises: Sequence[str], results: dict[str
         )
     culprit = _exercise_of(frame, _known_exercises(exercises))
     return (
-        f"Your `{culprit}` uses `{missing}`, which is not defined{_where(frame, exc)}: a typo, or a name "
-        f"that only exists inside another function. Fix it in your exercise cell"
+        f"Your `{culprit}` uses `{missing}`, which is not defined{_where(frame, exc)}: a typo, a name "
+        f"that only exists inside another function, or a helper written in a cell of its own (this lesson "
+        f"loads your exercise's cell alone: move the helper into it). Fix it in your exercise cell"
         + (", then run its checker cell again." if results.get(culprit) is None else ". " + _next_step([culprit], results))
     )
 

@@ -59,3 +59,12 @@ def test_code_that_later_lessons_load_from_elsewhere_is_not_the_exercises_concer
     cells = run_cells(IMPORTS, EXERCISE.format(body="lower(size)"))
     cells["make_causal_mask"].__globals__["lower"] = lower["lower"]
     expect(check_causal_mask(cells["make_causal_mask"]), "passed")
+
+
+def test_a_decorated_exercise_is_looked_at_through_its_decorator():
+    """``@torch.no_grad()`` (as on greedy_decode and beam_search) wraps the function in torch's own code."""
+    helper = "def lower(size):\n    return torch.ones(size, size).tril().bool()\n"
+    cells = run_cells(IMPORTS, helper, "@torch.no_grad()\n" + EXERCISE.format(body="lower(size)"))
+    expect(check_causal_mask(cells["make_causal_mask"]), "failed", "uses `lower`, which another cell")
+    cells = run_cells(IMPORTS, helper + "\n\n@torch.no_grad()\n" + EXERCISE.format(body="lower(size)"))
+    expect(check_causal_mask(cells["make_causal_mask"]), "passed")

@@ -392,12 +392,20 @@ def submodule_parts(module: nn.Module, wanted: dict[str, tuple[Callable, str]]) 
     return found
 
 
+def _unwrapped(function: Any) -> Any:
+    """The function a decorator wrapped (``@torch.no_grad()`` keeps it as ``__wrapped__``), else the function."""
+    try:
+        return inspect.unwrap(function)
+    except ValueError:  # a cycle of __wrapped__
+        return function
+
+
 def _code_objects(obj: Any) -> list:
     """The code of a function, or of every method of a class (nested functions included)."""
     if isinstance(obj, type):
-        functions = [v for k, v in vars(obj).items() if callable(v) and hasattr(v, "__code__")]
+        functions = [_unwrapped(v) for k, v in vars(obj).items() if callable(v) and hasattr(v, "__code__")]
     else:
-        functions = [obj] if hasattr(obj, "__code__") else []
+        functions = [_unwrapped(obj)] if hasattr(obj, "__code__") else []
     codes, todo = [], [f.__code__ for f in functions]
     while todo:
         code = todo.pop()
@@ -511,7 +519,8 @@ def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
     Simulates ``notebook.load_exercises`` (``_schema.loaded_statements``) on the cell the learner's object
     was defined in; only for code written in a notebook.
     """
-    functions = [getattr(f, "__func__", f) for f in ([obj] if not isinstance(obj, type) else vars(obj).values())]
+    functions = [_unwrapped(getattr(f, "__func__", f))
+                 for f in ([obj] if not isinstance(obj, type) else vars(obj).values())]
     functions = [f for f in functions if hasattr(f, "__code__") and hasattr(f, "__globals__")]
     if not functions or getattr(obj, "__module__", None) not in _NOTEBOOK_MODULES:
         return
@@ -529,7 +538,8 @@ def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
     namespace, missing = functions[0].__globals__, []
     used = {ins.argval for code in _code_objects(obj) for ins in dis.get_instructions(code)
             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    for used_name in sorted(used - loaded - imported - set(contracts.CONTRACTS)):
+    given = set(contracts.CONTRACTS[exercise].loaded_with) if exercise in contracts.CONTRACTS else set()
+    for used_name in sorted(used - loaded - imported - given - set(contracts.CONTRACTS)):
         value = namespace.get(used_name, _MISSING)
         if used_name in vars(builtins) or value is _MISSING or isinstance(value, types.ModuleType):
             continue
