@@ -435,7 +435,7 @@ def returns_generator(query, key, value, mask=None):
 
 
 # the crash hints: these mistakes make the learner's code raise, so the result is an "error" with a hint
-CRASH_HINTS = ("works on 2-D inputs", "works when L_q == L_k", "expected shapes", "worked on 4-d inputs", "positionally",
+CRASH_HINTS = ("works on 2-D inputs", "works on 3-D inputs", "works when L_q == L_k", "expected shapes", "worked on 4-d inputs", "positionally",
                "works for short sequences", "typeerror",
                "works with float32 inputs")
 
@@ -466,7 +466,7 @@ WRONG = [
     ("key.T", _sdpa(key_fn=lambda k: k.T), ["works on 2-D inputs", "key.transpose(-2, -1)"]),
     ("key.transpose(0, 1)", _sdpa(key_fn=lambda k: k.transpose(0, 1)), ["works on 2-D inputs", "wrong axes of `key`"]),
     ("key not transposed", _sdpa(key_fn=lambda k: k), ["works when L_q == L_k", "`key` not transposed"]),
-    ("key.transpose(1, 2)", _sdpa(key_fn=lambda k: k.transpose(1, 2)), ["expected shapes", "query @ key^T"]),
+    ("key.transpose(1, 2)", _sdpa(key_fn=lambda k: k.transpose(1, 2)), ["works on 3-D inputs", "Count from the end"]),
     ("4-D only", four_d_only, ["worked on 4-d inputs", "crashed on 3-d"]),
     ("unstable softmax", _sdpa(stable=False), ["large", "numerically unstable", "maximum"]),
     ("in-place scale", in_place_scale, ["changed its input `query` in place"]),

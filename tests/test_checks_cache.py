@@ -31,7 +31,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
              heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
              skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
              empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False,
-             one_cache=False, t_from_rows=False):
+             one_cache=False, t_from_rows=False, cat_dim=2, memory_once=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
     src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
@@ -58,7 +58,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
         if empty_on_the_cpu and "k" not in kv:  # torch.empty(...) without device=: on the CPU
             kv["k"] = kv["v"] = torch.empty(k.size(0), k.size(1), 0, k.size(3))
         if "k" in kv and use_cache:
-            k, v = torch.cat([kv["k"], k], dim=2), torch.cat([kv["v"], v], dim=2)
+            k, v = torch.cat([kv["k"], k], dim=cat_dim), torch.cat([kv["v"], v], dim=cat_dim)
         kv["k"], kv["v"] = k, v
         kv = own
         if heads_first:
@@ -74,7 +74,11 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
         attended = attended if no_self_wo else a.W_o(attended)
         attended = attended if no_self_dropout else layer.dropout(attended)
         x = x + attended if skip_norm1 else layer.norm1(x + attended)
-        if "mk" not in kv or cross_every_step:
+        if memory_once:  # memory's keys and values computed once for the whole cache, in the first layer's entry
+            if "memory_done" not in state:
+                kv["mk"], kv["mv"] = _heads(c.W_k(memory), c), _heads(c.W_v(memory), c)
+                state["memory_done"] = True
+        elif "mk" not in kv or cross_every_step:
             source = x if cross_from_self else memory
             kv["mk"], kv["mv"] = _heads(c.W_k(source), c), _heads(c.W_v(source), c)  # (B, H, L_src, d_k)
         cross = layer.dropout(c.W_o(_merge(_attend(_heads(c.W_q(x), c), kv["mk"], kv["mv"],
@@ -278,6 +282,21 @@ def test_decode_step_accepts_correct_variants(fn):
 def test_decode_step_diagnoses_mistakes(fn, phrases):
     result = check_decode_step(fn)
     expect(result, "failed", *phrases)
+
+
+CRASHES = [
+    (_kv_variant(cat_dim=1), ["the cache grows along the positions", "dim=2"]),
+    (_kv_variant(memory_once=True), ["read 'mk' from a dict that does not hold it",
+                                     "each decoder layer needs entries of its own"]),
+]
+
+
+@pytest.mark.parametrize("fn, phrases", CRASHES, ids=["cat on the heads", "memory once for all layers"])
+def test_a_decode_step_that_crashes_is_told_why_before_its_inputs(fn, phrases):
+    result = check_decode_step(fn)
+    expect(result, "error", *phrases)
+    message = result.messages[0]
+    assert message.index(phrases[-1]) < message.index("It was called with"), "the diagnosis comes first"
 
 
 def stub(*args, **kwargs):

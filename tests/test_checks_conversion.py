@@ -164,6 +164,15 @@ def separate_stacks(model):
     return Stacks()
 
 
+def out_proj_transposed(model):
+    """Copies each square W_o with `.T`, as if nn.Linear stored (in, out)."""
+    converted = _convert(model)
+    with torch.no_grad():
+        for layer in [*converted.core.encoder.layers, *converted.core.decoder.layers]:
+            layer.self_attn.out_proj.weight.copy_(layer.self_attn.out_proj.weight.t().clone())
+    return converted
+
+
 def no_memory_padding_mask(model):
     """Forgets memory_key_padding_mask: the cross-attention reads the padded source positions."""
     converted = _convert(model)
@@ -294,6 +303,8 @@ WRONG = [
     # a third hidden set: copies that lesson 07 cannot train
     (frozen_copy, ["do not require gradients", "lesson 07 trains the copy"]),
     (forward_without_gradients, ["torch.no_grad()", "lesson 07 trains the copy"]),
+    # a fifth hidden set
+    (out_proj_transposed, ["out_proj should hold your w_o", "holds the transpose of your weight", "without `.t`"]),
 ]
 
 

@@ -634,7 +634,7 @@ class Check:
         fn: Callable,
         *args: Any,
         what: str | None = None,
-        hint: str = "",
+        hint: str | Callable[[BaseException], str] = "",
         builds_on: str = "",
         guard_inputs: bool = True,
         may_change: Sequence[Any] = (),
@@ -646,7 +646,7 @@ class Check:
         * ``NotImplementedError`` means the exercise is not attempted yet
           (``builds_on`` is appended: say which earlier exercise it may come from);
         * any other exception, or running past the time limit, becomes an error
-          result that shows the exception, the learner's line, the inputs and ``hint``;
+          result that shows the exception, the learner's line, ``hint`` (or ``hint(exception)``) and the inputs;
         * with ``guard_inputs``, changing an input tensor in place is a failure, except inside the
           inputs in ``may_change`` (compared by identity: e.g. a cache that the function may write into);
         * a global setting or seed changed by the call is a named failure (put back).
@@ -659,7 +659,7 @@ class Check:
         if isinstance(result, Raised):
             if isinstance(result.exception, NotImplementedError):
                 self.not_attempted(_not_attempted_message(name) + (f"\n{builds_on}" if builds_on else ""))
-            self.error(result.message + (f"\n{hint}" if hint else ""))
+            self.error(_with_hint(result.message, hint(result.exception) if callable(hint) else hint))
         for arg_name, tensor, before in snapshots:
             if not identical(tensor, before):
                 self.fail(
@@ -968,6 +968,14 @@ _ANY = object()
 # exercise -> {id of an implementation: its last result}, the latest last: a lesson's demonstration of a wrong
 # version (check_x(a_wrong_x)) must not replace the result of the learner's own x
 _last: dict[str, dict[int, CheckResult]] = {}
+
+
+def _with_hint(message: str, hint: str) -> str:
+    """A crash's message with the checker's diagnosis right after the learner's line, before the inputs."""
+    if not hint:
+        return message
+    head, inputs, rest = message.partition("\nIt was called with:")
+    return f"{head}\n{hint}{inputs}{rest}" if inputs else f"{message}\n{hint}"
 
 
 def run_check(exercise: str, body: Callable[..., None], *args: Any, time_limit: float | None = None, **kwargs: Any) -> CheckResult:

@@ -270,6 +270,13 @@ def _crash_hint(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok:
             f"A mask arrives already broadcastable to the scores {fmt_shape((*lead, q.shape[-2], k.shape[-2]))}: "
             f"use it as it is (no unsqueeze or view) and fill the scores where it is False."
         )
+    if len(lead) >= 2 and _runs(check, fn, q[0], k[0], v[0], None if mask is None or mask.dim() < 3 else mask[0]):
+        return (
+            f"It works on {len(lead) + 1}-D inputs but crashes on {len(lead) + 2}-D ones such as these, "
+            f"(batch, heads, L, d), as lesson 04 calls it. Likely cause: an axis counted from the front "
+            f"(`key.transpose(1, 2)`, `query.size(2)`), which names another axis once a leading dimension is "
+            f"added. Count from the end: `key.transpose(-2, -1)`, `query.size(-1)`."
+        )
     if len(lead) and _runs(check, fn, q[(0,) * len(lead)], k[(0,) * len(lead)], v[(0,) * len(lead)]):
         return (
             "It works on 2-D inputs (L, d) but crashes with leading batch/head dimensions. "

@@ -64,12 +64,26 @@ def _positions_seen(calls: list) -> dict[str, list[int]]:
     return seen
 
 
+def _crash_hint(exc: BaseException, t: int) -> str:
+    step = f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0.) "
+    if isinstance(exc, KeyError):
+        return (
+            f"{step}decode_step read {exc.args[0] if exc.args else 'a key'!r} from a dict that does not hold it. At "
+            f"step 0 the cache is the empty dict you are given, and each decoder layer needs entries of its own: "
+            f"its self-attention's keys and values, and its own cross-attention's keys and values (each layer "
+            f"projects memory with its own W_k and W_v). Store each before its first read, one set per layer "
+            f"(for example a list with one dict per layer, or keys that hold the layer's index)."
+        )
+    return (
+        f"{step}Where a size does not match inside the attention, check the layout: heads are split as "
+        f"`.view(B, L, num_heads, d_k).transpose(1, 2)`, giving (B, num_heads, L, d_k), and the cache grows along "
+        f"the positions, `torch.cat([cached, new], dim=2)`."
+    )
+
+
 def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache, t: int):
     out = check.call(decode_step, model, y_last, memory, src, cache, what="decode_step", may_change=(cache,),
-                     hint=f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0.) Where a size "
-                          f"does not match inside the attention, check the layout: heads are split as "
-                          f"`.view(B, L, num_heads, d_k).transpose(1, 2)`, giving (B, num_heads, L, d_k), and the "
-                          f"cache grows along the positions, `torch.cat([cached, new], dim=2)`.")
+                     hint=lambda exc: _crash_hint(exc, t))
     out = check.unpack(out, ["logits", "cache"], "decode_step")
     logits = check.tensor(out[0], f"the logits of decode_step at step {t}")
     B = y_last.shape[0]

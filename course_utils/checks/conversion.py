@@ -55,8 +55,16 @@ def _attention_problem(where: str, ours: nn.Module, theirs: nn.MultiheadAttentio
     if theirs.in_proj_bias is not None and not _same_values(theirs.in_proj_bias, torch.cat(b)):
         return f"{where}.in_proj_bias should be torch.cat([W_q.bias, W_k.bias, W_v.bias])."
     if not _same_values(theirs.out_proj.weight, ours.W_o.weight) or not _same_values(theirs.out_proj.bias, ours.W_o.bias):
-        return f"{where}.out_proj should hold your W_o (weight and bias)."
+        return f"{where}.out_proj should hold your W_o (weight and bias){_transposed(theirs.out_proj, ours.W_o)}."
     return None
+
+
+def _transposed(theirs: nn.Module, ours: nn.Module) -> str:
+    """Names a weight copied transposed (possible only for a square one), else nothing."""
+    if _same_values(theirs.weight, ours.weight.t()) and not _same_values(theirs.weight, ours.weight):
+        return (": it holds the transpose of your weight. nn.Linear stores (out_features, in_features) in both "
+                "models, so copy the weight as it is, without `.T`")
+    return ""
 
 
 def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: list[str], norms: int,
@@ -74,7 +82,7 @@ def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: l
     for lin in ("linear1", "linear2"):
         mine, yours = getattr(ours.feed_forward, lin), getattr(theirs, lin)
         if not (_same_values(yours.weight, mine.weight) and _same_values(yours.bias, mine.bias)):
-            return f"{where}.{lin} should hold your feed_forward.{lin} (weight and bias)."
+            return f"{where}.{lin} should hold your feed_forward.{lin} (weight and bias){_transposed(yours, mine)}."
     for i in range(1, norms + 1):
         mine, yours = getattr(ours, f"norm{i}"), getattr(theirs, f"norm{i}")
         if not (_same_values(yours.weight, mine.weight) and _same_values(yours.bias, mine.bias)):
