@@ -283,6 +283,13 @@ WRONG_ENCODER_LAYERS = {
         ["no submodules `norm1`, `norm2`"]),
     "an unused module": (enc(lambda s, d_model, **_: setattr(s, "extra", nn.Linear(d_model, d_model))),
                          ["receive no gradient", "`extra.weight`"]),
+    # a fifth hidden set: one sublayer wired as in lesson 05
+    "the feed-forward sublayer post-LN": (enc(forward=lambda s, x, m=None: (lambda y: s.norm2(
+        y + s.dropout(s.feed_forward(y))))(x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), m)))),
+        ["the feed_forward sublayer is post-LN", "y + dropout(feed_forward(norm2(y)))"]),
+    "the self-attention sublayer post-LN": (enc(forward=lambda s, x, m=None: (lambda y: y + s.dropout(
+        s.feed_forward(s.norm2(y))))(s.norm1(x + s.dropout(s.self_attn(x, x, x, m))))),
+        ["the self_attn sublayer is post-LN"]),
 }
 
 
@@ -401,6 +408,16 @@ WRONG_DECODER_LAYERS = {
     "dropout on the layer's output": (dec(forward=lambda s, *args: s.dropout(s.steps(*args))), ["wrong place"]),
     "LayerNorm without gain and bias": (dec(parts(norm1=NoAffineNorm, norm2=NoAffineNorm, norm3=NoAffineNorm)),
                                         ["no learned gain and bias"]),
+    # a fifth hidden set
+    "cross-attention query from the layer's normalised input": (dec(forward=lambda s, x, m, sm=None, tm=None: (
+        lambda h: (lambda y: y + s.dropout(s.feed_forward(s.norm3(y))))(
+            (lambda y1: y1 + s.dropout(s.cross_attn(h, m, m, sm)))(x + s.dropout(s.self_attn(h, h, h, tm)))))(
+        s.norm1(x))), ["the query of the cross-attention is h = norm1(x)", "cross_attn(norm2(y)"]),
+    "the cross-attention sublayer post-LN": (dec(forward=lambda s, x, m, sm=None, tm=None: (
+        lambda y: y + s.dropout(s.feed_forward(s.norm3(y))))(
+        (lambda y1: s.norm2(y1 + s.dropout(s.cross_attn(y1, m, m, sm))))(
+            x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tm))))),
+        ["the cross_attn sublayer is post-LN", "y + dropout(cross_attn(norm2(y)))"]),
 }
 
 

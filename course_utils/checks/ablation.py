@@ -197,7 +197,15 @@ def _pre_ln_encoder(p: Pieces) -> list:
         ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network",
          lambda: (lambda y: y + sa(n2(y)))(x + ff(n1(x)))),
         (_GELU, lambda: pre(act=F.gelu)),
+        (_one_post_ln("self_attn", "norm1"), lambda: (lambda y: y + ff(n2(y)))(n1(x + sa(x)))),
+        (_one_post_ln("feed_forward", "norm2"), lambda: (lambda y: n2(y + ff(y)))(x + sa(n1(x)))),
     ] + [(_OUTPUT_NORMALISED, lambda n=n: n(pre())) for n in p.norms]
+
+
+def _one_post_ln(sublayer: str, norm: str) -> str:
+    return (f"the {sublayer} sublayer is post-LN, {norm}(y + dropout({sublayer}(y))), while the rest of the layer is pre-LN. "
+            f"In pre-LN every sublayer reads its normalised input and the residual path stays untouched: "
+            f"y + dropout({sublayer}({norm}(y)))")
 
 
 def _pre_ln_decoder(p: Pieces) -> list:
@@ -207,8 +215,14 @@ def _pre_ln_decoder(p: Pieces) -> list:
     def pre(res=(1, 1, 1), kv="memory", query="norm2", kv_raw=False, tm=p.self_mask, sm=p.cross_mask, act=torch.relu):
         y1 = x * res[0] + sa(n1(x), x if kv_raw else None, tm)
         source = memory if kv == "memory" else n2(memory) if kv == "normalised memory" else n2(y1)
-        y2 = y1 * res[1] + ca(n2(y1) if query == "norm2" else y1, source, p.self_mask if kv == "own" else sm)
+        q = n2(y1) if query == "norm2" else n1(x) if query == "h" else y1
+        y2 = y1 * res[1] + ca(q, source, p.self_mask if kv == "own" else sm)
         return y2 * res[2] + ff(n3(y2), act)
+
+    def one_post(i: int) -> torch.Tensor:  # sublayer i post-LN, the others pre-LN
+        y1 = n1(x + sa(x, None, p.self_mask)) if i == 0 else x + sa(n1(x), None, p.self_mask)
+        y2 = n2(y1 + ca(y1, memory, p.cross_mask)) if i == 1 else y1 + ca(n2(y1), memory, p.cross_mask)
+        return n3(y2 + ff(y2)) if i == 2 else y2 + ff(n3(y2))
 
     return [
         ("this is post-LN, lesson 05's layer: LayerNorm(x + dropout(sublayer(x))). Pre-LN normalises what "
@@ -236,7 +250,13 @@ def _pre_ln_decoder(p: Pieces) -> list:
          lambda: (lambda y2: y2 + ff(y2))((lambda y1: y1 + ca(y1))(x + sa(x)))),
         ("the sublayers are in the wrong order: masked self-attention first, then cross-attention, then the "
          "feed-forward network", lambda: (lambda y2: y2 + ff(n3(y2)))((lambda y1: y1 + sa(n2(y1)))(x + ca(n1(x))))),
+        ("the query of the cross-attention is h = norm1(x), the normalised input of the layer, computed before the "
+         "self-attention sublayer changed the stream. It must read the stream as it is now, normalised by its own "
+         "LayerNorm: cross_attn(norm2(y), memory, memory, src_mask), y = x + dropout(self_attn(h, h, h, tgt_mask))",
+         lambda: pre(query="h")),
         (_GELU, lambda: pre(act=F.gelu)),
+        *[(_one_post_ln(sub, norm), lambda i=i: one_post(i))
+          for i, (sub, norm) in enumerate((("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3")))],
     ] + [(_OUTPUT_NORMALISED, lambda n=n: n(pre())) for n in p.norms]
 
 
