@@ -160,7 +160,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
              worst=False, encode_each_step=False, grad=False, tile_memory=False, mix_rows=False, early_stop=True,
              reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False, stop="bound",
              at_max_len="compete", pick="normalised", half=False, batch_bound=False,
-             without_eos=False, one_step_short=False, position=-1):
+             without_eos=False, one_step_short=False, position=-1, index_by_k=False):
     B, k = src.size(0), beam_size
     device = None if cpu_tensors else src.device  # None: the default device, the CPU
     with torch.set_grad_enabled(grad):
@@ -189,6 +189,8 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
                 candidates = candidates / penalty(t, length_penalty)
             top_scores, top_index = candidates.topk(2 * k, dim=-1)
             beam, token = top_index // V, top_index % V
+            if index_by_k:  # the flat index split by the beam size instead of the vocabulary size
+                beam, token = top_index % k, top_index // k
             is_eos = token == eos_id
             if extend_finished:
                 is_eos = torch.zeros_like(is_eos)
@@ -323,6 +325,7 @@ WRONG = [
     (_variant_of(drop_finished=True), ["drops the hypotheses that end in eos"]),
     (_variant_of(extend_finished=True), ["kept in the beam"]),
     (_variant_of(duplicates=True), ["duplicate beams"]),
+    (_variant_of(index_by_k=True), ["not the candidates that topk picked", "`i // v`", "`i % v`"]),
     (_variant_of(tile_memory=True), ["memory and src belong to different sentences"]),
     (_variant_of(mix_rows=True), ["mixed"]),
     (_variant_of(worst=True), ["worst finished hypothesis"]),

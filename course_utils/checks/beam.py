@@ -572,6 +572,16 @@ def _duplicate_beams(check: Check, model: ScriptedModel, sentences: list, setup:
             for sentence in sentences:
                 prefixes = [p for s, p in call if s == sentence]
                 if len(prefixes) == k and len(set(prefixes)) == 1:
+                    favourite = int(torch.as_tensor(language(sentence, prefixes[0][:1])).argmax())
+                    if prefixes[0][1] != favourite:  # not the init: a token the model does not prefer, k times
+                        check.fail(
+                            f"After the first step, the {k} beams of sentence {sentences.index(sentence)} are all "
+                            f"{_row(prefixes[0])} {setup}, although the model's most probable first token is "
+                            f"{favourite}: the tokens put in the beam are not the candidates that topk picked. With "
+                            f"the candidates flattened to (B, beam_size * V), candidate i comes from beam "
+                            f"`i // V` and is token `i % V` (V the vocabulary size, `log_probs.size(-1)`), not "
+                            f"`i % beam_size` and `i // beam_size`."
+                        )
                     check.fail(
                         f"After the first step, the {k} beams of sentence {sentences.index(sentence)} are all "
                         f"{_row(prefixes[0])} {setup}: duplicate beams. Every beam starts as BOS with score 0, so "
