@@ -31,7 +31,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
              heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
              skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
              empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False,
-             one_cache=False, t_from_rows=False, cat_dim=2, memory_once=False):
+             one_cache=False, t_from_rows=False, cat_dim=2, memory_once=False, keep_newest=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
     src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
@@ -59,7 +59,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
             kv["k"] = kv["v"] = torch.empty(k.size(0), k.size(1), 0, k.size(3))
         if "k" in kv and use_cache:
             k, v = torch.cat([kv["k"], k], dim=cat_dim), torch.cat([kv["v"], v], dim=cat_dim)
-        kv["k"], kv["v"] = k, v
+        kv["k"], kv["v"] = (k[:, :, -1:], v[:, :, -1:]) if keep_newest else (k, v)
         kv = own
         if heads_first:
             k, v = k.transpose(0, 1), v.transpose(0, 1)
@@ -266,6 +266,7 @@ WRONG = [
     (lambda *a: decode_step_functional(*a, kv_from="self_attn"), ["cross_attn.w_k` was never called", "its own w_k"]),
     (_kv_variant(t_from_rows=True), ["position 3, the number of sentences in the batch", "k.size(2)"]),
     (_kv_variant(one_cache=True), ["every layer reads and writes the same keys and values", "one cache entry per layer"]),
+    (_kv_variant(keep_newest=True), ["the cache keeps only the newest key and value", "torch.cat([cache_k, k], dim=2)"]),
     (_kv_variant(no_self_wo=True), ["`decoder_layers[0].self_attn.w_o` was never called", "attn.w_o(...)"]),
     (_kv_variant(no_embedding_dropout=True), ["training mode", "`model.positional_encoding.dropout`"]),
     (_kv_variant(no_self_dropout=True), ["training mode", "`model.decoder_layers.0.dropout`", "norm1(x + dropout("]),

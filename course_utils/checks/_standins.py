@@ -133,6 +133,8 @@ class CourseTransformer(nn.Module):
             tgt_mask = torch.ones(L, L, dtype=torch.bool).tril() & (tgt != self.pad_id)[:, None, None, :]  # (B, 1, L, L)
         elif keys == "self_only":  # each position sees itself only: a cache that is never read
             tgt_mask = torch.eye(L, dtype=torch.bool)
+        elif keys == "newest_two":  # itself and the position before: a cache that keeps only its newest entry
+            tgt_mask = torch.ones(L, L, dtype=torch.bool).tril() & torch.ones(L, L, dtype=torch.bool).triu(-1)
         else:  # "first_only": each position sees position 0 only (the causal mask's first row)
             tgt_mask = torch.zeros(L, L, dtype=torch.bool)
             tgt_mask[:, 0] = True

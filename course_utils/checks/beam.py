@@ -767,7 +767,7 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                      "A finished hypothesis is the candidate ending in EOS, its sum divided by the length penalty; "
                      "return the best, BOS first.")
         check.fail(f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n"
-                   f"{expected_text}\n{yours_text}\n{cause}")
+                   f"{cause}\n{expected_text}\n{yours_text}")
 
 
 def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,

@@ -169,6 +169,7 @@ def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tg
         oracle["position 0"] = double.decode(tgt, mem64, src, positions=torch.zeros(T, dtype=torch.long)).float()
         oracle["self only"] = double.decode(tgt, mem64, src, keys="self_only").float()
         oracle["first only"] = double.decode(tgt, mem64, src, keys="first_only").float()
+        oracle["newest two"] = double.decode(tgt, mem64, src, keys="newest_two").float()
         oracle["no src mask"] = double.decode(tgt, mem64, src, src_padding=False).float()
     causes = {
         "position 0": "the positional encoding of every new token is taken at position 0. The newest token "
@@ -182,6 +183,10 @@ def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tg
         "or its LAST row, `make_causal_mask(t + 1)[-1:]`), or, if it happens from step 1 on only, the new key and "
         "value are appended to the cache after attending instead of before (attend over positions 0 to t, itself "
         "included)",
+        "newest two": "the cache keeps only the newest key and value, so each new token sees itself and the token "
+        "before it, nothing earlier: the cache is overwritten with the last position (`k[:, :, -1:]`) instead of "
+        "growing. Store the whole concatenation, `cache_k = torch.cat([cache_k, k], dim=2)` (and the values "
+        "likewise), and attend over all of it",
         "no src mask": "cross-attention ignores the source padding: pass the source padding mask, "
         "`make_padding_mask(src, model.pad_id)`, to the cross-attention, as model.decode does",
     }
@@ -205,13 +210,13 @@ def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: tor
                     f"At step {t} (the cache holds {t} token{'s' if t != 1 else ''}), the logits of decode_step "
                     f"differ from those of model.decode on the whole prefix (batch of 3 sentences of source "
                     f"lengths 5, 2 and 4, padded).\n"
-                    f"  expected (first values): {fmt_values(oracle['right'][:, t])}\n"
-                    f"  actual   (first values): {fmt_values(logits)}\n"
                     + (named[0] if named[0] else
                        "Follow model.decode for one position: embedding * sqrt(d_model) + pe[t], then per layer "
                        "self-attention over the cached keys and values plus the new ones, cross-attention "
                        "to memory with the source padding mask, the feed-forward network, each wrapped with "
                        "its residual and LayerNorm; then the generator.")
+                    + f"\n  expected (first values): {fmt_values(oracle['right'][:, t])}\n"
+                    f"  actual   (first values): {fmt_values(logits)}"
                 )
             _positions(check, seen, t, memory.shape[1])
     check.ok("logits equal the full recomputation at every step (batch with source padding)")

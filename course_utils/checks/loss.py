@@ -328,6 +328,11 @@ def _check_untouched(check: Check, label_smoothing_loss: Callable, case: dict) -
                what="label_smoothing_loss")
 
 
+def _lowered(sentence: str) -> str:
+    """A sentence to follow a colon: its first letter in lower case, unless it starts a code name."""
+    return sentence[:1].lower() + sentence[1:] if sentence[:1].isupper() and sentence[1:2].islower() else sentence
+
+
 def _check_values(check: Check, cases: list[dict], values: list[torch.Tensor], losses: list[torch.Tensor]) -> None:
     """Values against PyTorch; a mismatch is explained by the simplest combination of slips that fits."""
     wrong = [i for i, (value, loss) in enumerate(zip(values, losses)) if not close_enough(value, loss)]
@@ -340,11 +345,12 @@ def _check_values(check: Check, cases: list[dict], values: list[torch.Tensor], l
     head = f"Your loss does not match {_ORACLE}.\n{table}\n"
     slips = _Slips(cases)
     observed = torch.stack(values)
-    for combo, messages in _slips():
+    for combo, messages in _slips():  # a named slip first, the figures after it
         if close_enough(observed, torch.stack([slips.value(i, combo) for i in range(len(cases))])):
             if len(messages) == 1:
-                check.fail(head + messages[0])
-            check.fail(head + "It matches a loss with these differences:\n" + "\n".join(f"- {m}" for m in messages))
+                check.fail(f"Your loss does not match {_ORACLE}: {_lowered(messages[0])}\n{table}")
+            check.fail(f"Your loss does not match {_ORACLE}. It matches a loss with these differences:\n"
+                       + "\n".join(f"- {m}" for m in messages) + f"\n{table}")
     hint = ""
     if 1 not in wrong:  # the case with smoothing 0.0 is right
         hint = (

@@ -66,7 +66,7 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
     )
     for formula, message in _NOAM_SLIPS:
         if _near([v for *_, v, _e in rows], [formula(s, d, w) for d, w, s, _v, _e in rows]):
-            _fail_values(check, f"noam_lr returns the wrong values.\n{table}\n{message}", zero_problem)
+            _fail_values(check, f"noam_lr returns the wrong values. {message}\n{table}", zero_problem)
     check.fail(f"noam_lr returns the wrong values.\n{table}\n" + "\n".join(_curve_notes(rows)))
 
 
