@@ -175,7 +175,8 @@ _ALL = (
              parts=("self_attn: MultiHeadAttention(d_model, num_heads)", "feed_forward: FeedForward(d_model, d_ff)",
                     "norm1: LayerNorm(d_model)", "norm2: LayerNorm(d_model)", "dropout: Dropout(dropout)"),
              promises=(
-                 "self_attn is a MultiHeadAttention and feed_forward a FeedForward, each passing its own checker",
+                 "self_attn is a MultiHeadAttention and feed_forward a FeedForward, each passing its own checker, "
+                 "each called as a module (self.self_attn(...), not .forward(...)): hooks see them",
                  "norm1 and norm2 are LayerNorm(d_model) (over the last axis, with gain and bias); norm1 ends the "
                  "first sublayer, norm2 the second",
                  "post-LN: x = norm1(x + dropout(self_attn(x, x, x, mask))); x = norm2(x + dropout(feed_forward(x)))",
@@ -196,7 +197,8 @@ _ALL = (
                     "norm3: LayerNorm(d_model)", "dropout: Dropout(dropout)"),
              promises=(
                  "self_attn and cross_attn are two MultiHeadAttentions, feed_forward a FeedForward, each passing "
-                 "its own checker",
+                 "its own checker, each called as a module (self.cross_attn(...), not .forward(...)): lesson 06's "
+                 "cross-attention plot hooks cross_attn",
                  "norm1, norm2, norm3 are LayerNorm(d_model), one per sublayer, in that order",
                  "post-LN: masked self-attention with tgt_mask, cross-attention (query x, key and value memory) "
                  "with src_mask, feed-forward",

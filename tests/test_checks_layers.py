@@ -487,6 +487,11 @@ WRONG_ENCODER_LAYERS = {
         _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.feed_forward(y)))(self.norm1(x + self.self_attn.W_o(self.self_attn.W_v(x))))),
         ["does not mix information between positions"],
     ),
+    "feed-forward called through .forward": (
+        _enc(lambda self, x, mask=None: (lambda y: self.norm2(y + self.dropout(self.feed_forward.forward(y))))(
+            self.norm1(x + self.dropout(self.self_attn(x, x, x, mask))))),
+        ["calls `self.feed_forward.forward(...)` directly"],
+    ),
 }
 
 
@@ -701,6 +706,13 @@ WRONG_DECODER_LAYERS = {
     "dropout on the output": (
         _dec(lambda s, x, m, sm=None, tm=None: s.dropout(_dec_steps(s, x, m, sm, tm))),
         ["exactly 0"],
+    ),
+    # a learner walkthrough: lesson 06's plot hooks cross_attn, and .forward(...) skips hooks
+    "cross-attention called through .forward": (
+        _dec(lambda s, x, m, sm=None, tm=None: s.norm3((lambda y: y + s.dropout(s.feed_forward(y)))(s.norm2(
+            (lambda y: y + s.dropout(s.cross_attn.forward(y, m, m, sm)))(
+                s.norm1(x + s.dropout(s.self_attn(x, x, x, tm)))))))),
+        ["calls `self.cross_attn.forward(...)` directly", "`self.cross_attn(...)`", "lesson 06"],
     ),
 }
 

@@ -106,6 +106,10 @@ def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
     stages.module_on_gpu(check, ff, x, what="FeedForward")
 
 
+_HOOKS_SEEN = ("lesson 06's cross-attention plot catches what `cross_attn` receives with a forward hook, as the "
+               "checkers' own measurements of each sublayer do")
+
+
 def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> None:
     """The encoder layer checker's body, for either wiring (lesson 05's EncoderLayer, lesson 09's pre-LN one)."""
     name = wiring.names["encoder"]
@@ -131,6 +135,7 @@ def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     _allow_all_is_no_mask(check, run(layer, x, torch.ones(B, 1, 1, L, dtype=torch.bool)), plain, name, "a mask")
     out = run(layer, x, keep)
     check.ok("runs with and without a mask (mask=None)")
+    stages.called_as_modules(check, layer, ["self_attn", "feed_forward"], (x, keep), name, _HOOKS_SEEN)
     _encoder_properties(check, run, layer, x, keep, plain, out, g, name, wiring)
     layout = _values(check, layer, "encoder", wiring, out, lambda layer_: run(layer_, x, keep), g, x,
                      masks=(twins.torch_mask(keep, B, _NUM_HEADS, L, L), None))
@@ -206,6 +211,8 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     _allow_all_is_no_mask(check, masked, plain, name, "masks")
     out = run(layer, x, memory, src_keep, causal)
     check.ok("runs with and without masks (src_mask=None, tgt_mask=None)")
+    stages.called_as_modules(check, layer, ["self_attn", "cross_attn", "feed_forward"], (x, memory, src_keep, causal),
+                             name, _HOOKS_SEEN)
     _decoder_properties(check, run, layer, x, memory, src_keep, causal, plain, out, g, name, wiring)
     _memory_learns(check, run, layer, x, memory, src_keep, causal, name)
     layout = _values(check, layer, "decoder", wiring, out, lambda layer_: run(layer_, x, memory, src_keep, causal), g,

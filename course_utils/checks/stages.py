@@ -581,6 +581,44 @@ class _Spy(nn.Module):
             return getattr(self.inner, name)
 
 
+def called_as_modules(check: Check, module: nn.Module, names: Sequence[str], inputs: tuple, owner: str,
+                      why: str) -> None:
+    """Each named submodule is called as a module, ``self.name(...)``: a call of ``self.name.forward(...)`` skips
+    PyTorch's hooks, which later lessons (and the checkers' own measurements) use to see what a sublayer receives."""
+    counts: dict[str, list[int]] = {}
+    handles = []
+    for name in names:
+        sub = getattr(module, name, None)
+        if not isinstance(sub, nn.Module) or "forward" in vars(sub):  # a forward of its own instance: left alone
+            continue
+        counts[name] = [0, 0]  # forward runs, calls through the module (its hooks)
+
+        def counted(*args: Any, _forward=sub.forward, _count=counts[name], **kwargs: Any) -> Any:
+            _count[0] += 1
+            return _forward(*args, **kwargs)
+
+        sub.forward = counted  # an instance attribute: both ways of calling reach it
+        handles.append(sub.register_forward_pre_hook(lambda *_, _count=counts[name]: _count.__setitem__(1, _count[1] + 1)))
+    try:
+        out = check.attempt(module, *inputs, what=f"{owner}.forward")
+    finally:
+        for handle in handles:
+            handle.remove()
+        for name in counts:
+            del getattr(module, name).forward
+    if isinstance(out, Raised):
+        return
+    bypassed = [name for name, (runs, hooked) in counts.items() if runs > hooked]
+    if bypassed:
+        shown = ", ".join(f"`self.{n}.forward(...)`" for n in bypassed)
+        check.fail(
+            f"Your {owner} calls {shown} directly. Call the module itself, "
+            + ", ".join(f"`self.{n}(...)`" for n in bypassed)
+            + f": only then do PyTorch's hooks run, and {why}."
+        )
+    check.ok("calls its sublayers as modules (their hooks run)")
+
+
 def replaced_parts_used(check: Check, module: nn.Module, names: Sequence[str], inputs: tuple, owner: str,
                         replaced_by: str) -> None:
     """Later lessons replace these submodules by assignment: forward must reach each through its own name.
