@@ -265,11 +265,11 @@ def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[l
     for i, (ours, yours) in enumerate(zip(model.encoder_layers, enc)):
         problem = _layer_problem(f"encoder layer {i}", ours, yours, ["self_attn"], 2, DROPOUT)
         if problem:
-            check.fail(f"The weights of encoder layer {i} do not match yours: {problem}")
+            check.fail(f"Encoder layer {i} of the copy differs from your model's: {problem}")
     for i, (ours, yours) in enumerate(zip(model.decoder_layers, dec)):
         problem = _layer_problem(f"decoder layer {i}", ours, yours, ["self_attn", "cross_attn"], 3, DROPOUT)
         if problem:
-            check.fail(f"The weights of decoder layer {i} do not match yours: {problem}")
+            check.fail(f"Decoder layer {i} of the copy differs from your model's: {problem}")
     check.ok("each PyTorch layer holds the weights of your layer (fused in_proj_weight = [W_q; W_k; W_v])")
     for stack in [m for m in theirs.modules() if isinstance(m, (nn.TransformerEncoder, nn.TransformerDecoder))]:
         if isinstance(stack.norm, nn.LayerNorm):
