@@ -40,10 +40,6 @@ def pick_device(verbose: bool = True) -> torch.device:
     return device
 
 
-class _Skipped(Exception):
-    pass
-
-
 @contextlib.contextmanager
 def requires(*exercises: str) -> Iterator[None]:
     """Run a demonstration block that uses learner code; turn its failures into one clear note.
