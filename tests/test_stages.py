@@ -68,3 +68,13 @@ def test_a_decorated_exercise_is_looked_at_through_its_decorator():
     expect(check_causal_mask(cells["make_causal_mask"]), "failed", "uses `lower`, which another cell")
     cells = run_cells(IMPORTS, helper + "\n\n@torch.no_grad()\n" + EXERCISE.format(body="lower(size)"))
     expect(check_causal_mask(cells["make_causal_mask"]), "passed")
+
+
+def test_a_name_read_when_the_def_statement_runs_is_named_too():
+    """Default values (and decorators, annotations) run when a later lesson loads the cell, before any call."""
+    cells = run_cells(IMPORTS, "SIZE = 4\n", "def make_causal_mask(size=SIZE):\n"
+                      "    return torch.ones(size, size, dtype=torch.bool).tril()\n")
+    expect(check_causal_mask(cells["make_causal_mask"]), "failed", "uses `SIZE`, which another cell")
+    cells = run_cells(IMPORTS, "SIZE = 4\n\n\ndef make_causal_mask(size=SIZE):\n"
+                      "    return torch.ones(size, size, dtype=torch.bool).tril()\n")
+    expect(check_causal_mask(cells["make_causal_mask"]), "passed")

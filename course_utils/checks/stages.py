@@ -437,6 +437,32 @@ def _cell_family(filename: str) -> list[str]:
     return ["".join(linecache.getlines(name)) for name in list(linecache.cache) if os.path.dirname(name) == folder]
 
 
+def _definition_time_names(tree: ast.AST, name: str) -> set[str]:
+    """The names read when the cell's ``def name`` or ``class name`` statement itself runs (not its body's
+    functions): decorators, default values, annotations, base classes, a class body's own statements. A later
+    lesson's loading runs that statement, so a name another cell defines fails there, before any call."""
+    def reads(nodes: list) -> set[str]:
+        return {n.id for node in nodes if node is not None for n in ast.walk(node)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+    def of_function(node: ast.AST) -> set[str]:
+        args = node.args
+        every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+        return reads([*node.decorator_list, *args.defaults, *args.kw_defaults, node.returns,
+                      *[a.annotation for a in every if a is not None]])
+
+    found: set[str] = set()
+    for node in getattr(tree, "body", []):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            found |= of_function(node)
+        elif isinstance(node, ast.ClassDef) and node.name == name:
+            found |= reads([*node.decorator_list, *node.bases, *[k.value for k in node.keywords]])
+            for item in node.body:
+                found |= (of_function(item) if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          else reads([item]))
+    return found
+
+
 def _imported(sources: list[str]) -> set[str]:
     names: set[str] = set()
     for source in sources:
@@ -537,7 +563,7 @@ def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
     assigned = {n for source in family for node in getattr(parse_cell(source), "body", []) for n in names_defined(node)}
     namespace, missing = functions[0].__globals__, []
     used = {ins.argval for code in _code_objects(obj) for ins in dis.get_instructions(code)
-            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")} | _definition_time_names(tree, name)
     given = set(contracts.CONTRACTS[exercise].loaded_with) if exercise in contracts.CONTRACTS else set()
     for used_name in sorted(used - loaded - imported - given - set(contracts.CONTRACTS)):
         value = namespace.get(used_name, _MISSING)
