@@ -249,10 +249,22 @@ def inference_mode_and_eval(model, src, max_len, bos_id, eos_id, pad_id):
     return ys
 
 
-# inference_mode_and_eval comes second: the downstream test's whole-course rounds, which take the first
-# variants, then run lesson 07's cached decoding through a model that offers only what the contract allows.
+def restores_the_mode(model, src, max_len, bos_id, eos_id, pad_id):
+    """Decodes in eval mode, then gives the model back in the mode it came in (the contract allows .training)."""
+    was_training = model.training
+    model.eval()
+    try:
+        return greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)
+    finally:
+        model.train(was_training)
+
+
+# inference_mode_and_eval and restores_the_mode come second and third: the downstream test's whole-course rounds,
+# which take the first variants, then run lesson 07's cached decoding through a model that offers only what the
+# contract allows (and must leave the trained model in eval mode, where lesson 07 compares translations).
 @pytest.mark.parametrize(
-    "fn", [greedy_decode, inference_mode_and_eval, preallocated, column_list, shrinking_batch, via_log_softmax]
+    "fn", [greedy_decode, inference_mode_and_eval, restores_the_mode, preallocated, column_list, shrinking_batch,
+           via_log_softmax]
 )
 def test_accepts_correct_variants(fn):
     expect(check_greedy_decode(fn), "passed")

@@ -70,7 +70,9 @@ LESSONS = ("00_setup_and_data", "01_attention", "02_masks", "03_positional_encod
 #: round, that earlier lesson runs first, with the same variants.
 PREREQUISITES = {"07_inference": "06_training"}
 #: Facts a lesson computes about the learner's objects (a name its cells set to True), and what each promises.
-HOLDS = {"07_inference": {"model_unchanged": "training the copies (yours, the fused one, the nn.Transformer one) "
+HOLDS = {"07_inference": {"cache_agrees": "greedy decoding and beam search translate the same with the key/value "
+                                          "cache as without it (the trained model stays in eval mode)",
+                           "model_unchanged": "training the copies (yours, the fused one, the nn.Transformer one) "
                                              "leaves the trained model as it was: copies share no tensor"}}
 
 
