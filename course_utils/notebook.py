@@ -525,6 +525,7 @@ class Loaded:
     path: Path  # the file used
     reference: bool  # the course's reference solution stood in for the learner's notebook
     cell: int | None  # the notebook cell that loaded it (IPython's execution count), None outside IPython
+    unfinished: tuple[str, ...] = ()  # the names asked for whose saved code still raises NotImplementedError
 
 
 #: What ``load_exercises`` used, in the order loaded, since the last :func:`loaded_summary`.
@@ -580,6 +581,7 @@ def loaded_summary() -> None:
         return
     labels = sorted(used)
     reference = [label for label in labels if used[label].reference]
+    unfinished = [f"`{name}` (lesson {label})" for label in labels for name in used[label].unfinished]
     if not reference:
         print(f"Loaded your code from {_lessons(labels)}.")
     elif len(reference) == len(labels):
@@ -590,6 +592,10 @@ def loaded_summary() -> None:
             f"Loaded {_lessons(labels)}: your code, except {_in_words(reference)}, where the course's reference "
             f"solution stands in (see the note{'s' if len(reference) > 1 else ''} above)."
         )
+    if unfinished:
+        print(f"Not finished in the saved notebooks yet: {_in_words(unfinished)}. The cells that use "
+              f"{'it' if len(unfinished) == 1 else 'them'} will say so: finish, run the checker, save, and run "
+              f"this cell again.")
 
 
 def saved_file(relative: str | os.PathLike) -> Path:
@@ -624,6 +630,35 @@ def _with_exercises_used(trees: list[ast.Module], wanted: set[str]) -> set[str]:
         wanted = wanted | more
 
 
+def _still_a_stub(node: ast.AST) -> bool:
+    """A function whose body (after its docstring) is only ``raise NotImplementedError``, or a class with such a
+    method: an exercise as the learner's notebook first had it."""
+    def stub(body: list) -> bool:
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+            body = body[1:]
+        return len(body) == 1 and isinstance(body[0], ast.Raise) and "NotImplementedError" in ast.unparse(body[0])
+
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return stub(node.body)
+    return isinstance(node, ast.ClassDef) and any(
+        isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and stub(item.body) for item in node.body)
+
+
+class ExerciseLoadError(RuntimeError):
+    """Running the cell that defines an exercise failed while a later lesson loaded it."""
+
+
+def _load_failure(path: Path, number: int, names: list[str], exc: Exception) -> str:
+    shown = ", ".join(f"`{n}`" for n in names)
+    head = f"{path.name}, code cell {number}: defining {shown} raised {type(exc).__name__}: {exc}."
+    if isinstance(exc, NameError):
+        return (f"{head} This lesson runs only that cell of {path.name} (with the notebook's imports), so a name "
+                f"that another cell of it defines is missing here, even where it is read only as a default "
+                f"value or a decorator. Move `{getattr(exc, 'name', None) or 'it'}` into the cell that defines "
+                f"{shown}, run that notebook's checker cell again, save the notebook, then run this cell again.")
+    return f"{head} Fix that cell, run its checker cell again, save the notebook, then run this cell again."
+
+
 def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run the cells of ``notebook`` that define ``names``, and return those objects.
 
@@ -648,6 +683,7 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
     ns: dict[str, Any] = namespace if namespace is not None else {}
     ns.setdefault("__name__", "__course_exercises__")
     found: set[str] = set()
+    unfinished: set[str] = set()
     for number, source, tree in cells:
         if tree is None:
             continue
@@ -659,10 +695,14 @@ def load_exercises(notebook: str | os.PathLike, names: Sequence[str], namespace:
             code = compile(ast.Module(body=[node], type_ignores=[]), filename, "exec", dont_inherit=True)
             try:
                 exec(code, ns)
-            except Exception:  # a constant the cell computes from something that is not loaded: left out
+            except Exception as exc:  # a constant the cell computes from something that is not loaded: left out
                 if _defines(node, wanted):
-                    raise
+                    raise ExerciseLoadError(_load_failure(path, number, sorted(_defines(node, wanted)), exc)) from exc
             found |= _defines(node, wanted)
+            if _still_a_stub(node):
+                unfinished |= _defines(node, set(names))
+    if unfinished and loaded and loaded[-1].path == path:
+        loaded[-1] = dataclasses.replace(loaded[-1], unfinished=tuple(n for n in names if n in unfinished))
     missing = [n for n in names if n not in found]
     if missing:
         raise LookupError(f"{path.name} does not define {', '.join(missing)}. Did you rename it?")

@@ -26,6 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from course_utils import colab
@@ -520,3 +521,24 @@ def test_a_folder_that_is_no_git_clone_is_not_checked(tmp_path: Path, on_colab: 
     monkeypatch.setattr(colab, "requirements", lambda root=None: [])
     colab.setup()
     assert "incomplete" not in capsys.readouterr().out
+
+
+def test_the_summary_names_what_the_saved_notebooks_have_not_finished(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A saved notebook older than the learner's work still holds the stubs: the summary says so at once."""
+    from course_utils import notebook
+
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.chdir(tmp_path)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell('def make_causal_mask(size):\n    """True on and below the diagonal."""\n'
+                                  '    raise NotImplementedError()'),
+        nbformat.v4.new_code_cell("def make_padding_mask(tokens, pad_id):\n    return tokens != pad_id"),
+    ])
+    nbformat.write(nb, str(tmp_path / "02_masks.ipynb"))
+    notebook.loaded.clear()
+    load_exercises("02_masks.ipynb", ["make_padding_mask", "make_causal_mask"])
+    capsys.readouterr()
+    notebook.loaded_summary()
+    assert capsys.readouterr().out == (
+        "Loaded your code from lesson 02.\nNot finished in the saved notebooks yet: `make_causal_mask` (lesson 02). "
+        "The cells that use it will say so: finish, run the checker, save, and run this cell again.\n")

@@ -517,3 +517,12 @@ def test_the_crash_record_names_the_lesson_a_loaded_exercise_came_from(tmp_path)
     assert record["exercises"] == ["Heads"] and record["notebooks"] == {"Heads": "04_heads"}
     assert record["function"] == "Heads.forward" and record["line"] == "line 3: `return x.shape`"
     assert record["unfinished"] is False
+
+
+def test_load_exercises_names_the_cell_and_the_name_when_a_definition_fails(tmp_path):
+    """A default value from another cell runs when the def runs: loading fails there, and says what to move."""
+    nb = _notebook(tmp_path / "02_masks.ipynb", "import torch", "PAD_ID = 0",
+                   "def make_padding_mask(tokens, pad_id=PAD_ID):\n    return tokens != pad_id")
+    with pytest.raises(RuntimeError, match=r"02_masks.ipynb, code cell 3: defining `make_padding_mask` raised "
+                                           r"NameError.*Move `PAD_ID` into the cell that defines"):
+        load_exercises(nb, ["make_padding_mask"])
