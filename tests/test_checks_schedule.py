@@ -787,3 +787,15 @@ def test_noam_scheduler_is_called_by_keyword_as_lesson_06_does():
 
     expect(check_noam_scheduler(positional_names), "failed", "d_model=512, warmup_steps=4000",
            "def make_noam_scheduler(optimizer, d_model, warmup_steps)")
+
+
+def test_a_scheduler_built_on_a_noam_lr_that_fails_its_checker_blames_it_first():
+    """As lesson 05's checkers do for their parts: the ZeroDivisionError is noam_lr's, so noam_lr is named."""
+    ns = {"torch": torch}
+    exec("def noam_lr(step, d_model, warmup_steps):\n"
+         "    return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)\n\n"
+         "def make_noam_scheduler(optimizer, d_model, warmup_steps):\n"
+         "    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: noam_lr(step, d_model, warmup_steps))\n",
+         ns)
+    expect(check_noam_scheduler(ns["make_noam_scheduler"]), "failed", "your noam_lr, which fails its own checker",
+           "step = max(step, 1)")

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 from ..contracts import contract
+from . import stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_number, run_check
 
 _RTOL = 1e-4  # relative: learning rates are tiny, so an absolute tolerance would accept anything
@@ -72,6 +73,8 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
 
 def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
     check.callable_(make_noam_scheduler, "make_noam_scheduler")
+    stages.components_first(check, "make_noam_scheduler", stages.called_parts(
+        make_noam_scheduler, {"noam_lr": (check_noam_lr, "noam_lr")}))  # a scheduler built on a wrong noam_lr
     _optimizer("SGD", (1.0, 1.0))  # torch.optim's first use in a process imports torch._dynamo (seconds): here, not mid-check
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
