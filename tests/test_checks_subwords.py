@@ -299,6 +299,10 @@ WRONG = {
     "a regex merge guarded on its left only": (
         _variant(apply=lambda s, p: re.sub(r"(?<!\S)" + re.escape(" ".join(p)), "".join(p), " ".join(s)).split()),
         ["across", "guard both ends"]),
+    # a learner walkthrough: two slips at once are both named
+    "unweighted counts and ties to the first seen": (
+        _variant(count_pair=lambda count: 1, choose=lambda p: max(p, key=p.get)),
+        ["two together", "one per word", "first seen"]),
 }
 
 

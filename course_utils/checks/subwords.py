@@ -265,7 +265,7 @@ def _replay(check: Check, merges: list[Pair], word_counts: dict[str, int], num_m
             seen = counts.get(pair, 0)
             tied = sorted(p for p, c in counts.items() if c == top)
             detail = (
-                f"At merge {step} (for {where}), your learn_bpe merged {pair!r}, which occurs {seen} time(s) at that point"
+                f"At merge {step} (for {where}), your learn_bpe merged {pair!r}, which occurs {seen} time{'' if seen == 1 else 's'} at that point"
                 + (" (it is not a pair of adjacent symbols in any word then: did the earlier merges join "
                    "first + second into one symbol, in that order, everywhere?)" if seen == 0 else "")
                 + f"; the most frequent pair occurs {top} times"
@@ -290,6 +290,10 @@ def _likely_cause(merges: list[Pair], word_counts: dict[str, int], num_merges: i
     for options, cause in _MISTAKES:
         if merges == _learn(word_counts, num_merges, **options):
             return "\nLikely cause: " + cause
+    for i, (first, first_cause) in enumerate(_MISTAKES):  # two mistakes at once, each named
+        for second, second_cause in _MISTAKES[i + 1:]:
+            if not set(first) & set(second) and merges == _learn(word_counts, num_merges, **first, **second):
+                return f"\nLikely causes, two together:\n- {first_cause}\n- {second_cause}"
     if merges == _learn(word_counts, num_merges + 1):
         return "\nLikely cause: one merge too many: your loop runs num_merges + 1 times."
     if merges == _learn(word_counts, max(num_merges - 1, 0)):
