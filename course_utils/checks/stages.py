@@ -1104,7 +1104,7 @@ def dropout_measured(check: Check, observe: Callable[[], list[Site] | None], p: 
 
 
 __all__ = [
-    "Case", "Part", "Site", "called_parts", "component_result", "components_first", "contract_parts", "create_there",
+    "Case", "Part", "Site", "called_as_modules", "called_parts", "component_result", "components_first", "contract_parts", "create_there",
     "defined_where_loaded", "one_tensor",
     "dropout_measured", "eval_deterministic", "every_parameter_learns", "follows_dtype", "gradients", "is_module", "left_on_cpu",
     "decoder_on_gpu", "mixed_devices", "module_on_gpu", "on_gpu", "submodule_parts", "sweep", "train_random",
