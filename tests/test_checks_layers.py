@@ -88,6 +88,12 @@ class NoBiasFeedForward(FeedForward):
         self.dropout = nn.Dropout(dropout)
 
 
+class NoSecondBiasFeedForward(FeedForward):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__(d_model, d_ff, dropout)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=False)
+
+
 class OneLinearFeedForward(FeedForward):
     def __init__(self, d_model, d_ff, dropout=0.0):
         nn.Module.__init__(self)
@@ -169,7 +175,8 @@ WRONG_FEED_FORWARDS = {
     "residual inside": (_ffn(lambda self, x: x + self.linear2(self.dropout(torch.relu(self.linear1(x))))), ["residual"]),
     "ignores d_ff": (_ffn(FeedForward.forward, hidden=lambda d, f: 4 * d), ["nn.Linear(d_model, d_ff) = nn.Linear(16, 24)"]),
     "second linear missing": (OneLinearFeedForward, ["no submodule `linear2`"]),
-    "no bias": (NoBiasFeedForward, ["without biases"]),
+    "no bias": (NoBiasFeedForward, ["relu(x W1) W2: without b1 and b2"]),
+    "no second bias": (NoSecondBiasFeedForward, ["relu(x W1 + b1) W2: without b2"]),
     "mixes positions": (_ffn(lambda self, x: FeedForward.forward(self, x - x.mean(dim=1, keepdim=True))), ["mixes positions"]),
     "dropout in eval": (_ffn(lambda self, x: self.linear2(F.dropout(torch.relu(self.linear1(x)), self.p))), ["eval mode"]),
     "no dropout": (NoDropoutFeedForward, ["dropout is not applied"]),

@@ -187,10 +187,18 @@ def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tg
         "before it, nothing earlier: the cache is overwritten with the last position (`k[:, :, -1:]`) instead of "
         "growing. Store the whole concatenation, `cache_k = torch.cat([cache_k, k], dim=2)` (and the values "
         "likewise), and attend over all of it",
-        "no src mask": "cross-attention ignores the source padding: pass the source padding mask, "
+        "no src mask": "cross-attention ignores the source padding: pass the source padding mask, built with the "
+        "model's own pad_id (not a fixed 0), "
         "`make_padding_mask(src, model.pad_id)`, to the cross-attention, as model.decode does",
     }
     return oracle, causes, trace
+
+
+def _row_that_differs(expected: torch.Tensor, actual: torch.Tensor) -> str:
+    """Expected and actual logits of the sentence that differs most (the first rows may agree)."""
+    b = int((expected.double() - actual.double()).abs().amax(dim=-1).argmax())
+    return (f"\n  expected (sentence {b}, first values): {fmt_values(expected[b])}\n"
+            f"  actual   (sentence {b}, first values): {fmt_values(actual[b])}")
 
 
 def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
@@ -215,8 +223,7 @@ def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: tor
                        "self-attention over the cached keys and values plus the new ones, cross-attention "
                        "to memory with the source padding mask, the feed-forward network, each wrapped with "
                        "its residual and LayerNorm; then the generator.")
-                    + f"\n  expected (first values): {fmt_values(oracle['right'][:, t])}\n"
-                    f"  actual   (first values): {fmt_values(logits)}"
+                    + _row_that_differs(oracle["right"][:, t], logits)
                 )
             _positions(check, seen, t, memory.shape[1])
     check.ok("logits equal the full recomputation at every step (batch with source padding)")

@@ -1003,9 +1003,11 @@ def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.T
             hint="Expected relu(x W1^T + b1) W2^T + b2 with your two linear layers (in eval mode).",
         )
     if match[1] is None or match[3] is None:
+        missing = " and ".join(b for b, m in (("b1", match[1]), ("b2", match[3])) if m is None)
         check.fail(
-            "Your FeedForward computes relu(x W1) W2 without biases. The paper's network has them: "
-            "FFN(x) = max(0, x W1 + b1) W2 + b2; nn.Linear includes a bias by default."
+            f"Your FeedForward computes {'relu(x W1)' if match[1] is None else 'relu(x W1 + b1)'} "
+            f"{'W2' if match[3] is None else 'W2 + b2'}: without {missing}. The paper's network has both biases: "
+            f"FFN(x) = max(0, x W1 + b1) W2 + b2; nn.Linear includes a bias by default."
         )
     big = 40.0 * x  # large hidden activations: ReLU and its bounded or smooth look-alikes part ways
     out_big = check.tensor(check.call(ff, big, what="FeedForward.forward"), "the output", shape=(3, 5, _D_MODEL))

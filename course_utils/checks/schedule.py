@@ -68,7 +68,7 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
     for formula, message in _NOAM_SLIPS:
         if _near([v for *_, v, _e in rows], [formula(s, d, w) for d, w, s, _v, _e in rows]):
             _fail_values(check, f"noam_lr returns the wrong values. {message}\n{table}", zero_problem)
-    check.fail(f"noam_lr returns the wrong values.\n{table}\n" + "\n".join(_curve_notes(rows)))
+    check.fail("noam_lr returns the wrong values. " + "\n".join(_curve_notes(rows)) + f"\n{table}")
 
 
 def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
@@ -292,15 +292,17 @@ def _curve_notes(rows: list[tuple]) -> list[str]:
     lr = {(d, w, s): v for d, w, s, v, _e in rows}
     notes = []
     if any(v <= 0 for *_, v, _e in rows):
-        notes.append("Some of your rates are 0 or negative; a learning rate is always positive.")
+        notes.append("Some of your rates are 0 or negative; a learning rate is always positive. A rate of exactly 0 "
+                     "usually comes from an integer division (`//`, or `int(...)`) that rounds a small number down: "
+                     "compute in floats, `/` and `**`.")
     rise = lr[(512, 4000, 2000)] / lr[(512, 4000, 100)] if lr[(512, 4000, 100)] else float("nan")
-    if not math.isclose(rise, 20.0, rel_tol=1e-3):
+    if math.isfinite(rise) and not math.isclose(rise, 20.0, rel_tol=1e-3):
         notes.append(
             f"During warmup the rate should grow in proportion to step: from step 100 to step 2000 "
             f"(warmup_steps=4000) it should be multiplied by 20, yours by {fmt_number(rise)}."
         )
     decay = lr[(512, 4000, 40000)] / lr[(512, 4000, 8000)] if lr[(512, 4000, 8000)] else float("nan")
-    if not math.isclose(decay, 5**-0.5, rel_tol=1e-3):
+    if math.isfinite(decay) and not math.isclose(decay, 5**-0.5, rel_tol=1e-3):
         notes.append(
             f"After warmup the rate should fall like step ** -0.5: from step 8000 to step 40000 it should be "
             f"multiplied by {fmt_number(5 ** -0.5)}, yours by {fmt_number(decay)}."
