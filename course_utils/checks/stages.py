@@ -94,7 +94,8 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
     spec = contracts.contract(exercise)
     parts = [_SPEC.match(part).groups() for part in spec.parts]
     owner = owner or f"your {exercise}({', '.join(f'{k}={v}' for k, v in sizes.items())})"
-    uses = "; ".join(re.sub(r"^(\d\d):", r"lesson \1:", use) for use in spec.used_by)
+    uses = "; ".join(re.sub(r"^(\d\d):", r"lesson \1:", use) for use in spec.used_by
+                     if not use.startswith("benchmarks/"))  # the lessons, which the learner knows
     listing = "; ".join(f"`{name}` is {_asked(kind, args)}" for name, kind, args in parts)
     why = f"The names are part of the exercise, with these kinds and sizes: {listing}. Later code relies on them ({uses})."
     buffers = dict(module.named_buffers(recurse=False))
