@@ -162,6 +162,21 @@ def test_hint_and_builds_on_are_attached():
     expect(run_check("x", body, stub), "not attempted", "builds on lesson 01")
 
 
+def test_a_type_error_names_the_signature_only_when_the_call_itself_failed():
+    """A TypeError raised inside the learner's code (a torch call) keeps torch's list of signatures and is no
+    signature problem; one raised by the call itself (too many arguments) is."""
+    def body(check, fn):
+        check.call(fn, torch.zeros(2, 3))
+
+    def inside(x):
+        return x.argsort(1, stable=True)
+
+    result = run_check("x", body, inside)
+    expect(result, "error", "expected one of", "* (*, bool stable, int dim = -1, bool descending = False)")
+    assert "match the signature the exercise gives" not in str(result)
+    expect(run_check("x", body, lambda: None), "error", "match the signature the exercise gives")
+
+
 def test_an_endless_loop_is_stopped_with_a_named_error():
     def endless(x, y):
         while True:

@@ -311,6 +311,11 @@ def _learner_frame(exc: BaseException) -> str | None:
     return None
 
 
+def _ran_learner_code(exc: BaseException) -> bool:
+    """Whether any frame of the traceback is the learner's (their code ran before it raised)."""
+    return any(not _is_ours(frame.filename) for frame in traceback.extract_tb(exc.__traceback__))
+
+
 def _is_ours(filename: str) -> bool:
     """Whether a frame's file is this package's or torch's (not the learner's)."""
     path = os.path.abspath(filename)
@@ -877,6 +882,8 @@ def _error_message(name: str, exc: BaseException, named: list[tuple[str, Any]]) 
         ]
     else:
         lines = [f"Your {name} raised {type(exc).__name__}: {first}".rstrip(": ")]
+        if len(text) > 1 and first.rstrip().endswith(":"):  # PyTorch's "but expected one of:" and its list
+            lines += [f"    {line.strip()}" for line in text[1:9] if line.strip()]
     where = _learner_frame(exc)
     if where:
         lines.append(f"  {where}")
@@ -890,7 +897,8 @@ def _error_message(name: str, exc: BaseException, named: list[tuple[str, Any]]) 
             "tgt_embed (tgt_vocab_size rows), and the checker's two vocabularies differ in size to show which is "
             "which. In a table of positions, every position must be below max_len."
         )
-    if isinstance(exc, TypeError) and ("argument" in first or "positional" in first):
+    if isinstance(exc, TypeError) and ("argument" in first or "positional" in first) and not _ran_learner_code(exc):
+        # raised by the call itself (no line of the learner's ran): the signature, not a call inside it
         lines.append(
             "Check that your code's parameters match the signature the exercise gives "
             "(their number, order and names)."

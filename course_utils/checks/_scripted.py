@@ -22,6 +22,7 @@ runaway into a failure; :func:`follow` scripts a model to emit given tokens.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from typing import Any, Callable, Sequence
 
 import torch
@@ -190,6 +191,8 @@ def run_decoder(check: Check, fn: Callable, model: ScriptedModel, src: torch.Ten
         except Runaway as exc:
             check.fail(f"{what} does not stop: {exc}.\n{runaway}")
 
+    with contextlib.suppress(TypeError, ValueError):  # messages name the arguments as the learner's function does
+        guarded.__signature__ = inspect.signature(fn)
     run = check.attempt if probe else check.call
     with _gpu.elsewhere() if pretend_device else contextlib.nullcontext():
         return run(guarded, model, _gpu.on_device(src) if pretend_device else src, *args, what=what, **kwargs)

@@ -729,7 +729,8 @@ def dropout_set_through(check: Check, build: Callable[[float], nn.Module], paths
                 f"still passes " + (f"the output of `{part}`" if part else "its input") + " on in training mode: "
                 f"some of the dropout it applies {where} is not {shown} (a second nn.Dropout, built with the rate "
                 f"of 0.0, or F.dropout with a rate stored at construction?). " + advice)
-    check.ok(f"applies its dropout through {shown} (lesson 08 sets {'its' if len(paths) == 1 else 'their'} rate)")
+    check.ok(f"applies its dropout through {shown}: a rate set there later takes effect (lesson 08 sets "
+             f"the rates of lessons 03 and 05's modules so)")
 
 
 def one_tensor(check: Check, out: Any, what: str, hint: str = "") -> Any:
