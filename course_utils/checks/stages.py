@@ -53,6 +53,7 @@ import linecache
 import math
 import os
 import re
+import sys
 import types
 import weakref
 from typing import Any, Callable, Sequence
@@ -449,8 +450,9 @@ def _definition_time_names(tree: ast.AST, name: str) -> set[str]:
     def of_function(node: ast.AST) -> set[str]:
         args = node.args
         every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
-        return reads([*node.decorator_list, *args.defaults, *args.kw_defaults, node.returns,
-                      *[a.annotation for a in every if a is not None]])
+        annotations = [node.returns, *[a.annotation for a in every if a is not None]]
+        return reads([*node.decorator_list, *args.defaults, *args.kw_defaults,
+                      *(annotations if sys.version_info < (3, 14) else [])])  # from 3.14 on, evaluated lazily
 
     found: set[str] = set()
     for node in getattr(tree, "body", []):
