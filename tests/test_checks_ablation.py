@@ -290,6 +290,10 @@ WRONG_ENCODER_LAYERS = {
     "the self-attention sublayer post-LN": (enc(forward=lambda s, x, m=None: (lambda y: y + s.dropout(
         s.feed_forward(s.norm2(y))))(s.norm1(x + s.dropout(s.self_attn(x, x, x, m))))),
         ["the self_attn sublayer is post-LN"]),
+    # a sixth hidden set
+    "the feed-forward network reads norm2 of the layer's input": (enc(forward=lambda s, x, m=None: (
+        x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), m))) + s.dropout(s.feed_forward(s.norm2(x)))),
+        ["reads feed_forward(norm2(x))", "y + dropout(feed_forward(norm2(y)))"]),
 }
 
 
@@ -418,6 +422,14 @@ WRONG_DECODER_LAYERS = {
         (lambda y1: s.norm2(y1 + s.dropout(s.cross_attn(y1, m, m, sm))))(
             x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tm))))),
         ["the cross_attn sublayer is post-LN", "y + dropout(cross_attn(norm2(y)))"]),
+    # a sixth hidden set
+    "the feed-forward network reads norm3 of the layer's input": (dec(forward=lambda s, x, m, sm=None, tm=None: (
+        lambda y1: (y1 + s.dropout(s.cross_attn(s.norm2(y1), m, m, sm))) + s.dropout(s.feed_forward(s.norm3(x))))(
+        x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tm)))), ["reads feed_forward(norm3(x))"]),
+    "the feed-forward network reads the stream before the cross-attention": (
+        dec(forward=lambda s, x, m, sm=None, tm=None: (
+            lambda y1: (y1 + s.dropout(s.cross_attn(s.norm2(y1), m, m, sm))) + s.dropout(s.feed_forward(s.norm3(y1))))(
+            x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tm)))), ["taken before the cross-attention"]),
 }
 
 

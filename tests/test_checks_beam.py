@@ -160,8 +160,10 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
              worst=False, encode_each_step=False, grad=False, tile_memory=False, mix_rows=False, early_stop=True,
              reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False, stop="bound",
              at_max_len="compete", pick="normalised", half=False, batch_bound=False,
-             without_eos=False, one_step_short=False, position=-1, index_by_k=False):
+             without_eos=False, one_step_short=False, position=-1, index_by_k=False, raw_logits=False,
+             finished_row="beam", alpha=None):
     B, k = src.size(0), beam_size
+    length_penalty = length_penalty if alpha is None else alpha  # alpha: a value written in, whatever is given
     device = None if cpu_tensors else src.device  # None: the default device, the CPU
     with torch.set_grad_enabled(grad):
         memory = model.encode(src)
@@ -181,7 +183,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
             logits = model.decode(ys, memory, src_k)[:, position]
             if mask_specials:  # BOS and padding can never be generated
                 logits = logits.index_fill(-1, torch.tensor([bos_id, pad_id], device=logits.device), float("-inf"))
-            step = logits.softmax(-1) if probs else logits.log_softmax(-1)
+            step = logits.softmax(-1) if probs else logits if raw_logits else logits.log_softmax(-1)
             step = step.half() if half else step
             V = step.size(-1)
             candidates = (scores.unsqueeze(-1) + step.view(B, k, V)).view(B, k * V)
@@ -196,7 +198,8 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
                 is_eos = torch.zeros_like(is_eos)
             for b, j in is_eos[:, : (2 * k if eos_from_2k else k)].nonzero().tolist():
                 if not done[b] and not drop_finished:
-                    seq = ys[b * k + beam[b, j]].tolist() + ([] if without_eos else [eos_id])
+                    row = {"beam": beam[b, j], "rank": j, "index // k": top_index[b, j] // k % k}[finished_row]
+                    seq = ys[b * k + row].tolist() + ([] if without_eos else [eos_id])
                     value = top_scores[b, j].item() if every_step else top_scores[b, j].item() / (
                         finished_penalty or penalty)(t, length_penalty)
                     finished[b].append((value, seq))
@@ -217,6 +220,8 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
                         done[b] = True
                     elif stop == "k_finished":
                         done[b] = done[b] or len(finished[b]) >= k
+                    elif stop == "raw finished" and finished[b]:  # the finished sums, undivided
+                        done[b] = max(f[0] * penalty(len(f[1]) - 1, length_penalty) for f in finished[b]) >= reach[b].item()
                     elif stop not in ("first", "k_finished") and finished[b] and max(f[0] for f in finished[b]) >= reach[b].item():
                         done[b] = True
                 if all(done):
@@ -359,6 +364,13 @@ WRONG = [
     (_variant_of(at_max_len="no power"), ["length_penalty=2.0", "length-normalised score", "** length_penalty"]),
     (lambda model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=1.0: beam_search(
         model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty), ["default of length_penalty is 1.0"]),
+    # a sixth hidden set
+    (_variant_of(raw_logits=True), ["raw logits", "log_softmax"]),
+    (_variant_of(alpha=0.6), ["length_penalty = 0.6 whatever it is given"]),
+    (_variant_of(stop="raw finished"), ["stopping test", "raw sum of the best finished hypothesis"]),
+    (_variant_of(finished_penalty=lambda n, a: _gnmt(n - 1, a)), ["if its length n leaves out eos"]),
+    (_variant_of(finished_row="rank"), ["read from another row of ys", "index // v", "rank"]),
+    (_variant_of(finished_row="index // k"), ["read from another row of ys", "index // v"]),
     # a search that switches the model to training mode: dropout would change every translation
     (lambda model, *args, **kwargs: beam_search(model.train(), *args, **kwargs), ["training mode", "model.train()"]),
     (lambda model, *args, **kwargs: (beam_search(model.eval(), *args, **kwargs), model.train())[0],

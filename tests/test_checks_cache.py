@@ -31,16 +31,17 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
              heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
              skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
              empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False,
-             one_cache=False, t_from_rows=False, cat_dim=2, memory_once=False, keep_newest=False):
+             one_cache=False, t_from_rows=False, cat_dim=2, memory_once=False, keep_newest=False,
+             softmax_dim=-1, one_dict=False, pe_column=False, values_lost=False, pad_zero=False):
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
-    src_mask = None if src_mask_off else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
+    src_mask = None if src_mask_off else (src != (0 if pad_zero else model.pad_id))[:, None, None, :]  # (B, 1, 1, L_src)
     pe = model.positional_encoding.pe
     scale = 1.0 if unscaled else math.sqrt(model.d_model)
     position = 0 if position_zero else t + 1 if next_position else t
     if t_from_rows and state.get("layers"):  # len() of a cached key: its rows, the batch size
         position = len(state["layers"][0]["k"])
-    x = model.tgt_embed(y_last) * scale + (0 if no_pe else pe[position])  # (B, 1, d_model)
+    x = model.tgt_embed(y_last) * scale + (0 if no_pe else pe[:, position] if pe_column else pe[position])  # (B, 1, d_model)
     x = x if no_embedding_dropout else model.positional_encoding.dropout(x)
     if recompute_prefix:  # caches the decoder's input tokens and reruns every layer on the whole prefix
         state["tokens"] = torch.cat([state["tokens"], y_last], 1) if "tokens" in state else y_last
@@ -48,6 +49,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
         state["length"] = t + 1
         return logits[:, -1], cache
     layers = state.setdefault("layers", [dict() for _ in model.decoder_layers])
+    layers = [layers[0]] * len(layers) if one_dict else layers  # one dict for every layer: self and memory both
     for layer, kv in zip(model.decoder_layers, layers):
         own = kv
         kv = state.setdefault("self", {}) if one_cache else kv  # one_cache: every layer's keys and values together
@@ -58,7 +60,8 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
         if empty_on_the_cpu and "k" not in kv:  # torch.empty(...) without device=: on the CPU
             kv["k"] = kv["v"] = torch.empty(k.size(0), k.size(1), 0, k.size(3))
         if "k" in kv and use_cache:
-            k, v = torch.cat([kv["k"], k], dim=cat_dim), torch.cat([kv["v"], v], dim=cat_dim)
+            cached_v = torch.zeros_like(kv["v"]) if values_lost else kv["v"]  # the earlier values lost
+            k, v = torch.cat([kv["k"], k], dim=cat_dim), torch.cat([cached_v, v], dim=cat_dim)
         kv["k"], kv["v"] = (k[:, :, -1:], v[:, :, -1:]) if keep_newest else (k, v)
         kv = own
         if heads_first:
@@ -70,7 +73,10 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
             mask = (torch.arange(k.size(2)) < k.size(2) - 1)[None, :]  # (1, t + 1)
         if scale_d_model:
             q = q * math.sqrt(a.d_k) / math.sqrt(model.d_model)
-        attended = _merge(_attend(q, k, v, mask))
+        if softmax_dim == -1:
+            attended = _merge(_attend(q, k, v, mask))
+        else:  # written out, with the softmax over the query axis
+            attended = _merge((q @ k.transpose(-2, -1) / math.sqrt(a.d_k)).softmax(softmax_dim) @ v)
         attended = attended if no_self_wo else a.W_o(attended)
         attended = attended if no_self_dropout else layer.dropout(attended)
         x = x + attended if skip_norm1 else layer.norm1(x + attended)
@@ -239,7 +245,8 @@ WRONG = [
     (_kv_variant(use_cache=False), ["cache grows, but its keys and values are not used"]),
     (_kv_variant(first_only=True), ["wrong orientation"]),
     (_kv_variant(cross_every_step=True), ["recomputed at every step"]),
-    (_kv_variant(src_mask_off=True), ["ignores the source padding"]),
+    (_kv_variant(src_mask_off=True), ["does not hide the source padding"]),
+    (_kv_variant(pad_zero=True), ["does not hide the source padding", "a fixed 0?"]),
     (_kv_variant(recompute_prefix=True), ["should see exactly one"]),
     (_kv_variant(cache_on_model=True), ["reordered"]),
     (_kv_variant(heads_first=True), ["first dimension"]),
@@ -268,6 +275,11 @@ WRONG = [
     (_kv_variant(one_cache=True), ["every layer reads and writes the same keys and values", "one cache entry per layer"]),
     (_kv_variant(keep_newest=True), ["the cache keeps only the newest key and value", "torch.cat([cache_k, k], dim=2)"]),
     (_kv_variant(no_self_wo=True), ["`decoder_layers[0].self_attn.w_o` was never called", "attn.w_o(...)"]),
+    # a sixth hidden set
+    (_kv_variant(softmax_dim=-2), ["query axis (dim=-2)", ".softmax(dim=-1)"]),
+    (_kv_variant(one_dict=True), ["`decoder_layers[1].cross_attn.w_k` was never called at step 0", "layer 0's",
+                                  "one cache entry per layer"]),
+    (_kv_variant(values_lost=True), ["query, key and value are right", "the earlier positions' own"]),
     (_kv_variant(no_embedding_dropout=True), ["training mode", "`model.positional_encoding.dropout`"]),
     (_kv_variant(no_self_dropout=True), ["training mode", "`model.decoder_layers.0.dropout`", "norm1(x + dropout("]),
 ]
@@ -287,12 +299,13 @@ def test_decode_step_diagnoses_mistakes(fn, phrases):
 
 CRASHES = [
     (_kv_variant(cat_dim=1), ["the cache grows along the positions", "dim=2"]),
+    (_kv_variant(pe_column=True), ["length of the positional table", "`pe[t]`", "`pe[:, t]` is a column"]),
     (_kv_variant(memory_once=True), ["read 'mk' from a dict that does not hold it",
                                      "each decoder layer needs entries of its own"]),
 ]
 
 
-@pytest.mark.parametrize("fn, phrases", CRASHES, ids=["cat on the heads", "memory once for all layers"])
+@pytest.mark.parametrize("fn, phrases", CRASHES, ids=["cat on the heads", "pe[:, t]", "memory once for all layers"])
 def test_a_decode_step_that_crashes_is_told_why_before_its_inputs(fn, phrases):
     result = check_decode_step(fn)
     expect(result, "error", *phrases)

@@ -50,6 +50,15 @@ def uniform_summed(logits, target, smoothing, pad_id):
     return (per_token * mask).sum() / mask.sum()
 
 
+def weights_swapped(logits, target, smoothing, pad_id):
+    """smoothing on the true class and 1 - smoothing on the uniform part."""
+    log_probs = logits.log_softmax(-1)
+    mask = (target != pad_id).float()
+    nll = -log_probs.gather(-1, target[:, None]).squeeze(-1)
+    per_token = smoothing * nll + (1 - smoothing) * -log_probs.mean(-1)
+    return (per_token * mask).sum() / mask.sum()
+
+
 def masked_select_float64(logits, target, smoothing, pad_id):
     keep = target != pad_id
     x = logits[keep].double()
@@ -206,6 +215,7 @@ def test_accepts_correct_variants(fn):
         (per_token_losses, ["should be a scalar", "shape (7,)", "one loss per position"]),
         (no_smoothing, ["ignores the smoothing"]),
         (true_class_only, ["only the true class is smoothed"]),
+        (weights_swapped, ["two weights are swapped"]),
         (uniform_summed, ["summed over the v classes instead of averaged", "-log_probs.mean(-1)"]),
         (in_place, ["changed its input `logits` in place"]),
         (item, ["python number", ".item()"]),

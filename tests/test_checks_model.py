@@ -461,6 +461,10 @@ WRONG = {
     "encoder output unused": (_variant(decode=_decode_without_memory), ["does not use the encoder"]),
     "no sqrt(d_model)": (_variant(embed=lambda s, emb, tokens: s.positional_encoding(emb(tokens))), ["not multiplied by sqrt(d_model)"]),
     "times d_model": (_variant(embed=lambda s, emb, tokens: s.positional_encoding(emb(tokens) * s.d_model)), ["instead of sqrt(d_model)"]),
+    "target times d_model": (_variant(embed=lambda s, emb, tokens: s.positional_encoding(emb(tokens) * (
+        s.d_model if emb is s.tgt_embed else math.sqrt(s.d_model)))), ["target embeddings are multiplied by d_model"]),
+    "source not scaled": (_variant(embed=lambda s, emb, tokens: s.positional_encoding(emb(tokens) * (
+        1 if emb is s.src_embed else math.sqrt(s.d_model)))), ["source embeddings are not multiplied by sqrt"]),
     "learned table as a parameter": (LearnedTableTransformer, ["register_buffer", "nn.Parameter", "`pe`"]),
     "unused module": (UnusedModuleTransformer, ["receive no gradient", "final_norm.weight"]),
     "forward differs from decode": (
@@ -522,6 +526,20 @@ WRONG = {
 def test_transformer_diagnoses(name):
     impl, phrases = WRONG[name]
     expect(check_transformer(impl), "failed", *phrases)
+
+
+def test_target_embedded_with_the_source_table_names_the_tables_before_the_inputs():
+    def decode(s, tgt, memory, src):
+        y = s.embed(s.src_embed, tgt)
+        for layer in s.decoder_layers:
+            y = layer(y, memory, s.src_mask(src), s.tgt_mask(tgt))
+        return s.generator(y)
+
+    result = check_transformer(_variant(decode=decode))
+    expect(result, "error", "index out of range", "target ids through tgt_embed")
+    text = str(result)
+    assert "If it is about sizes" not in text  # the hint for a size mismatch is not this crash's
+    assert text.index("Likely cause") < text.index("It was called with")
 
 
 def test_shared_embedding_with_different_vocabularies_is_an_error():

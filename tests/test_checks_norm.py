@@ -90,6 +90,7 @@ WRONG = {
     "float32": (variant(forward=lambda s, x: LayerNorm.forward(s, x).float()), "float64"),
     "eps default": (type("LayerNorm", (LayerNorm,), {"__init__": lambda s, d, eps=1e-6: LayerNorm.__init__(s, d, eps)}), "defaults to 1e-06"),
     "E[x^2] - E[x]^2": (variant(moments), "E[x²] - E[x]²"),
+    "E[x^2] as the variance": (variant(lambda s, x: (x - x.mean(-1, keepdim=True)) / torch.sqrt((x * x).mean(-1, keepdim=True) + s.eps)), "mean of x²"),
     "computes in float32": (variant(forward=lambda s, x: LayerNorm.forward(s, x.float())), "`.float()`"),
 }
 

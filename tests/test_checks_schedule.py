@@ -312,6 +312,14 @@ def swapped_arguments(optimizer, d_model, warmup_steps):
     return LambdaLR(optimizer, lambda step: noam_lr(step + 1, warmup_steps, d_model))
 
 
+def warmup_written_in(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, 4000))
+
+
+def d_model_written_in(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: noam_lr(step + 1, 512, warmup_steps))
+
+
 def forgets_to_return(optimizer, d_model, warmup_steps):
     LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps))
 
@@ -358,6 +366,8 @@ def divides_by_the_first_lr(optimizer, d_model, warmup_steps):
         (zero_at_step_zero, ["lr is 0", "step 0"]),
         (wrong_formula, ["same factor", "not the paper's", "check_noam_lr"]),
         (swapped_arguments, ["d_model and warmup_steps are swapped", "noam_lr(step + 1, d_model, warmup_steps)"]),
+        (warmup_written_in, ["uses warmup_steps = 4000 whatever it is given"]),
+        (d_model_written_in, ["uses d_model = 512 whatever it is given"]),
         (forgets_to_return, ["returned None", "return"]),
         (returns_the_function, ["should return a scheduler", "step()"]),
         (compounding, ["factors compound", "initial lr times noam_lr(n + 1)"]),
@@ -436,6 +446,10 @@ def fixed_d_model(step, d_model, warmup_steps):
     return noam_lr(step, 512, warmup_steps)
 
 
+def fixed_both(step, d_model, warmup_steps):
+    return noam_lr(step, 512, 4000)
+
+
 def fixed_warmup(step, d_model, warmup_steps):
     return noam_lr(step, d_model, 4000)
 
@@ -467,8 +481,9 @@ def both_terms_as_an_array(step, d_model, warmup_steps):
         (tensor_requiring_grad, ["requires grad", "plain number", "float"]),
         (half_precision_tensor, ["float16", "significant digits"]),
         (complex_power, ["complex number", "fractional power"]),
-        (fixed_d_model, ["changes with d_model", "not fixed numbers"]),
-        (fixed_warmup, ["peak should be exactly at step == warmup_steps", "warmup_steps argument"]),
+        (fixed_d_model, ["uses d_model = 512 whatever it is given", "own arguments"]),
+        (fixed_warmup, ["uses warmup_steps = 4000 whatever it is given", "own arguments"]),
+        (fixed_both, ["uses d_model = 512 and warmup_steps = 4000 whatever it is given"]),
         (doubled, ["2.0000 times the paper's"]),
         (step_and_d_model_swapped, ["in the order (d_model, step, warmup_steps)", "(step, d_model, warmup_steps)",
                                     "by position"]),

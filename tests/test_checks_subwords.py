@@ -184,7 +184,7 @@ def test_running_out_of_pairs_with_an_error_is_an_error():
             words = {tuple(_apply(s, best)): c for s, c in words.items()}
         return merges
 
-    expect(check_learn_bpe(max_of_empty), "error", "ValueError")
+    expect(check_learn_bpe(max_of_empty), "error", "ValueError", "no pairs left", "if not pairs: break")
 
 
 def test_the_checker_leaves_the_rng_alone():
@@ -261,6 +261,33 @@ def _str_count_variant(word_counts, num_merges):
     return merges
 
 
+def _stale_counts(word_counts, num_merges):
+    """The counts of the first step, each merged pair deleted from them: a pair gone from the words can win."""
+    words = {tuple(w): c for w, c in word_counts.items()}
+    pairs = Counter(p for s, c in words.items() for p in zip(s, s[1:]) for _ in range(c))
+    merges = []
+    while len(merges) < num_merges and +pairs:
+        pairs = +pairs
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        del pairs[best]
+        words = {tuple(_apply(s, best)): c for s, c in words.items()}
+    return merges
+
+
+def _apply_overlapping(symbols, pair):
+    """A pair sharing its first symbol with the one just joined is joined too: a a a becomes aa aa."""
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == tuple(pair):
+            out.append(symbols[i] + symbols[i + 1])
+            i += 1 if tuple(symbols[i + 1 : i + 3]) == tuple(pair) else 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out
+
+
 WRONG = {
     "unweighted counts": (_variant(count_pair=lambda count: 1), ["merge", "one per word", "counts[pair] += freq"]),
     "ties to the largest pair": (_variant(choose=lambda p: max(p, key=lambda q: (p[q], q))), ["ties", "smallest"]),
@@ -299,6 +326,10 @@ WRONG = {
     "a regex merge guarded on its left only": (
         _variant(apply=lambda s, p: re.sub(r"(?<!\S)" + re.escape(" ".join(p)), "".join(p), " ".join(s)).split()),
         ["across", "guard both ends"]),
+    # a sixth hidden set
+    "counts from the first step, merged pairs deleted": (_stale_counts, ["count the pairs again after every merge"]),
+    "overlapping occurrences merged": (_variant(apply=lambda s, p: _apply_overlapping(s, p)),
+                                       ["overlapping", "['aa', 'aa']", "i + 2"]),
     # a learner walkthrough: two slips at once are both named
     "unweighted counts and ties to the first seen": (
         _variant(count_pair=lambda count: 1, choose=lambda p: max(p, key=p.get)),

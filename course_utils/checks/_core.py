@@ -887,16 +887,16 @@ def _error_message(name: str, exc: BaseException, named: list[tuple[str, Any]]) 
     where = _learner_frame(exc)
     if where:
         lines.append(f"  {where}")
-    if named:
-        lines.append("It was called with:")
-        lines += [f"  {n} = {describe(v)}" for n, v in named]
-    if isinstance(exc, IndexError) and "index out of range in self" in first:
+    if isinstance(exc, IndexError) and "index out of range in self" in first:  # the cause first, the inputs after
         lines.append(
             "Likely cause: an nn.Embedding received an id at or beyond its number of rows. In the model each side "
             "has its own table: the source ids go through src_embed (src_vocab_size rows), the target ids through "
             "tgt_embed (tgt_vocab_size rows), and the checker's two vocabularies differ in size to show which is "
             "which. In a table of positions, every position must be below max_len."
         )
+    if named:
+        lines.append("It was called with:")
+        lines += [f"  {n} = {describe(v)}" for n, v in named]
     if isinstance(exc, TypeError) and ("argument" in first or "positional" in first) and not _ran_learner_code(exc):
         # raised by the call itself (no line of the learner's ran): the signature, not a call inside it
         lines.append(

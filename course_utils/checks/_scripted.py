@@ -219,9 +219,11 @@ def crashes_on_a_batch(check: Check, name: str, out: Any, batch_size: int, advic
     if isinstance(out, Raised) and not isinstance(out.exception, NotImplementedError):
         exc = out.exception
         text = str(exc).strip().splitlines()
+        where = [line.strip() for line in out.message.splitlines() if line.strip().startswith("in ")][:1]
         check.fail(
             f"{name} works for one sentence but crashes on a batch of {batch_size}: "
-            f"{type(exc).__name__}" + (f": {text[0]}" if text else "") + f".\n{advice}"
+            f"{type(exc).__name__}" + (f": {text[0]}" if text else "") + "".join(f"\n  {w}" for w in where)
+            + f".\n{advice}"
         )
 
 

@@ -174,9 +174,9 @@ def _pre_ln_encoder(p: Pieces) -> list:
     """Known wrong pre-LN encoder layers, as functions of a twin's pieces: (cause, variant)."""
     x, sa, ff, n1, n2 = p.x, p.sa, p.ff, p.n1, p.n2
 
-    def pre(res=(1, 1), kv_raw=False, m=p.self_mask, act=torch.relu):
+    def pre(res=(1, 1), kv_raw=False, m=p.self_mask, act=torch.relu, stale=False):
         y = x * res[0] + sa(n1(x), x if kv_raw else None, m)
-        return y * res[1] + ff(n2(y), act)
+        return y * res[1] + ff(n2(x if stale else y), act)
 
     return [
         ("this is post-LN, lesson 05's layer: LayerNorm(x + dropout(sublayer(x))). Pre-LN normalises what enters the "
@@ -196,10 +196,17 @@ def _pre_ln_encoder(p: Pieces) -> list:
         (f"there is no LayerNorm: each sublayer is {_PRE_LN}", lambda: (lambda y: y + ff(y))(x + sa(x))),
         ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network",
          lambda: (lambda y: y + sa(n2(y)))(x + ff(n1(x)))),
+        (_stale("feed_forward(norm2(x))", "the layer's input x", "feed_forward(norm2(y))"), lambda: pre(stale=True)),
         (_GELU, lambda: pre(act=F.gelu)),
         (_one_post_ln("self_attn", "norm1"), lambda: (lambda y: y + ff(n2(y)))(n1(x + sa(x)))),
         (_one_post_ln("feed_forward", "norm2"), lambda: (lambda y: n2(y + ff(y)))(x + sa(n1(x)))),
     ] + [(_OUTPUT_NORMALISED, lambda n=n: n(pre())) for n in p.norms]
+
+
+def _stale(read: str, stream: str, right: str) -> str:
+    return (f"the feed-forward network reads {read}, the normalised {stream}, computed before the sublayers above it "
+            f"changed the stream. Each sublayer reads the stream as it is now: y + dropout({right}), where y already "
+            f"holds the residual additions before it")
 
 
 def _one_post_ln(sublayer: str, norm: str) -> str:
@@ -212,12 +219,13 @@ def _pre_ln_decoder(p: Pieces) -> list:
     """Known wrong pre-LN decoder layers, as functions of a twin's pieces: (cause, variant)."""
     x, memory, sa, ca, ff, n1, n2, n3 = p.x, p.memory, p.sa, p.ca, p.ff, p.n1, p.n2, p.n3
 
-    def pre(res=(1, 1, 1), kv="memory", query="norm2", kv_raw=False, tm=p.self_mask, sm=p.cross_mask, act=torch.relu):
+    def pre(res=(1, 1, 1), kv="memory", query="norm2", kv_raw=False, tm=p.self_mask, sm=p.cross_mask, act=torch.relu,
+            ff_reads="y2"):
         y1 = x * res[0] + sa(n1(x), x if kv_raw else None, tm)
         source = memory if kv == "memory" else n2(memory) if kv == "normalised memory" else n2(y1)
         q = n2(y1) if query == "norm2" else n1(x) if query == "h" else y1
         y2 = y1 * res[1] + ca(q, source, p.self_mask if kv == "own" else sm)
-        return y2 * res[2] + ff(n3(y2), act)
+        return y2 * res[2] + ff(n3({"y2": y2, "y1": y1, "x": x}[ff_reads]), act)
 
     def one_post(i: int) -> torch.Tensor:  # sublayer i post-LN, the others pre-LN
         y1 = n1(x + sa(x, None, p.self_mask)) if i == 0 else x + sa(n1(x), None, p.self_mask)
@@ -254,6 +262,9 @@ def _pre_ln_decoder(p: Pieces) -> list:
          "self-attention sublayer changed the stream. It must read the stream as it is now, normalised by its own "
          "LayerNorm: cross_attn(norm2(y), memory, memory, src_mask), y = x + dropout(self_attn(h, h, h, tgt_mask))",
          lambda: pre(query="h")),
+        (_stale("feed_forward(norm3(x))", "layer's input x", "feed_forward(norm3(y))"), lambda: pre(ff_reads="x")),
+        (_stale("feed_forward(norm3(y)) with y taken before the cross-attention", "stream",
+                "feed_forward(norm3(y))"), lambda: pre(ff_reads="y1")),
         (_GELU, lambda: pre(act=F.gelu)),
         *[(_one_post_ln(sub, norm), lambda i=i: one_post(i))
           for i, (sub, norm) in enumerate((("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3")))],

@@ -136,6 +136,8 @@ def _stops(variant: str, finished: list, beams: list, beam_size: int, t: int, ma
     bound = t if variant == "stop_current_length" else max_len - 1
     raw = variant in ("penalty_every_step", "stop_raw_bound")
     reach = max(s for _, s in beams) / (1.0 if raw else _penalty(bound, alpha, variant))
+    if variant == "stop_raw_finished":  # the finished sums, not divided by their penalties
+        return max(score * _penalty(len(seq) - 1, alpha) for score, seq in finished) >= reach
     return max(f[0] for f in finished) >= reach
 
 
@@ -144,6 +146,7 @@ def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_
     """The contract's beam search for one sentence, replayed in plain Python (or one known wrong ``variant``)."""
     bos, eos = language.bos_id, language.eos_id
     V = language.vocab_size
+    alpha = 0.6 if variant == "alpha_fixed" else alpha
     beams = [((bos,), 0.0)] * (beam_size if variant == "duplicates" else 1)
     finished: list[tuple[float, tuple[int, ...]]] = []
     opened: list[set[tuple[int, ...]]] = []
@@ -154,6 +157,8 @@ def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_
         candidates = []
         for prefix, score in beams:
             log_probs = language.log_probs(sentence, prefix[:1] if variant == "first_position" else prefix)
+            if variant == "logits":
+                log_probs = language.logits(sentence, prefix).tolist()
             if variant == "probabilities":
                 log_probs = [math.exp(x) for x in log_probs]
             for w in range(V):
@@ -278,6 +283,11 @@ _AT_MAX_LEN = ("when the search reaches max_len, the open hypotheses do not comp
 _VARIANTS = {
     "probabilities": "it scores hypotheses by adding probabilities. Add LOG-probabilities: "
     "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens",
+    "logits": "it adds the raw logits, not log-probabilities: logits are shifted by a different amount at every "
+    "position, so their sums do not compare. Add `logits.log_softmax(dim=-1)`; the score of a sequence is the sum "
+    "of the log-probabilities of its tokens",
+    "alpha_fixed": "it uses length_penalty = 0.6 whatever it is given: pass the `length_penalty` argument on to "
+    "the penalty, `gnmt_length_penalty(n, length_penalty)`",
     "penalty_missing": "it ranks finished hypotheses of different lengths by their raw scores: the length "
     "penalty is missing. Divide a finished hypothesis's score by ((5 + n) / 6) ** length_penalty, n its number "
     "of tokens after BOS (EOS included)",
@@ -308,6 +318,9 @@ _VARIANTS = {
     "stop_raw_bound": "its stopping test compares the best finished score (divided by its length penalty) with the "
     "best open sum without dividing that one: an open hypothesis can still grow to max_len - 1 tokens, so divide "
     "its sum by ((5 + max_len - 1) / 6) ** length_penalty",
+    "stop_raw_finished": "its stopping test compares the raw sum of the best finished hypothesis, not its score "
+    "divided by its length penalty. Compare the finished hypothesis's normalised score with the best open sum "
+    "divided by ((5 + max_len - 1) / 6) ** length_penalty",
     "stop_current_length": "its stopping test divides the best open sum by the penalty of its current length. An "
     "open hypothesis can still grow to max_len - 1 tokens, and a longer one is divided by more: use "
     "((5 + max_len - 1) / 6) ** length_penalty",
@@ -367,7 +380,9 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
     crashes_on_a_batch(
         check, "beam_search", out_b, src_b.shape[0],
         "It should search for every sentence of the batch at once: B * beam_size rows through the decoder, "
-        "memory and src repeated with `repeat_interleave(beam_size, dim=0)`, scores of shape (B, beam_size).",
+        "memory and src repeated with `repeat_interleave(beam_size, dim=0)`, scores of shape (B, beam_size). If "
+        "stopped sentences leave the batch, every list that says which sentence a row belongs to (such as "
+        "`active`) must shrink with the rows you keep.",
     )
 
     # 3. Every case against the contract, one mechanism at a time.
@@ -736,6 +751,12 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
         expected_text = f"  expected: {_row(search.best)} (score {score[search.best]:.4f})"
         yours_text = f"  yours:    {_row(mine)}" + (f" (score {score[mine]:.4f})" if mine in score else "")
         departure = _departure(model, sentences[b], search, k)
+        shifted = next((how for how, step in (("counts BOS", 1), ("leaves out EOS", -1)) if mine in score and mine == max(
+            score, key=lambda s: score[s] * _penalty(len(s) - 1, alpha) / _penalty(len(s) - 1 + step, alpha))), "")
+        t = len(mine) - 1  # the step at which a hypothesis ending in EOS finished
+        eos = model.script.eos_id
+        elsewhere = sorted({seq[:-1] for _, seq in search.finished if len(seq) == len(mine) and seq[-1] == eos}) if (
+            mine[-1:] == (eos,) and 1 <= t <= len(search.opened) and mine[:-1] in search.opened[t - 1]) else []
         if named:
             cause = "Likely cause: " + named[0] + "."
         elif departure:
@@ -743,16 +764,21 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                      f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
                      f"candidates, those ending in EOS among the beam_size best finish, and the beam_size best "
                      f"others stay open.")
-        elif mine in score and mine == max(score, key=lambda s: score[s] * _penalty(len(s) - 1, alpha)
-                                           / _penalty(len(s), alpha)):
+        elif mine in score and shifted:
             cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is the "
-                     "best finished hypothesis if its length n counts BOS: n is the number of tokens after BOS, EOS "
+                     f"best finished hypothesis if its length n {shifted}: n is the number of tokens after BOS, EOS "
                      "included (the step t at which it finished, `len(tokens) - 1`), in "
                      "sum / ((5 + n) / 6) ** length_penalty.")
         elif mine in score:
             cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is one "
                      "of the finished hypotheses, but not the best by the length-normalised score: compare "
                      "sum / ((5 + n) / 6) ** length_penalty, n = tokens after BOS, EOS included.")
+        elif elsewhere:
+            cause = (f"Your answer is {_row(mine[:-1])}, a hypothesis open at step {len(mine) - 1}, followed by EOS; "
+                     f"but the candidates ending in EOS among the {k} best at that step extend "
+                     f"{', '.join(map(_row, elsewhere))}. The finished hypothesis was read from another row of ys: "
+                     f"a candidate's beam is `index // V` (V the vocabulary size) and its token `index % V`, and "
+                     f"sentence i's beam j is row `i * beam_size + j`. Its rank among the top candidates is neither.")
         elif any(mine == seq[:-1] for _, seq in search.finished):
             cause = ("Your answer is one of the contract's finished hypotheses without its EOS: a finished hypothesis "
                      "is the candidate that ends in EOS, EOS included (its log-probability is part of the score), "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from typing import Any, Callable
 
 import torch
@@ -64,8 +65,14 @@ def _positions_seen(calls: list) -> dict[str, list[int]]:
     return seen
 
 
-def _crash_hint(exc: BaseException, t: int) -> str:
+def _crash_hint(exc: BaseException, t: int, max_len: int) -> str:
     step = f"(step {t}: y_last is token {t} of each sentence, after <bos> at step 0.) "
+    sizes = re.findall(r"size of tensor \w \((\d+)\)", str(exc))
+    if str(max_len) in sizes:
+        return (f"{step}A size of {max_len} is the length of the positional table, `pe` of shape (max_len, d_model) "
+                f"= ({max_len}, {D_MODEL}): its row for position t is `pe[t]` (or `pe[t : t + 1]`); `pe[:, t]` is a "
+                f"column, one feature at every position (that layout belongs to a table with a batch axis first, "
+                f"(1, max_len, d_model)).")
     if isinstance(exc, KeyError):
         return (
             f"{step}decode_step read {exc.args[0] if exc.args else 'a key'!r} from a dict that does not hold it. At "
@@ -83,7 +90,7 @@ def _crash_hint(exc: BaseException, t: int) -> str:
 
 def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache, t: int):
     out = check.call(decode_step, model, y_last, memory, src, cache, what="decode_step", may_change=(cache,),
-                     hint=lambda exc: _crash_hint(exc, t))
+                     hint=lambda exc: _crash_hint(exc, t, model.positional_encoding.pe.shape[0]))
     out = check.unpack(out, ["logits", "cache"], "decode_step")
     logits = check.tensor(out[0], f"the logits of decode_step at step {t}")
     B = y_last.shape[0]
@@ -187,9 +194,9 @@ def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tg
         "before it, nothing earlier: the cache is overwritten with the last position (`k[:, :, -1:]`) instead of "
         "growing. Store the whole concatenation, `cache_k = torch.cat([cache_k, k], dim=2)` (and the values "
         "likewise), and attend over all of it",
-        "no src mask": "cross-attention ignores the source padding: pass the source padding mask, built with the "
-        "model's own pad_id (not a fixed 0), "
-        "`make_padding_mask(src, model.pad_id)`, to the cross-attention, as model.decode does",
+        "no src mask": "the cross-attention does not hide the source padding: either no mask reaches it, or the mask "
+        "is built with another pad id than the model's (a fixed 0?). Pass `make_padding_mask(src, model.pad_id)` "
+        "to the cross-attention, as model.decode does",
     }
     return oracle, causes, trace
 
@@ -325,12 +332,12 @@ def _not_rows_first(cache: Any, rows: int, path: str = "cache") -> list[tuple[st
     return []
 
 
-def _heads_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+def _heads_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, axis: int = -1) -> torch.Tensor:
     """Merged multi-head attention of one query per row: q (B, d), k and v (B, L, d) -> (B, d)."""
     B, L, D = k.shape
     d_k = D // HEADS
     qh, kh, vh = q.view(B, HEADS, 1, d_k), k.view(B, L, HEADS, d_k).transpose(1, 2), v.view(B, L, HEADS, d_k).transpose(1, 2)
-    return ((qh @ kh.transpose(-2, -1) * scale).softmax(-1) @ vh).reshape(B, D)  # (B, d_model)
+    return ((qh @ kh.transpose(-2, -1) * scale).softmax(axis) @ vh).reshape(B, D)  # (B, d_model)
 
 
 def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) -> str:
@@ -341,6 +348,12 @@ def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) ->
                                                                                   ".cross_attn.W_v" in n))]
     repeated = sorted({n for n in used if used.count(n) > 1})
     layers_unused = sorted({n.split(".")[0] for n in unused} - {n.split(".")[0] for n in used})
+    shared = [n for n in unused if ".cross_attn.W_" in n]
+    if t == 0 and shared and len(shared) == len(unused) and "decoder_layers[0].cross_attn.W_k" in used:
+        return (f"Where it goes wrong: `{shared[0]}` was never called at step 0, although layer 0's cross-attention "
+                f"projected memory: the later layers found keys and values in the cache already, layer 0's. Keep "
+                f"one cache entry per layer (a list or a dict per layer, `cache['layers'][i]`), each with its own "
+                f"keys and values.")
     if unused and repeated and unused[0].split(".")[0] == repeated[0].split(".")[0]:
         return (f"Where it goes wrong: `{unused[0]}` was never called, while `{repeated[0]}` ran "
                 f"{used.count(repeated[0])} times in one step: each projection belongs to its own attention (the "
@@ -413,16 +426,20 @@ def _departure_cause(model: nn.Module, name: str, got: torch.Tensor, trace: dict
                  (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], D_MODEL ** -0.5),
                   "the self-attention scores are divided by sqrt(d_model) instead of sqrt(d_k), the size of one head"),
                  (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], 1.0),
-                  "the self-attention scores are not divided by sqrt(d_k)")]
+                  "the self-attention scores are not divided by sqrt(d_k)"),
+                 (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], d_k ** -0.5, axis=-2) if t else got + 1,
+                  "the softmax of the self-attention runs over the query axis (dim=-2), which holds the one new "
+                  "token: every weight is 1 and the values are summed. Normalise over the keys, `.softmax(dim=-1)`")]
         if i > 0 and t == 0:  # one cache for every layer: layer i also attends over the keys of layers 0 to i - 1
             ks, vs = ([trace[f"decoder_layers[{j}].self_attn.{w}"][1][:, :1] for j in range(i + 1)] for w in ("W_k", "W_v"))
             named.append((_heads_attend(q, torch.cat(ks, 1), torch.cat(vs, 1), d_k ** -0.5),
                           f"every layer reads and writes the same keys and values in the cache, so layer {i} also "
                           f"attends over the keys of the layers before it: keep one cache entry per layer (a list "
                           f"or a dict per layer, `cache['layers'][i]`)"))
-        where = ("the self-attention over the cache differs although its query, keys and values are right: attend with "
-                 "the new query over the keys and values of every position so far, the cached ones and the new one, "
-                 "softmax(q k^T / sqrt(d_k)) v per head, then merge the heads")
+        where = ("the new token's query, key and value are right, so what differs is what it attends over or how: "
+                 "the cached keys and values must be the earlier positions' own, kept unchanged and concatenated "
+                 "with the new ones along the positions; then softmax(q k^T / sqrt(d_k)) v per head, the softmax "
+                 "over the keys, and the heads merged")
     elif name.endswith("cross_attn.W_q"):
         x, sa = at("self_attn.W_q"), at("self_attn.W_o", 1)
         named = [(x + sa, "the first sublayer's LayerNorm is missing: x = layer.norm1(x + self_attention_output)"),

@@ -983,6 +983,16 @@ def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.T
                 "a ReLU is applied after the second linear layer too: only the hidden layer has a ReLU, "
                 "the output of linear2 is returned as it is (it must be able to go negative).",
             ),
+            "b1 unused": (
+                lambda c: _ffn_value(x, (c[0], None, c[2], c[3])),
+                "the first layer's bias b1 is never added: the hidden layer is max(0, x W1 + b1). A matrix "
+                "product with `linear1.weight` alone leaves b1 out; call `self.linear1(x)` instead.",
+            ),
+            "b2 unused": (
+                lambda c: _ffn_value(x, (c[0], c[1], c[2], None)),
+                "the second layer's bias b2 is never added: the output is max(0, x W1 + b1) W2 + b2. A matrix "
+                "product with `linear2.weight` alone leaves b2 out; call `self.linear2(h)` instead.",
+            ),
             "residual": (
                 lambda c: x.double() + _ffn_value(x, c),
                 "the input is added to the output (a residual connection): the residual and the LayerNorm "

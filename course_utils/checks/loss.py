@@ -118,6 +118,11 @@ _SPREAD = {
         "distribution sums to 1-smoothing/V instead of 1. The target is (1-smoothing) * one_hot + smoothing / V: "
         "the true class gets 1-smoothing+smoothing/V."
     ),
+    "swapped": (
+        "The two weights are swapped: your target puts smoothing on the true class and 1-smoothing on the "
+        "uniform part, so with smoothing = 0.1 it is nearly uniform. The target is (1-smoothing) * one_hot + "
+        "smoothing / V: the one-hot part keeps most of the mass."
+    ),
     "none": (
         "Your loss ignores the smoothing: it equals plain cross entropy with one-hot targets. Mix the one-hot "
         "target with the uniform distribution: (1-smoothing) * one_hot + smoothing / V."
@@ -203,6 +208,8 @@ def _slip_per_token(case: dict, spread: str, score: str, kind: str, pad_id: int)
         q = (1 - s) * one_hot + rest
     elif spread == "overwrite":
         q = (1 - s) * one_hot + s / v * (1 - one_hot)
+    elif spread == "swapped":
+        q = s * one_hot + (1 - s) / v
     elif spread == "none":
         q = one_hot
     elif spread == "summed":

@@ -117,7 +117,8 @@ class _Model:
         self.check, self.model = check, model
 
     def logits(self, src: torch.Tensor, tgt: torch.Tensor, what: str = "the logits", nan_hint: str = "") -> torch.Tensor:
-        out = self.check.call(self.model, src, tgt, what="Transformer.forward", hint=(
+        out = self.check.call(self.model, src, tgt, what="Transformer.forward", hint=lambda exc: "" if isinstance(
+            exc, IndexError) else (
             f"If it is about sizes that do not match: src and tgt have different lengths here ({src.shape[1]} and "
             f"{tgt.shape[1]}), so a mask built from the wrong one shows. The encoder's mask and the cross-attention's "
             f"come from src (its keys are memory's positions): make_padding_mask(src, pad_id); the decoder's "
@@ -497,16 +498,17 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
 
 def _oracle_causes() -> list[tuple[dict, str]]:
     """Known mistakes in how the embeddings enter the stacks: (oracle options, cause)."""
-    return [
-        (dict(scale=1.0), "the embeddings are not multiplied by sqrt(d_model) before the positional encoding "
-                          "is added: embed(tokens) * math.sqrt(d_model)"),
-        (dict(tgt_scale=1.0), "the target embeddings are not multiplied by sqrt(d_model), the source ones are: "
-                              "scale both sides, tgt_embed(tgt) * math.sqrt(d_model) in decode too"),
-        (dict(scale=1.0, tgt_scale=math.sqrt(_D_MODEL)), "the source embeddings are not multiplied by "
-                              "sqrt(d_model), the target ones are: scale both sides, src_embed(src) * "
-                              "math.sqrt(d_model) in encode too"),
-        (dict(scale=float(_D_MODEL)), "the embeddings are multiplied by d_model instead of sqrt(d_model)"),
-        (dict(scale=1 / math.sqrt(_D_MODEL)), "the embeddings are divided by sqrt(d_model): multiply instead"),
+    root = math.sqrt(_D_MODEL)
+    scalings = {1.0: "not multiplied by sqrt(d_model)", float(_D_MODEL): "multiplied by d_model instead of "
+                "sqrt(d_model)", 1 / root: "divided by sqrt(d_model) where they should be multiplied by it"}
+    causes = [(dict(scale=k), f"the embeddings are {how} before the positional encoding is added: embed(tokens) * "
+               f"math.sqrt(d_model)") for k, how in scalings.items()]
+    for k, how in scalings.items():  # one side right, the other not: name the side
+        causes += [(dict(scale=root, tgt_scale=k), f"the target embeddings are {how}, the source ones are right: "
+                    f"tgt_embed(tgt) * math.sqrt(d_model) in decode too"),
+                   (dict(scale=k, tgt_scale=root), f"the source embeddings are {how}, the target ones are right: "
+                    f"src_embed(src) * math.sqrt(d_model) in encode too")]
+    return causes + [
         (dict(scale_after=True), "the scaling by sqrt(d_model) is applied after adding the positional encoding; "
                                  "scale the embeddings first, then add the positions"),
         (dict(pe=(True, False)), "the positional encoding is added to the source embeddings only: the target "

@@ -84,7 +84,7 @@ def _formula(module: nn.Module, x: torch.Tensor, eps: float, slip: str = "") -> 
     x, w, b = (t.detach().double() for t in (x, module.weight, module.bias))
     if not slip:
         return F.layer_norm(x, (_D,), w, b, eps)
-    var = x.var(-1, keepdim=True, unbiased=False)
+    var = (x * x).mean(-1, keepdim=True) if slip == "uncentred" else x.var(-1, keepdim=True, unbiased=False)
     normalised = (x - x.mean(-1, keepdim=True)) / (var.sqrt() + eps if slip == "eps outside" else (var + eps).sqrt())
     return {"no affine": normalised, "swapped": normalised * b + w}.get(slip, normalised * w + b)
 
@@ -94,6 +94,9 @@ _SLIPS = [  # (what the slip computes, what the message says); the d_model - 1 v
      "subtracts two large, nearly equal numbers when the mean is large compared with the spread, and loses the "
      "digits that matter (it can even go negative, and give NaN). Compute it from the deviations: `((x - mean) ** "
      "2).mean(-1, keepdim=True)`, or `x.var(-1, keepdim=True, unbiased=False)`."),
+    (lambda case: _formula(*case.data, slip="uncentred"), "its variance is the mean of x², the squares of the "
+     "features themselves: the variance is the mean of the squared deviations from the mean, "
+     "`((x - mean) ** 2).mean(-1, keepdim=True)`, or `x.var(-1, keepdim=True, unbiased=False)`."),
     (lambda case: _formula(*case.data, slip="eps outside"),
      "eps is added to the standard deviation, `(x - mean) / (std + eps)`; it belongs inside the square root, "
      "`(x - mean) / torch.sqrt(var + eps)`, as in nn.LayerNorm."),

@@ -68,6 +68,9 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
     for formula, message in _NOAM_SLIPS:
         if _near([v for *_, v, _e in rows], [formula(s, d, w) for d, w, s, _v, _e in rows]):
             _fail_values(check, f"noam_lr returns the wrong values. {message}\n{table}", zero_problem)
+    fixed = _fixed_argument([(s, d, w, v) for d, w, s, v, _e in rows], "noam_lr")
+    if fixed:
+        _fail_values(check, f"noam_lr returns the wrong values. {fixed}\n{table}", zero_problem)
     check.fail("noam_lr returns the wrong values. " + "\n".join(_curve_notes(rows)) + f"\n{table}")
 
 
@@ -285,6 +288,25 @@ def _noam_grid(check: Check, noam_lr: Callable, zero_problem: str) -> list[tuple
             zero_problem,
         )
     return rows
+
+
+def _fixed_argument(points: list[tuple[int, int, int, float]], where: str) -> str:
+    """Name a d_model or warmup_steps written into the code, when every (step, d_model, warmup_steps, rate) fits one
+    ("" otherwise). The rate at step 1 is D ** -0.5 * W ** -1.5, which gives W for each D tried."""
+    firsts = {(d, w): v for s, d, w, v in points if s == 1 and v > 0}
+    for fixed_d in (None, 512):  # 512: the paper's d_model, the one a learner writes in
+        guesses = {round((v * (fixed_d or d) ** 0.5) ** (-2 / 3), 6) for (d, _w), v in firsts.items()}
+        fixed_w = int(guesses.pop()) if len(guesses) == 1 and min(guesses) >= 1 and min(guesses) % 1 == 0 else None
+        for d_used, w_used in {(fixed_d, fixed_w), (fixed_d, None)}:
+            rebuilt = [_paper(s, d_used or d, w_used or w) for s, d, w, _v in points]
+            wrong = [f"{name} = {value}" for name, value, given in (
+                ("d_model", d_used, {d for _s, d, _w, _v in points}), ("warmup_steps", w_used, {p[2] for p in points}))
+                if value and given != {value}]
+            if wrong and _near([v for *_, v in points], rebuilt):
+                return (f"Your {where} uses {' and '.join(wrong)} whatever it is given: a number written into the "
+                        f"code where the argument belongs. Use the function's own arguments, so that lesson 06's "
+                        f"small model gets its own schedule.")
+    return ""
 
 
 def _curve_notes(rows: list[tuple]) -> list[str]:
@@ -521,7 +543,9 @@ def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, late
                    "from nothing else: `lambda step: noam_lr(step + 1, d_model, warmup_steps)`.")
     factor = lambda k: _paper(k, d_model, warmup_steps)  # noqa: E731  the paper's rate at step k
     swapped = lambda k: _paper(k, warmup_steps, d_model)  # noqa: E731  d_model and warmup_steps swapped
-    for fits, message in _scheduler_slips(observed, lrs, factor, table, swapped):
+    fixed = _fixed_argument([(n + 1, d_model, warmup_steps, observed[n][g] / lrs[g]) for n in range(n_rows)
+                             for g in range(2)], "scheduler")
+    for fits, message in _scheduler_slips(observed, lrs, factor, table, swapped, fixed):
         if fits:
             check.fail(head + message)
     check.fail(
@@ -581,7 +605,7 @@ def _write_overwritten(check: Check, optimizer: Any, scheduler: Any) -> str:
     )
 
 
-def _scheduler_slips(observed, lrs, factor, table, swapped) -> list[tuple[bool, str]]:
+def _scheduler_slips(observed, lrs, factor, table, swapped, fixed) -> list[tuple[bool, str]]:
     """(does the slip fit the observed lrs, its message), in the order they are tried."""
     n_rows = len(observed)
     first_row_initial = _near(observed[0], list(lrs))
@@ -649,11 +673,12 @@ def _scheduler_slips(observed, lrs, factor, table, swapped) -> list[tuple[bool, 
          "compound and the lr collapses. The lr after n steps should be the initial lr times "
          "noam_lr(n + 1), not the product of all the rates so far (MultiplicativeLR compounds; LambdaLR "
          "scales the initial lr)."),
-        (constant,
+        (constant and bool(by_lr or not fixed),
          f"Every lr is {scale[0]:.4g} times the contract's{by_lr}, at every step and in both groups: the "
          f"schedule's shape is right, its scale is not. LambdaLR multiplies each group's initial lr by the value "
          f"of your function, so return the factor itself, `noam_lr(step + 1, d_model, warmup_steps)`, with no lr "
          f"in it." if constant else ""),
+        (bool(fixed), fixed),
         (all(math.isclose(r[0], r[1], rel_tol=1e-4) for r in ratios),
          "Both groups are scaled by the same factor, as they should be, but the factor is not the "
          "paper's noam_lr(n + 1). Check the formula (run check_noam_lr on your noam_lr) and that the scheduler "

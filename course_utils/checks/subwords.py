@@ -25,8 +25,9 @@ the likely cause: it compares the whole answer with what the usual mistakes
 produce (stopping at pairs seen once, lowercasing, counting each word once,
 not recounting after a merge, another tie-break: largest, first seen,
 concatenated strings, first symbol only; merging only the first occurrence in
-a word, merging runs from the right, replacing text across the boundaries of
-symbols; an end-of-word marker).
+a word, merging runs from the right or overlapping occurrences, replacing
+text across the boundaries of symbols; an end-of-word marker; a loop that goes on
+when no pair is left).
 """
 
 from __future__ import annotations
@@ -71,11 +72,13 @@ def _pair_counts(words: dict[tuple[str, ...], int], weighted: bool = True, count
 
 
 def _merge(spelling: tuple[str, ...], pair: Pair, everywhere: bool = True, from_right: bool = False,
-           whole_symbols: bool = True) -> tuple[str, ...]:
+           whole_symbols: bool = True, overlapping: bool = False) -> tuple[str, ...]:
     """``spelling`` with ``pair`` joined, left to right (only its first occurrence unless ``everywhere``).
 
-    Two mistakes: ``from_right`` scans from the end (``a a a`` becomes ``a aa``); ``whole_symbols=False``
-    replaces the text ``"first second"`` in the space-joined word, which also matches inside longer symbols.
+    Three mistakes: ``from_right`` scans from the end (``a a a`` becomes ``a aa``); ``whole_symbols=False``
+    replaces the text ``"first second"`` in the space-joined word, which also matches inside longer symbols;
+    ``overlapping`` joins a pair that shares its first symbol with the pair just joined (``a a a`` becomes
+    ``aa aa``).
     """
     if not whole_symbols:
         return tuple(" ".join(spelling).replace(" ".join(pair), "".join(pair)).split())
@@ -87,7 +90,8 @@ def _merge(spelling: tuple[str, ...], pair: Pair, everywhere: bool = True, from_
     while position < len(spelling):
         if spelling[position : position + 2] == pair and (everywhere or not done):
             joined.append("".join(pair))
-            position, done = position + 2, True
+            again = overlapping and spelling[position + 1 : position + 3] == pair
+            position, done = position + (1 if again else 2), True
         else:
             joined.append(spelling[position])
             position += 1
@@ -115,7 +119,7 @@ def _best(counts: Counter, tie: str = "smallest") -> Pair:
     return _TIE_BREAKS[tie]([p for p, c in counts.items() if c == top])
 
 
-def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, recount: bool = True,
+def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, recount: bool | str = True,
            tie: str = "smallest", min_count: int = 1, lowercase: bool = False, counting: str = "pairs",
            **mistake: bool) -> list[Pair]:
     """The contract (all defaults) or one of the usual mistakes."""
@@ -128,9 +132,9 @@ def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, 
     frozen = _pair_counts(words, weighted, counting)
     merges: list[Pair] = []
     while len(merges) < num_merges:
-        counts = _pair_counts(words, weighted, counting) if recount else Counter({p: c for p, c in frozen.items() if p not in merges})
+        counts = _pair_counts(words, weighted, counting) if recount is True else Counter({p: c for p, c in frozen.items() if p not in merges})
         counts = +counts
-        if not recount:  # stale counts: only pairs still present in the words can be merged
+        if recount is False:  # stale counts, but only pairs still present in the words are merged ("never": any)
             present = _pair_counts(words)
             counts = Counter({p: c for p, c in counts.items() if p in present})
         if not counts or max(counts.values()) < min_count:
@@ -141,6 +145,8 @@ def _learn(word_counts: dict[str, int], num_merges: int, weighted: bool = True, 
     return merges
 
 
+_STALE = ("Your merges follow the pair counts of the very first step: count the pairs again after every merge, "
+          "on the words as the merges left them (merged symbols make new pairs, and remove old ones).")
 _MISTAKES = (
     (dict(whole_symbols=False),
      "Your merge joins text across the boundaries of symbols: replacing the text 'first second' in a "
@@ -152,9 +158,8 @@ _MISTAKES = (
     (dict(weighted=False),
      "Your pair counts look like one per word, not weighted by how often the word occurs.\n"
      "Add the word's count (`counts[pair] += freq`) for every pair it holds, not 1."),
-    (dict(recount=False),
-     "Your merges follow the pair counts of the very first step: count the pairs again after every merge, "
-     "on the words as the merges left them (merged symbols make new pairs, and remove old ones)."),
+    (dict(recount=False), _STALE),
+    (dict(recount="never"), _STALE),
     (dict(tie="largest"),
      "Ties are broken the wrong way: among pairs with the same count, merge the SMALLEST one "
      "(`min` over the tied pairs, comparing (first, second)), not the largest."),
@@ -165,6 +170,10 @@ _MISTAKES = (
     (dict(everywhere=False),
      "Your merge replaces only the first occurrence of the pair in each word; replace every occurrence, "
      "left to right (\"aaa\" with ('a', 'a') becomes ['aa', 'a'])."),
+    (dict(overlapping=True),
+     "Your merge joins overlapping occurrences: in a run of equal symbols, `a a a` with ('a', 'a') becomes "
+     "['aa', 'aa'], the middle 'a' used twice. Once symbols i and i + 1 are joined, go on at i + 2: `a a a` "
+     "becomes ['aa', 'a']."),
     (dict(from_right=True),
      "Your merge scans each word from the right: in a run of equal symbols the pair is joined left to right, "
      "so `a a a` with ('a', 'a') becomes ['aa', 'a'], not ['a', 'aa'], and the next step then counts the pair "
@@ -304,11 +313,21 @@ def _likely_cause(merges: list[Pair], word_counts: dict[str, int], num_merges: i
 def _call_on_a_copy(check: Check, learn_bpe: Callable, word_counts: dict, num_merges: int, where: str) -> Any:
     """learn_bpe on a copy of word_counts, which must come back as it was (its words, counts and order)."""
     given = copy.deepcopy(word_counts)
-    value = check.call(learn_bpe, given, num_merges, what=f"learn_bpe({_describe_words(word_counts)}, {num_merges})")
+    value = check.call(learn_bpe, given, num_merges, what=f"learn_bpe({_describe_words(word_counts)}, {num_merges})",
+                       hint=_empty_hint)
     if given != word_counts or list(given) != list(word_counts):
         check.fail(f"Your learn_bpe changed its input `word_counts` (for {where}). Work on a copy of the words "
                    f"(e.g. a dict from each word's tuple of symbols to its count), and leave the argument as it was.")
     return value
+
+
+def _empty_hint(exc: BaseException) -> str:
+    """A max or min of no pairs at all: the loop went on after the last pair was merged."""
+    if isinstance(exc, ValueError) and "empty" in str(exc):
+        return ("Likely cause: your loop goes on once every word is a single symbol, so there are no pairs left and "
+                "`max` / `min` of an empty collection raises. Stop when no pair is left (`if not pairs: break`): "
+                "learn_bpe returns fewer than num_merges merges then.")
+    return ""
 
 
 def _check_learn_bpe(check: Check, learn_bpe: Callable) -> None:
