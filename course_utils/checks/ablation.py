@@ -196,7 +196,7 @@ def _pre_ln_encoder(p: Pieces) -> list:
         (f"there is no LayerNorm: each sublayer is {_PRE_LN}", lambda: (lambda y: y + ff(y))(x + sa(x))),
         ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network",
          lambda: (lambda y: y + sa(n2(y)))(x + ff(n1(x)))),
-        (_stale("feed_forward(norm2(x))", "the layer's input x", "feed_forward(norm2(y))"), lambda: pre(stale=True)),
+        (_stale("feed_forward(norm2(x))", "layer's input x", "feed_forward(norm2(y))"), lambda: pre(stale=True)),
         (_GELU, lambda: pre(act=F.gelu)),
         (_one_post_ln("self_attn", "norm1"), lambda: (lambda y: y + ff(n2(y)))(n1(x + sa(x)))),
         (_one_post_ln("feed_forward", "norm2"), lambda: (lambda y: n2(y + ff(y)))(x + sa(n1(x)))),
