@@ -32,6 +32,8 @@ class Contract:
     promises: tuple[str, ...] = ()  # behaviour later code relies on, in words; each verified by the checker
     used_by: tuple[str, ...] = ()  # the later cells, lessons and tools that use it
     loaded_with: tuple[str, ...] = ()  # the lesson's own code in other cells that later lessons load with it
+    by_name: tuple[str, ...] = ()  # parameters a later cell passes by keyword (of the constructor, for a class)
+    by_name_where: str = ""  # which cell does, in words
 
 
 _ALL = (
@@ -122,6 +124,7 @@ _ALL = (
                  "call, drawn from the global RNG (torch.manual_seed makes it reproducible); eval mode is deterministic",
                  "keeps the input's dtype and device; x unchanged, gradients reach x",
              ),
+             by_name=("d_model", "dropout", "max_len"), by_name_where="lesson 03, the cell after the checker",
              used_by=("03: the buffer and dropout demonstration", "05: Transformer (one module for source and "
                       "target, moved to the GPU with the model in 06)", "07: decode_step adds pe[t] and calls "
                       "dropout itself", "benchmarks/bench.py")),
@@ -142,6 +145,7 @@ _ALL = (
                  "eval mode is deterministic",
                  "any num_heads dividing d_model (1 included), lengths up to lesson 06's max_len",
              ),
+             by_name=("d_model", "num_heads"), by_name_where="lesson 04, the cell after the checker",
              used_by=("04: the heads plot and the nn.MultiheadAttention comparison", "05: EncoderLayer, DecoderLayer",
                       "06: cross_attention_weights (W_q, W_k, forward's (query, key, value, mask))",
                       "07: decode_step, the nn.Transformer copy, with_fused_attention (W_q to W_o, num_heads, d_k)")),
@@ -236,6 +240,8 @@ _ALL = (
                  "encode and decode call positional_encoding through that attribute (a module assigned to it is "
                  "used), and a rate set on positional_encoding.dropout.p takes effect",
              ),
+             by_name=("d_model", "num_heads", "num_layers", "d_ff", "max_len", "pad_id"),
+             by_name_where="lessons 05 and 09 build it so",
              used_by=("05: the parameter breakdown (src_embed, tgt_embed, encoder_layers, decoder_layers, generator)",
                       "06: build_model, training, checkpoints, greedy decoding, the cross-attention plot",
                       "benchmarks/bench.py", "07: the key/value cache and nn.Transformer copy",
@@ -294,6 +300,7 @@ _ALL = (
                  "of the model, uses encode and decode, and at most parameters(), eval(), train() and training "
                  "besides (lesson 07's CachedDecoder offers exactly these)",
              ),
+             by_name=("length_penalty",), by_name_where="lessons 07 and 08",
              used_by=("07: BLEU against beam size, the length penalty plot, the cached search",
                       "08: translate, with length_penalty passed by keyword (section 8.7 chooses it)",
                       "benchmarks/bench.py (beam4_bleu)"),

@@ -418,6 +418,24 @@ def casts_to_float32(query, key, value, mask=None):
     return out, w
 
 
+def softmax_in_float32_cast_back(query, key, value, mask=None):
+    """Returns float64 for float64 inputs, but its softmax ran in float32: wrong by about 1e-8."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores.float(), dim=-1).type_as(scores)
+    return weights @ value, weights
+
+
+def mask_times_minus_inf(query, key, value, mask=None):
+    """(~mask) * -inf: 0 * -inf is NaN where the mask is True."""
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores + (~mask) * float("-inf")
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
 def weights_in_float32(query, key, value, mask=None):
     scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
     if mask is not None:
@@ -501,6 +519,8 @@ WRONG = [
     ("float64 weights returned", float64_weights_returned, ["weights have dtype torch.float64", "lesson 04"]),
     ("bias in the default dtype", bias_in_default_dtype, ["works with float32 inputs", "dtype=query.dtype"]),
     ("casts to float32", casts_to_float32, ["float64", "keep the dtype"]),
+    ("the mask times -inf", mask_times_minus_inf, ["mask that hides nothing", "0 * -inf", "masked_fill"]),
+    ("softmax in float32, cast back", softmax_in_float32_cast_back, ["some step computes in float32", "gradcheck"]),
     ("wrong arity", wrong_arity, ["typeerror", "query, key, value, mask=None"]),
     ("returns a generator", returns_generator, ["should return 2 values", "generator"]),
     ("weights detached", detached_weights, ["cut off from autograd", "self.dropout(weights) @ v", "lesson 04"]),

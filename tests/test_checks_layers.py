@@ -612,7 +612,7 @@ class TorchDecoderLayer(nn.TransformerDecoderLayer):
 
 
 class Float64AttentionDecoderLayer(DecoderLayer):
-    """Attention computed in float64 inside."""
+    """Attention computed in float64 inside, and returned to float32 whatever the model's dtype."""
 
     class Attention(MultiHeadAttention):
         def forward(self, query, key, value, mask=None):
@@ -728,9 +728,15 @@ WRONG_DECODER_LAYERS = {
 }
 
 
-@pytest.mark.parametrize("impl", [DecoderLayer, OwnNormDecoderLayer, Float64AttentionDecoderLayer])
+@pytest.mark.parametrize("impl", [DecoderLayer, OwnNormDecoderLayer])
 def test_decoder_layer_accepts_correct_variants(impl):
     expect(check_decoder_layer(impl), "passed")
+
+
+def test_an_attention_that_returns_to_float32_on_its_own_is_blamed_before_the_layer():
+    """Lesson 05's check_transformer runs the model after .double(): an attention with a `.float()` inside stops there."""
+    expect(check_decoder_layer(Float64AttentionDecoderLayer), "failed", "fails its own checker",
+           "no longer computes in float64")
 
 
 @pytest.mark.parametrize("name", WRONG_DECODER_LAYERS)

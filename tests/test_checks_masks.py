@@ -386,7 +386,14 @@ TARGET_WRONG = [
      ["wrong shape", "b = 1 (a single sentence)", "`squeeze` without a dim", "every axis of size 1", "unsqueeze"]),
     ("bare squeeze of the whole mask", lambda t, p: target_reference(t, p).squeeze(),
      ["wrong shape", "head axis is missing", "`squeeze` without a dim", "every axis of size 1"]),
+    ("unsqueeze_ on a cached causal mask", lambda t, p: (t != p)[:, None, None, :] & _cached_causal(
+        t.size(1), t.device).unsqueeze_(0), ["gains another axis", "`unsqueeze_`", "no underscore"]),
 ]
+
+
+@functools.lru_cache(maxsize=None)
+def _cached_causal(size, device):
+    return torch.ones(size, size, dtype=torch.bool, device=device).tril()
 
 
 @pytest.mark.parametrize("impl, phrases", [(f, p) for _, f, p in TARGET_WRONG], ids=[n for n, _, _ in TARGET_WRONG])

@@ -469,6 +469,39 @@ class ReturnsFloat64(MHAInFloat64):
         return super().forward(query, key, value, mask).double()
 
 
+class MergedIntoFloat32Zeros(MHA):
+    """Merges the heads into `torch.zeros(..., device=...)` without a dtype: float32 whatever the input."""
+
+    def merge(self, x):
+        B, H, L, d_k = x.shape
+        out = torch.zeros(B, L, H * d_k, device=x.device)
+        for h in range(H):
+            out[:, :, h * d_k:(h + 1) * d_k] = x[:, h]
+        return out
+
+
+class WeightsSqueezed(MultiHeadAttention):
+    """Stores the weights squeezed: (H, L_q, L_k) for a batch of one, which lesson 04 plots."""
+
+    def forward(self, query, key, value, mask=None):
+        out = super().forward(query, key, value, mask)
+        self.attention_weights = self.attention_weights.detach().squeeze(0)
+        return out
+
+
+class DropoutDefaultTenth(MultiHeadAttention):
+    def __init__(self, d_model, num_heads, dropout=0.1):
+        super().__init__(d_model, num_heads, dropout)
+
+
+class WeightsKeptInEvalOnly(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        out = super().forward(query, key, value, mask)
+        if self.training:
+            self.attention_weights = None
+        return out
+
+
 class InterleavedHeads(MHA):
     """Splits and merges consistently, but each head takes every num_heads-th feature."""
 
@@ -803,6 +836,10 @@ MISTAKES = [
     (AttentionDropoutFixedRate, ["different outputs for the same input", "dropout"]),
     (ReturnsFloat64, ["dtype torch.float64", "float32"]),
     (InterleavedHeads, ["every num_heads-th feature", "consecutive features"]),
+    (WeightsSqueezed, ["a batch of 1", "(1, 3, 5, 6)", "attention_weights[0]"]),
+    (DropoutDefaultTenth, ["default of `dropout`", "is 0.1", "dropout=0.0"]),
+    (WeightsKeptInEvalOnly, ["after a call in training mode", "none", "in either mode"]),
+    (MergedIntoFloat32Zeros, ["after `.double()`", "no longer computes in float64", "dtype and device of an input"]),
 ]
 
 

@@ -592,9 +592,10 @@ class PEOffByOne(PEModule):
         return self.dropout(x + self.pe[1: x.size(1) + 1])
 
 
-def test_module_accepts_a_float64_table_cast_in_forward():
-    result = check_positional_encoding_module(PEModuleFloat64Cast)
-    assert result.passed, str(result)
+def test_a_float64_table_cast_in_forward_is_refused_for_lesson_07():
+    """Right in forward, but lesson 07's decode_step adds pe[t] to float32 embeddings (a seventh hidden set)."""
+    expect(check_positional_encoding_module(PEModuleFloat64Cast), "failed", "as torch.float64, not float32",
+           "lesson 07", "mat1 and mat2 must have the same dtype")
 
 
 class PEIgnoresMaxLen(PEModule):

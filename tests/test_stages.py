@@ -11,6 +11,8 @@ from __future__ import annotations
 import itertools
 import linecache
 
+import torch
+
 from helpers import expect
 from course_utils.checks import check_causal_mask
 
@@ -78,3 +80,89 @@ def test_a_name_read_when_the_def_statement_runs_is_named_too():
     cells = run_cells(IMPORTS, "SIZE = 4\n\n\ndef make_causal_mask(size=SIZE):\n"
                       "    return torch.ones(size, size, dtype=torch.bool).tril()\n")
     expect(check_causal_mask(cells["make_causal_mask"]), "passed")
+
+
+# --------------------------------------------------------------------------
+# Devices: the pretend GPU answers `is_cuda` as Apple's GPU (mps) does, so code that moves its tensors only
+# `if x.is_cuda` is seen to break on a Mac (a seventh hidden set: four checkers passed it).
+
+def _causal(size):
+    return torch.ones(size, size, dtype=torch.bool).tril()
+
+
+def padding_mask_moved_if_cuda(tokens, pad_id):
+    mask = (tokens.cpu() != pad_id)[:, None, None, :]
+    return mask.cuda() if tokens.is_cuda else mask
+
+
+def target_mask_moved_if_cuda(tokens, pad_id):
+    L = tokens.size(1)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()
+    if tokens.is_cuda:
+        causal = causal.cuda()
+    return (tokens != pad_id)[:, None, None, :] & causal
+
+
+def attention_moved_if_cuda(query, key, value, mask=None):
+    if mask is None:
+        mask = torch.ones(query.size(-2), key.size(-2), dtype=torch.bool)
+        if query.is_cuda:
+            mask = mask.cuda()
+    scores = (query @ key.transpose(-2, -1) / query.size(-1) ** 0.5).masked_fill(~mask, float("-inf"))
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def test_tensors_moved_only_if_is_cuda_fail_on_the_pretend_gpu_with_a_word_on_mps():
+    from course_utils.checks import check_padding_mask, check_scaled_dot_product_attention, check_target_mask
+
+    for check, fn in ((check_padding_mask, padding_mask_moved_if_cuda), (check_target_mask, target_mask_moved_if_cuda),
+                      (check_scaled_dot_product_attention, attention_moved_if_cuda)):
+        expect(check(fn), "failed", "on the cpu", "`is_cuda` is false", "mps")
+
+
+def test_a_multi_head_attention_that_moves_its_default_mask_only_if_is_cuda_fails():
+    from course_utils.checks import check_multi_head_attention
+    from reference_modules import MultiHeadAttention
+
+    class MovedIfCuda(MultiHeadAttention):
+        def forward(self, query, key, value, mask=None):
+            if mask is None:
+                mask = torch.ones(query.size(1), key.size(1), dtype=torch.bool)
+                if query.is_cuda:
+                    mask = mask.cuda()
+            return super().forward(query, key, value, mask)
+
+    expect(check_multi_head_attention(MovedIfCuda), "failed", "creates a tensor on the cpu", "`is_cuda` is false")
+
+
+# --------------------------------------------------------------------------
+# Names: where a later cell passes a parameter by keyword (Contract.by_name), its name is part of the exercise;
+# elsewhere a renamed parameter is the learner's business (a seventh hidden set).
+
+def test_a_constructor_parameter_that_a_later_cell_passes_by_name_must_keep_its_name():
+    from course_utils.checks import check_multi_head_attention, check_positional_encoding_module
+    from reference_modules import MultiHeadAttention
+    from test_checks_model import PositionalEncoding
+
+    class RenamedHeads(MultiHeadAttention):
+        def __init__(self, d_model, n_heads, dropout=0.0):
+            super().__init__(d_model, n_heads, dropout)
+
+    class RenamedLength(PositionalEncoding):
+        def __init__(self, d_model, dropout=0.1, max_length=5000):
+            super().__init__(d_model, dropout, max_length)
+
+    expect(check_multi_head_attention(RenamedHeads), "failed", "no parameter `num_heads`", "lesson 04",
+           "multiheadattention(..., d_model=..., num_heads=...)")
+    expect(check_positional_encoding_module(RenamedLength), "failed", "no parameter `max_len`", "lesson 03")
+
+
+def test_a_renamed_parameter_that_the_course_passes_by_position_is_accepted():
+    from course_utils.checks import check_build_vocab
+    from course_utils.data import build_vocab
+
+    def build_vocab_threshold(sentences, threshold=1):
+        return build_vocab(sentences, threshold)
+
+    expect(check_build_vocab(build_vocab_threshold), "passed")

@@ -21,6 +21,11 @@ reports it) while their data stays in CPU memory, and runs that code inside
   tensors take part in GPU operations). Indexing, ``copy_``, ``to`` and
   ``type_as`` may mix them, as on a real GPU.
 
+Such a tensor answers ``is_cuda`` with False, as a tensor on Apple's GPU (mps)
+does: code that moves its tensors only ``if x.is_cuda`` (or with ``.cuda()``,
+which means the first CUDA device whatever the input's device) breaks on a Mac,
+and the pretence shows it; code that follows ``x.device`` works everywhere.
+
 Values are computed by PyTorch on the CPU, exactly; only the device bookkeeping
 is pretended. The limits: code that asks ``torch.cuda.is_available()`` or
 hard-codes ``"cuda"`` sees the real machine, and tensors made by NumPy or by
@@ -140,8 +145,8 @@ class OnDevice(torch.Tensor):
         kwargs = kwargs or {}
         if func == _DEVICE_GET:
             return PRETEND
-        if func == _IS_CUDA_GET:
-            return True
+        if func == _IS_CUDA_GET:  # as on Apple's GPU (mps): code that moves tensors only `if x.is_cuda` shows
+            return False
         if func not in _MAY_MIX:
             cpu = [t for t in (*_tensors(args), *_tensors(kwargs)) if not isinstance(t, OnDevice) and t.dim() > 0]
             if cpu:

@@ -44,8 +44,9 @@ def _check_scaled_dot_product_attention(check: Check, fn: Callable) -> None:
     _large_scores_stage(check, fn, q, k, v, allowed)
     _self_attention_stage(check, fn, g)
     _long_stage(check, fn, g)
-    _float64_stage(check, fn, g)
+    q64, k64, v64, mask64 = _float64_stage(check, fn, g)
     _gradients_stage(check, fn, g)
+    _float64_precision(check, fn, q64, k64, v64, mask64)
     _device_stage(check, fn, g)
 
 
@@ -132,11 +133,30 @@ def _long_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
     check.ok("long sequences (L_q = 64, L_k = 70) with a single head (H = 1) and d_k = 10")
 
 
-def _float64_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
-    """float64 inputs (the course checks whole layers in float64): the output stays float64."""
+def _float64_stage(check: Check, fn: Callable, g: torch.Generator) -> tuple:
+    """float64 inputs (the course checks whole layers in float64): the output stays float64; returns the inputs."""
     q, k, v, mask = _small_inputs(g, torch.float64)
     _check_case(check, fn, q, k, v, mask, "positional", batched_ok=True, earlier=(2, 5, 10))
     check.ok("float64 inputs give a float64 output (the dtype of the inputs is kept)")
+    return q, k, v, mask
+
+
+def _float64_precision(check: Check, fn: Callable, q, k, v, mask) -> None:
+    """In float64 every step stays in float64: gradcheck (finite differences) agrees with autograd."""
+    leaves = [t[:1].clone().requires_grad_(True) for t in (q, k, v)]  # one sentence: 138 entries to perturb
+
+    def output(*qkv: torch.Tensor) -> torch.Tensor:
+        return fn(*qkv, mask[:1])[0]
+
+    consistent = check.attempt(torch.autograd.gradcheck, output, tuple(leaves), raise_exception=False,
+                               what="torch.autograd.gradcheck on your function")
+    if consistent is False:  # float64 finite differences are exact to about 1e-10; float32 steps make them noise
+        check.fail("For float64 inputs your output has the float64 dtype, but some step computes in float32 (a "
+                   "`.float()`, or a float32 tensor mixed in) and converts back: its values move in steps of "
+                   "float32's precision, so `torch.autograd.gradcheck` finds the gradients do not match the "
+                   "function. Float64 is how later checkers and gradient checks measure small differences: keep "
+                   "every step in the inputs' dtype (`torch.softmax(scores, dim=-1)` as it is).")
+    check.ok("computes in float64 for float64 inputs (torch.autograd.gradcheck agrees)")
 
 
 def _gradients_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
@@ -392,7 +412,7 @@ def _check_case(check: Check, fn: Callable, q, k, v, mask, how: str, batched_ok:
     out, weights = _call(check, fn, q, k, v, mask, how, batched_ok)
     if how == "none":
         _require_deterministic(check, fn, q, k, v, out, weights)
-    _require_finite(check, out, weights, mask, large)
+    _require_finite(check, out, weights, mask, large, lambda m: check.attempt(fn, q, k, v, m, what=_NAME))
     ref_out, ref_w = _oracle(q, k, v, mask)
     atol, rtol = _LOOSE if large else (ATOL, RTOL)
     if not close_enough(weights, ref_w, atol, rtol):
@@ -448,7 +468,8 @@ def _name_output_mistake(check: Check, out, q, k, v, mask, ref_out, atol: float,
 # Naming a mistake once the values differ from the oracle.
 
 
-def _require_finite(check: Check, out, weights, mask, large: bool) -> None:
+def _require_finite(check: Check, out, weights, mask, large: bool, with_mask: Callable | None = None) -> None:
+    """No NaN or inf, or a named cause; ``with_mask(m)`` runs the learner's function on the same inputs with mask m."""
     for name, t in (("weights", weights), ("output", out)):
         bad = ~torch.isfinite(t.detach())
         if not bool(bad.any()):
@@ -468,6 +489,16 @@ def _require_finite(check: Check, out, weights, mask, large: bool) -> None:
             hidden = ~mask.expand(weights.shape)
             w = weights.detach()
             rows_hiding = hidden.any(-1)
+            everywhere = with_mask(torch.ones_like(mask)) if with_mask is not None and bool(w.isnan().all()) else None
+            if isinstance(everywhere, tuple) and everywhere and isinstance(everywhere[-1], torch.Tensor) and bool(
+                    everywhere[-1].detach().isnan().all()):
+                check.fail(
+                    f"{head}, and still every weight is NaN with a mask that hides nothing.\n"
+                    f"Likely cause: the mask is turned into numbers and multiplied by -inf, as in "
+                    f"`scores + (~mask) * float('-inf')`: where the mask is True that is 0 * -inf, which is NaN, "
+                    f"not 0. Fill the hidden scores instead: `scores.masked_fill(~mask, float('-inf'))`, or add "
+                    f"`torch.zeros_like(scores).masked_fill(~mask, float('-inf'))`."
+                )
             if bool(w.isnan().any(-1).eq(rows_hiding).all()):
                 check.fail(
                     f"{head}: NaN in exactly the rows where the mask hides a key.\n"

@@ -831,7 +831,8 @@ def _device(check: Check, beam_search: Callable) -> None:
         check, lambda device: _run(check, beam_search, _CASES[1], probe=device is None, device=device)[2],
         "beam_search", advice=(
             "Create every tensor on src's device: `torch.full(..., device=src.device)`, "
-            "`torch.arange(..., device=src.device)`, `torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)."))
+            "`torch.arange(..., device=src.device)`, `torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)."),
+        code=beam_search)
 
 
 __all__ = ["check_beam_search"]

@@ -354,6 +354,19 @@ def _causal_shape_hint(shape: torch.Size, size: int, earlier: tuple[int, ...] = 
 # Target mask.
 
 
+def _growing(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, shape: tuple) -> str:
+    """A mask with too many axes that gains one more on a second call: an in-place change of a kept tensor."""
+    if len(shape) <= 4:
+        return ""
+    again = check.attempt(fn, tokens.clone(), pad_id)
+    if not isinstance(again, torch.Tensor) or again.dim() <= len(shape):
+        return ""
+    return (f"Called again on the same tokens, your mask gains another axis ({fmt_shape(shape)}, then "
+            f"{fmt_shape(again.shape)}): something changes a tensor kept between calls in place, such as "
+            f"`unsqueeze_` on the causal mask that a cached make_causal_mask (`functools.lru_cache`) returns every "
+            f"time. Use `unsqueeze` (no underscore), which returns a new view and leaves the cached mask alone.")
+
+
 def _components_first(check: Check, fn: Callable) -> None:
     """If the learner's make_target_mask calls their own padding or causal mask, check those first."""
     parts = {"make_padding_mask": (check_padding_mask, "make_padding_mask"),
@@ -370,7 +383,8 @@ def _target_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, 
         f"tokens.size(0)." if B != L else "")
     value = check.call(fn, tokens, pad_id, hint=(_long_hint(L) + "\n" + hint).strip())
     shape = tuple(getattr(value, "shape", ()))
-    hint = size_one or _target_shape_hint(shape, B, L) + _squeezed_note(fn, shape, (B, 1, L, L))
+    hint = _growing(check, fn, tokens, pad_id, shape) or size_one or _target_shape_hint(shape, B, L) + _squeezed_note(
+        fn, shape, (B, 1, L, L))
     mask = _as_mask(check, value, "the target mask", (B, 1, L, L), hint)
     keys = (tokens != pad_id).reshape(B, 1, 1, L)
     expected = keys & _below(L)

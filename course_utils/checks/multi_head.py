@@ -73,6 +73,8 @@ def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     _check_sizes(check, cls, g)
     _check_dropout(check, cls, g)
     stages.module_on_gpu(check, module, q, k, v, padding, what="MultiHeadAttention", also=[(q, k, v)])
+    stages.follows_dtype(check, module, [q, k, v, padding], "MultiHeadAttention",  # lesson 05's float64 checks
+                         expected=_oracle(case.w, H, q.double(), k.double(), v.double(), padding))
     _check_divisibility(check, cls)
 
 
@@ -711,7 +713,7 @@ def _check_attention_weights(check: Check, module, w, H, q, k, v, mask, previous
 
 def _check_sizes(check: Check, cls, g: torch.Generator) -> None:
     """One head, a d_model that is not a power of two, and sentences as long as lesson 06's (max_len = 64)."""
-    for D, H, B, L, L_k in ((20, 1, 2, 9, 9), (20, 4, 2, 64, 70)):
+    for D, H, B, L, L_k in ((20, 1, 2, 9, 9), (20, 4, 2, 64, 70), (12, 3, 1, 5, 6)):  # B = 1: lesson 04's plot
         what = f"d_model={D}, num_heads={H}, L_q={L}, L_k={L_k}"
         module = check.build(cls, D, H)
         _check_head_attributes(check, module, D, H, record=False)
@@ -728,10 +730,13 @@ def _check_sizes(check: Check, cls, g: torch.Generator) -> None:
                     "remove the head axis when num_heads=1?")
         stored = getattr(module, "attention_weights", None)
         if not isinstance(stored, torch.Tensor) or tuple(stored.shape) != (B, H, L, L_k):
-            check.fail(f"With {what}, `attention_weights` is {describe(stored)}; it should have shape "
-                       f"(B, num_heads, L_q, L_k) = {fmt_shape((B, H, L, L_k))}. (A `.squeeze()` removes the head "
-                       f"axis when num_heads=1: use `view`/`transpose` with explicit sizes.)")
-    check.ok("works with num_heads=1, d_model=20 (not a power of two) and sentences of 64 and 70 tokens")
+            check.fail(f"With {what} and a batch of {B}, `attention_weights` is {describe(stored)}; it should have "
+                       f"shape (B, num_heads, L_q, L_k) = {fmt_shape((B, H, L, L_k))}. (A `.squeeze()` removes the "
+                       f"head axis when num_heads=1 and the batch axis when B=1, and lesson 04 plots "
+                       f"`attention_weights[0]`, the heads of the first sentence: use `view`/`transpose` with "
+                       f"explicit sizes, and store the weights as they are.)")
+    check.ok("works with num_heads=1, d_model=20 (not a power of two), sentences of 64 and 70 tokens and a batch "
+             "of one sentence")
 
 
 def _designed_values(B: int, L_k: int, D: int, H: int) -> torch.Tensor:
@@ -788,7 +793,18 @@ def _check_dropout(check: Check, cls, g: torch.Generator) -> None:
                   "(on the scores, or on Q or K), which changes every weight of the row.\nApply dropout to the weights, "
                   "after the softmax: `self.dropout(weights) @ v`.")
     _learns_in_training(check, module, q, k, v, p)
+    stored = getattr(module, "attention_weights", None)
+    if not isinstance(stored, torch.Tensor) or tuple(stored.shape) != (B, H, L_q, L_k):
+        check.fail(f"After a call in training mode, `attention_weights` is {describe(stored)}; it should hold that "
+                   f"call's weights, shape {fmt_shape((B, H, L_q, L_k))}: store them on every call, in either mode.")
     module.eval()
+    default = stages.default_of(cls, "dropout")
+    if default != 0.0:
+        shown = "missing" if default is stages.NO_DEFAULT else repr(default)
+        check.fail(f"The default of `dropout` in your MultiHeadAttention is {shown}; the exercise gives "
+                   f"`MultiHeadAttention(d_model, num_heads, dropout=0.0)`, so a module built without a rate, "
+                   f"`MultiHeadAttention(d_model=512, num_heads=8)`, has no dropout. Put `dropout=0.0` in the signature.")
+    check.ok("stores the attention weights in training mode too; the default is dropout=0.0")
 
 
 def _learns_in_training(check: Check, module: nn.Module, q, k, v, p: float) -> None:

@@ -465,6 +465,14 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
                 f"significant digits: the sines and cosines come out visibly wrong.\nBuild and register the table "
                 f"in float32 (`torch.zeros(max_len, d_model)` is float32 by default)."
             )
+        elif buffer.dtype != torch.get_default_dtype():
+            check.problem(
+                f"PositionalEncoding stores its table `{name}` as {buffer.dtype}, not float32 like the model's "
+                f"weights. Lesson 07 adds a row of it, `pe[t]`, to float32 embeddings: the sum becomes "
+                f"{buffer.dtype}, and the next nn.Linear stops with \"mat1 and mat2 must have the same dtype\".\n"
+                f"Register the table in float32 (`torch.zeros(max_len, d_model)` is float32 by default; `.float()` "
+                f"a table built in float64); `.to(dtype)` then moves it with the model."
+            )
         check.ok("the table is a registered buffer, not a parameter")
         return
     plain = [n for n, v in vars(module).items() if isinstance(v, torch.Tensor) and v.numel() == size]

@@ -30,7 +30,7 @@ Devices
     pretend one of :mod:`._gpu`, then the real one where there is one), the code
     creates nothing on the CPU and returns its results there.
     ``module_on_gpu(check, module, *inputs, what)``: the same for a module,
-    parameters and buffers moved with it. ``decoder_on_gpu(check, run, what, advice)``:
+    parameters and buffers moved with it. ``decoder_on_gpu(check, run, what, advice, code)``:
     the same for a decoding function that drives a (scripted) model.
 
 Dropout
@@ -123,8 +123,8 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
     for attribute in (a for a in spec.attributes if a in sizes):  # arguments later code reads back: d_model, pad_id
         value = getattr(module, attribute, _MISSING)
         if type(value) is not type(sizes[attribute]) or value != sizes[attribute]:
-            default = _default_of(type(module), attribute)
-            if default is not _MISSING and default == value and default != sizes[attribute]:
+            default = default_of(type(module), attribute)
+            if default is not NO_DEFAULT and default == value and default != sizes[attribute]:
                 check.fail(f"Your {exercise}'s `{attribute}` defaults to {default!r} in `__init__`; the exercise's "
                            f"default is {sizes[attribute]!r}. Later code builds it without that argument ({uses}).")
             has = f"has `{attribute}` = {describe(value)}" if value is not _MISSING else f"has no attribute `{attribute}`"
@@ -139,13 +139,13 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
         check.ok("has " + ", ".join(f"`{name}`" for name, _, _ in parts) + " with the kinds and sizes the exercise gives")
 
 
-def _default_of(cls: type, parameter: str) -> Any:
-    """The default of ``parameter`` in ``cls.__init__``, or _MISSING."""
+def default_of(cls: type, parameter: str) -> Any:
+    """The default of ``parameter`` in ``cls.__init__``, or NO_DEFAULT."""
     try:
         found = inspect.signature(cls.__init__).parameters.get(parameter)
     except (TypeError, ValueError):
-        return _MISSING
-    return _MISSING if found is None or found.default is inspect.Parameter.empty else found.default
+        return NO_DEFAULT
+    return NO_DEFAULT if found is None or found.default is inspect.Parameter.empty else found.default
 
 
 def _asked(kind: str, args: str) -> str:
@@ -503,6 +503,18 @@ def _call_parameters(signature: str, name: str) -> list[str] | None:
     return _named_parameters(signature[start.end(): i - 1])
 
 
+def _not_by_name(fn: Any, names: list[str]) -> list[str] | None:
+    """Which of ``names`` a call of ``fn`` cannot pass by keyword (None when its signature cannot be read)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return []
+    named = {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return [n for n in names if n not in named]
+
+
 def _positional(fn: Any, skip_self: bool) -> list[str] | None:
     try:
         parameters = list(inspect.signature(fn).parameters.values())
@@ -517,6 +529,7 @@ def parameter_order(check: Check, obj: Any, exercise: str) -> None:
 
     Only a reordering of the contract's own names is reported (a renamed or extra parameter is not this stage's
     business): a learner who writes ``(d_model, num_layers, num_heads)`` gets every later call's sizes mixed up.
+    The exception: the parameters a later cell passes by keyword (``Contract.by_name``) must have their names.
     """
     spec = contracts.CONTRACTS.get(exercise)
     if spec is None or not callable(obj):
@@ -538,6 +551,18 @@ def parameter_order(check: Check, obj: Any, exercise: str) -> None:
                 f"({', '.join(wanted)}). The course passes them by position, as later lessons do, so "
                 f"{' and '.join(swapped[:2]) if len(swapped) <= 2 else ', '.join(swapped)} would receive each "
                 f"other's values. Put the parameters in the exercise's order: "
+                f"{spec.signature.split(';')[0] if method != 'forward' else spec.signature.split(';')[-1].strip()}."
+            )
+        by_name = list(spec.by_name) if method != "forward" else []  # what a later cell passes by keyword
+        missing = _not_by_name(fn, by_name) if fn is not None and by_name else None
+        if missing:
+            where = f"{exercise}.forward" if method == "forward" else exercise
+            shown = ", ".join(theirs) if theirs is not None else "?"
+            check.fail(
+                f"Your {where} has no parameter {' or '.join(f'`{n}`' for n in missing)} (its parameters: {shown}). "
+                f"The course passes {'it' if len(missing) == 1 else 'them'} by name ({spec.by_name_where}: "
+                f"`{where}(..., {', '.join(f'{n}=...' for n in by_name)})`), and that call would stop with a "
+                f"TypeError. Name the parameters as the exercise does: "
                 f"{spec.signature.split(';')[0] if method != 'forward' else spec.signature.split(';')[-1].strip()}."
             )
 
@@ -590,6 +615,7 @@ def defined_where_loaded(check: Check, obj: Any, exercise: str) -> None:
 
 
 _MISSING = object()
+NO_DEFAULT = _MISSING  # what default_of returns for a parameter without a default
 
 
 class _Spy(nn.Module):
@@ -884,7 +910,21 @@ def create_there(source: str) -> str:
             f"`{source}.new_zeros(...)`.")
 
 
-def mixed_devices(check: Check, result: Any, what: str, inputs: str, advice: str = create_there("x")) -> None:
+def _cuda_idiom(code: Any) -> str:
+    """A word on `is_cuda` / `.cuda()` when the learner's code uses them to place tensors ("" otherwise)."""
+    try:
+        source = inspect.getsource(code) if code is not None else ""
+    except (OSError, TypeError):
+        source = ""
+    if ".is_cuda" not in source and ".cuda(" not in source:
+        return ""
+    return (" Moving a tensor with `.cuda()`, or only `if x.is_cuda`, is not enough: on Apple's GPU (mps), which "
+            "lesson 00's pick_device chooses on a Mac, `is_cuda` is False and `.cuda()` fails, and on a second "
+            "GPU `.cuda()` means the first one. The pretend GPU answers `is_cuda` as mps does.")
+
+
+def mixed_devices(check: Check, result: Any, what: str, inputs: str, advice: str = create_there("x"),
+                  code: Any = None) -> None:
     """Fail when a run on the pretend GPU raised because the code mixed a CPU tensor with the inputs."""
     if isinstance(result, Raised) and isinstance(result.exception, _gpu.DeviceMismatch):
         line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("in ")), "")
@@ -896,10 +936,12 @@ def mixed_devices(check: Check, result: Any, what: str, inputs: str, advice: str
             f"tensors with GPU ones: {how}{' (' + line + ')' if line else ''}"
             + (f"; the CPU tensor was made {origin}" if origin else "") + ".\n"
             f"On Colab's GPU this is the error \"Expected all tensors to be on the same device\". {advice}"
+            + _cuda_idiom(code)
         )
 
 
-def left_on_cpu(check: Check, outputs: dict[str, Any], what: str, inputs: str, device: str = "") -> None:
+def left_on_cpu(check: Check, outputs: dict[str, Any], what: str, inputs: str, device: str = "",
+                code: Any = None) -> None:
     """Fail when a result of a run on a GPU came back on the CPU."""
     where = device or _gpu.WHERE
     cpu = [name for name, value in outputs.items() if isinstance(value, torch.Tensor)
@@ -909,7 +951,7 @@ def left_on_cpu(check: Check, outputs: dict[str, Any], what: str, inputs: str, d
             f"With {inputs} on a GPU {where}, your {what} returns {' and '.join(cpu)} on the CPU.\n"
             f"The next step would then mix devices. Likely cause: `.cpu()`, `.tolist()`, `.numpy()`, "
             f"`torch.tensor(...)` or a tensor created without `device=` on the way; keep every step on the device "
-            f"of the inputs (the caller decides where the results go)."
+            f"of the inputs (the caller decides where the results go)." + _cuda_idiom(code)
         )
 
 
@@ -922,11 +964,11 @@ def on_gpu(check: Check, fn: Callable, *args: Any, what: str, inputs: str, outpu
     """
     with _gpu.elsewhere():
         result = check.attempt(fn, *_gpu.moved(args), what=what, **_gpu.moved(kwargs))
-    mixed_devices(check, result, what, inputs, advice or create_there(source))
+    mixed_devices(check, result, what, inputs, advice or create_there(source), code=fn)
     if isinstance(result, Raised):
         return result
     items = result if isinstance(result, (tuple, list)) and len(outputs) > 1 else (result,)
-    left_on_cpu(check, dict(zip(outputs, items)), what, inputs)
+    left_on_cpu(check, dict(zip(outputs, items)), what, inputs, code=fn)
     device = _gpu.real_gpu()
     if device is not None:
         moved = _gpu.each(lambda t: t.to(device), (args, kwargs))
@@ -963,9 +1005,9 @@ def _module_on_gpu(check: Check, module: nn.Module, inputs: tuple, what: str, ad
             return torch.func.functional_call(module, state, _gpu.moved(inputs))
 
     result = check.attempt(run, what=f"{what}.forward")
-    mixed_devices(check, result, what, "the module and its input", advice)
+    mixed_devices(check, result, what, "the module and its input", advice, code=type(module))
     if not isinstance(result, Raised):
-        left_on_cpu(check, {"its output": result}, what, "the module and its input")
+        left_on_cpu(check, {"its output": result}, what, "the module and its input", code=type(module))
     device = _gpu.real_gpu()
     if device is not None:
         real = check.attempt(module.to(device), *_gpu.each(lambda t: t.to(device), inputs), what=f"{what}.forward")
@@ -974,15 +1016,16 @@ def _module_on_gpu(check: Check, module: nn.Module, inputs: tuple, what: str, ad
             check.fail(f"With the module and its input on {device}, your {what} mixes devices:\n{real.message}\n{advice}")
 
 
-def decoder_on_gpu(check: Check, run: Callable[[torch.device | None], Any], what: str, advice: str) -> None:
+def decoder_on_gpu(check: Check, run: Callable[[torch.device | None], Any], what: str, advice: str,
+                   code: Any = None) -> None:
     """A decoding function driving a model on a GPU: ``run(None)`` on the pretend one (a probing run), then
     ``run(device)`` on the machine's own where there is one. Nothing is created on the CPU; the output stays."""
     inputs = "src and the model"
     out = run(None)
-    mixed_devices(check, out, what, inputs, advice=advice)
+    mixed_devices(check, out, what, inputs, advice=advice, code=code)
     if isinstance(out, Raised):
         check.fail(f"{what} fails with src and the model on a GPU {_gpu.WHERE}:\n{out.message}")
-    left_on_cpu(check, {"its output": out}, what, inputs)
+    left_on_cpu(check, {"its output": out}, what, inputs, code=code)
     device = _gpu.real_gpu()
     if device is not None:
         left_on_cpu(check, {"its output": run(device)}, what, inputs, device)
@@ -1109,7 +1152,7 @@ def dropout_measured(check: Check, observe: Callable[[], list[Site] | None], p: 
 
 __all__ = [
     "Case", "Part", "Site", "called_as_modules", "called_parts", "component_result", "components_first", "contract_parts", "create_there",
-    "defined_where_loaded", "one_tensor",
+    "NO_DEFAULT", "default_of", "defined_where_loaded", "one_tensor",
     "dropout_measured", "eval_deterministic", "every_parameter_learns", "follows_dtype", "gradients", "is_module", "left_on_cpu",
     "decoder_on_gpu", "mixed_devices", "module_on_gpu", "on_gpu", "submodule_parts", "sweep", "train_random",
 ]
