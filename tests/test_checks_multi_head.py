@@ -502,6 +502,27 @@ class WeightsKeptInEvalOnly(MultiHeadAttention):
         return out
 
 
+class WeightsWithoutTranspose(MultiHeadAttention):
+    """Projections written by hand as x @ W.weight + b: nn.Linear's weight is (out, in), used untransposed."""
+
+    def forward(self, query, key, value, mask=None):
+        def project(linear, t):
+            return t @ linear.weight + linear.bias
+
+        q, k, v = (self.split(project(w, t)) for w, t in ((self.W_q, query), (self.W_k, key), (self.W_v, value)))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        self.attention_weights = scores.softmax(dim=-1)
+        out = (self.dropout(self.attention_weights) @ v).transpose(1, 2).reshape(query.shape[0], query.shape[1], -1)
+        return project(self.W_o, out)
+
+
+class DropoutOnWeightsAndOutput(MultiHeadAttention):
+    def forward(self, query, key, value, mask=None):
+        return self.dropout(super().forward(query, key, value, mask))
+
+
 class InterleavedHeads(MHA):
     """Splits and merges consistently, but each head takes every num_heads-th feature."""
 
@@ -766,12 +787,12 @@ NEW_MISTAKES = [
     (WrongDk, ["d_k", "d_model // num_heads"]),
     (SharedProjection, ["one and the same nn.Linear", "W_q"]),
     (NoDropoutInTraining, ["training mode", "no dropout on the attention weights"]),
-    (DropoutOnMergedHeads, ["not on the attention weights", "after the attention"]),
-    (DropoutOnOutput, ["not on the attention weights", "after the attention"]),
+    (DropoutOnMergedHeads, ["dropout after the attention", "after the attention"]),
+    (DropoutOnOutput, ["dropout after the attention", "after the attention"]),
     (DropoutTwice, ["twice"]),
     (DropoutOnScores, ["before the softmax"]),
     (DetachedBeforeDropout, ["in training mode no gradient reaches `w_q` and `w_k`", "weights.detach()"]),
-    (DropoutOnValues, ["not on the attention weights", "values"]),
+    (DropoutOnValues, ["dropout after the attention", "values"]),
     (OneMaskForAllHeads, ["drops the same entries for every head"]),
     (SeedInForward, ["drops the same entries on every call"]),
     (OwnGeneratorFixedSeed, ["drops the same entries on every call"]),
@@ -836,6 +857,8 @@ MISTAKES = [
     (AttentionDropoutFixedRate, ["different outputs for the same input", "dropout"]),
     (ReturnsFloat64, ["dtype torch.float64", "float32"]),
     (InterleavedHeads, ["every num_heads-th feature", "consecutive features"]),
+    (DropoutOnWeightsAndOutput, ["a dropout after the attention", "as well", "nothing else"]),
+    (WeightsWithoutTranspose, ["`w_v.weight` is used without its transpose", "self.w_v(x)"]),
     (WeightsSqueezed, ["a batch of 1", "(1, 3, 5, 6)", "attention_weights[0]"]),
     (DropoutDefaultTenth, ["default of `dropout`", "is 0.1", "dropout=0.0"]),
     (WeightsKeptInEvalOnly, ["after a call in training mode", "none", "in either mode"]),

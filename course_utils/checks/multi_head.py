@@ -458,6 +458,15 @@ def _diagnose_value_path(check: Check, out, wu, x, B, L, H, d_k) -> None:
             "(B, num_heads, L, d_k). Yours interleaves the heads' features.",
         ),
     ]
+    unturned = lambda name, t: t.double() @ wu[name][0] + wu[name][1]  # noqa: E731  x @ W.weight, no transpose
+    turn = ("`{0}.weight` is used without its transpose: nn.Linear computes x @ W^T + b, so a product written by "
+            "hand is `x @ self.{0}.weight.T + self.{0}.bias`, or simply call `self.{0}(x)`.")
+    candidates += [
+        (W_o(unturned("W_v", x).mean(1, keepdim=True).expand(B, L, D)), turn.format("W_v")),
+        (unturned("W_o", mean_over_keys), turn.format("W_o")),
+        (unturned("W_o", unturned("W_v", x).mean(1, keepdim=True).expand(B, L, D)),
+         turn.format("W_v") + " The same goes for W_o (and W_q, W_k)."),
+    ]
     for wrong, message in candidates:
         if close_enough(out, wrong, **_LOOSE):
             check.fail(
@@ -777,8 +786,9 @@ def _check_dropout(check: Check, cls, g: torch.Generator) -> None:
             on_values = bool(columns.any()) and bool((columns == columns[:, :, :1]).all())
             where = "on the values (V)" if on_values else "on the merged heads or the output"
             check.fail(
-                f"In training mode your MultiHeadAttention applies its dropout after the attention, {where}, and "
-                f"not on the attention weights.\nLike nn.MultiheadAttention, drop entries of the weights themselves: "
+                f"In training mode your MultiHeadAttention applies a dropout after the attention, {where} (whether "
+                f"or not it drops the attention weights as well).\nLike nn.MultiheadAttention, drop entries of the "
+                f"weights themselves, and nothing else: "
                 f"`out = self.dropout(weights) @ v` (the layers of lesson 05 add the dropout on each sublayer's "
                 f"output; one here would double it)."
             )
