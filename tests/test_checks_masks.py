@@ -121,7 +121,7 @@ PADDING_WRONG = [
     ("greater than pad id", lambda t, p: (t > p)[:, None, None], ["wrong values", "pad_id = 3", "real tokens"]),
     ("tokens.bool()", lambda t, p: t.bool()[:, None, None], ["pad id 0 is hard-coded"]),
     ("from lengths", padding_from_lengths, ["first n positions", "padded at the start", "tokens != pad_id"]),
-    ("cut at first pad", padding_cut_at_first_pad, ["wrong values", "pad_id = 2", "real tokens"]),
+    ("cut at first pad", padding_cut_at_first_pad, ["wrong values", "pad_id = 2", "from the first pad on"]),
     ("first token always real", padding_first_token_real, ["wrong values", "pad_id = 2"]),
     ("uint8", lambda t, p: (t != p).to(torch.uint8)[:, None, None], ["dtype torch.uint8", "boolean"]),
     # issue 9

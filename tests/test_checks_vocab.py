@@ -874,7 +874,18 @@ def make_decode_remembering_first_vocab():
     return decode_remembers
 
 
+def decode_mutable_default(ids, vocab, out=[]):  # noqa: B006  the slip itself
+    itos = {i: t for t, i in vocab.items()}
+    for i in ids:
+        if i == vocab["<eos>"]:
+            break
+        if i not in (vocab["<bos>"], vocab["<pad>"]):
+            out.append(itos[i])
+    return out
+
+
 DECODE_WRONG = [
+    (decode_mutable_default, ["tokens of the earlier calls", "mutable default argument"]),
     (decode_keeps_eos, ["stop before it"]),
     (decode_no_stop, ["after the first <eos>", "break"]),
     (decode_keeps_bos, ["<bos> should be dropped"]),

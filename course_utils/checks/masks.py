@@ -263,6 +263,10 @@ def _padding_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int,
         (torch.ones_like(expected), "Your mask is True everywhere, so padding is never hidden. It must be False "
                                     "where the token equals pad_id."),
         (_prefix(tokens, pad_id).reshape(B, 1, 1, L), _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
+        ((tokens != pad_id).long().cumprod(1).bool().reshape(B, 1, 1, L),
+         f"Your mask hides everything from the first pad on (a cumulative product or sum, or a `break` at the first "
+         f"pad), which is right only when the padding sits at the end; here "
+         f"{_where_padding(tokens, pad_id)}. Compare every token with the pad id: `tokens != pad_id`."),
     ]
     cause = _name_mistake(mask, candidates) or "True must mark the real tokens (those different from pad_id)."
     check.fail(

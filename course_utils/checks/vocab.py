@@ -749,6 +749,7 @@ def _check_decode(check: Check, decode: Callable) -> None:
     ]
     # the same kinds of ids, read with a second, different vocabulary
     cases += [(ids, what + ", with a second vocabulary") for ids, what in cases[:2]]
+    so_far: list[str] = []  # every expected token of the earlier calls, in order
     for ids, what in cases:
         v = _VOCAB_2 if what.endswith("second vocabulary") else _VOCAB
         itos = {i: t for t, i in v.items()}
@@ -759,6 +760,7 @@ def _check_decode(check: Check, decode: Callable) -> None:
             if i not in (v[_BOS], v[_PAD]):
                 want.append(itos[i])
         got = _tokens_result(check, _guarded(check, decode, (list(ids), dict(v)), "decode"), f"decode({ids}, vocab)")
+        so_far, earlier = so_far + want, so_far
         if got == want:
             continue
         by_position = [list(v)[i] for i in ids if i < len(v)]
@@ -769,7 +771,11 @@ def _check_decode(check: Check, decode: Callable) -> None:
             check.fail(f"decode returned the wrong tokens with a second, different vocabulary.\n{shown}\n  vocab: {v}\n{_OWN_VOCAB}")
         tail = ids[ids.index(2) + 1 :] if 2 in ids else []
         after_eos = [itos[i] for i in tail if i not in (v[_BOS], v[_PAD], v[_EOS])]
-        if _EOS in got:
+        if earlier and got == earlier + want:
+            cause = ("The tokens of the earlier calls are still there, before this sentence's: a list is kept from "
+                     "one call to the next, such as a mutable default argument (`def decode(ids, vocab, out=[])`) or "
+                     "a list outside the function. Start a new list inside decode on every call.")
+        elif _EOS in got:
             cause = "<eos> ends the sentence: stop before it, without adding it to the tokens."
         elif after_eos and got[-len(after_eos):] == after_eos:
             cause = "Tokens after the first <eos> were kept: stop at the first <eos> (break out of the loop)."
