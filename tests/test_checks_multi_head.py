@@ -148,6 +148,14 @@ CORRECT = [MHA, MHAEinsum, MHAFused, MHAPerHeadLoop, MHATorchFunctional, MHAPres
            MultiHeadAttention, EinsumAttention, FusedAttention]
 
 
+def test_accepts_a_renamed_dropout_parameter_which_the_course_passes_by_position():
+    class RenamedRate(MultiHeadAttention):
+        def __init__(self, d_model, num_heads, p_drop=0.0):
+            super().__init__(d_model, num_heads, p_drop)
+
+    expect(check_multi_head_attention(RenamedRate), "passed")
+
+
 @pytest.mark.parametrize("cls", CORRECT, ids=[c.__name__ for c in CORRECT])
 def test_accepts_correct_variants(cls):
     result = check_multi_head_attention(cls)

@@ -302,6 +302,7 @@ FUNCTION_MISTAKES = [
     (wrong_hard_coded_16, ["max_len=7, d_model=6", "divides the exponent by 16 instead of d_model=6"]),
     (wrong_float16, ["torch.float16", "too coarse"]),
     (wrong_half_precision_inside, ["not within float32 precision", "half precision"]),
+    (lambda max_len, d_model: nn.Parameter(pe_vectorised(max_len, d_model)), ["requires grad", "nn.parameter"]),
     (wrong_exp_without_minus, ["multiplied by 10000^(2i / d_model) instead of divided"]),
     (wrong_last_row_missing, ["row 49", "all 0", "never written"]),
     (wrong_last_pair_when_odd, ["max_len=7, d_model=6", "frequencies", "wrong"]),

@@ -141,6 +141,13 @@ def _table_from(check: Check, fn, max_len: int, d_model: int, earlier: tuple = (
                 f"  actual:   {fmt_shape(shape)}\n"
                 f"Likely cause: {cause}"
             )
+        if out.requires_grad or isinstance(out, nn.Parameter):
+            check.fail(
+                f"{name} returns a table that requires grad ({'an nn.Parameter' if isinstance(out, nn.Parameter) else 'part of an autograd graph'}): "
+                f"the sinusoidal table is fixed, not learned. As PositionalEncoding's buffer it would collect "
+                f"gradients that no optimizer clears, and `.numpy()` on it fails. Return a plain tensor (build it "
+                f"without `requires_grad`, and without wrapping it in nn.Parameter)."
+            )
         if not out.is_floating_point():
             check.fail(
                 f"{name} has dtype {out.dtype}, but the table holds sines and cosines, so it must be a "

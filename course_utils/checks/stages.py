@@ -139,12 +139,18 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
         check.ok("has " + ", ".join(f"`{name}`" for name, _, _ in parts) + " with the kinds and sizes the exercise gives")
 
 
-def default_of(cls: type, parameter: str) -> Any:
-    """The default of ``parameter`` in ``cls.__init__``, or NO_DEFAULT."""
+def default_of(cls: type, parameter: str | int) -> Any:
+    """The default of ``parameter`` in ``cls.__init__`` (a name, or a position after self), or NO_DEFAULT."""
     try:
-        found = inspect.signature(cls.__init__).parameters.get(parameter)
+        parameters = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
         return NO_DEFAULT
+    if isinstance(parameter, int):
+        listed = list(parameters.values())[1:]
+        found = listed[parameter] if parameter < len(listed) and listed[parameter].kind in (
+            inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) else None
+    else:
+        found = parameters.get(parameter)
     return NO_DEFAULT if found is None or found.default is inspect.Parameter.empty else found.default
 
 
