@@ -32,7 +32,8 @@ class Contract:
     promises: tuple[str, ...] = ()  # behaviour later code relies on, in words; each verified by the checker
     used_by: tuple[str, ...] = ()  # the later cells, lessons and tools that use it
     loaded_with: tuple[str, ...] = ()  # the lesson's own code in other cells that later lessons load with it
-    by_name: tuple[str, ...] = ()  # parameters a later cell passes by keyword (of the constructor, for a class)
+    by_name: tuple[str, ...] = ()  # parameters a later cell passes by keyword (a class's constructor's, or
+    # "forward.name" for forward's)
     by_name_where: str = ""  # which cell does, in words
 
 
@@ -211,6 +212,7 @@ _ALL = (
                  "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
                  "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
+             by_name=("forward.tgt_mask",), by_name_where="lesson 05, the cell after the checker",
              used_by=("05: Transformer", "06: cross_attention_weights reads decoder_layers[-1].cross_attn",
                       "07: decode_step applies each layer's dropout", "07: copying the weights into nn.Transformer",
                       "07: with_fused_attention replaces self_attn and cross_attn", "08: build_model sets dropout.p")),
@@ -240,8 +242,8 @@ _ALL = (
                  "encode and decode call positional_encoding through that attribute (a module assigned to it is "
                  "used), and a rate set on positional_encoding.dropout.p takes effect",
              ),
-             by_name=("d_model", "num_heads", "num_layers", "d_ff", "max_len", "pad_id"),
-             by_name_where="lessons 05 and 09 build it so",
+             by_name=("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_len",
+                      "pad_id"), by_name_where="lessons 05 and 09 build it so",
              used_by=("05: the parameter breakdown (src_embed, tgt_embed, encoder_layers, decoder_layers, generator)",
                       "06: build_model, training, checkpoints, greedy decoding, the cross-attention plot",
                       "benchmarks/bench.py", "07: the key/value cache and nn.Transformer copy",

@@ -445,7 +445,59 @@ class TargetPositionsApartTransformer(Transformer):
             self.positional_encoding = kept
 
 
+def _encode_dropping_memory(s, src):
+    return s.positional_encoding.dropout(Transformer.encode(s, src))
+
+
+def _decode_dropping_memory(s, tgt, memory, src):
+    return Transformer.decode(s, tgt, s.positional_encoding.dropout(memory), src)
+
+
+def _decode_memory_at_a_fixed_rate(s, tgt, memory, src):
+    y = s.embed(s.tgt_embed, tgt)
+    for layer in s.decoder_layers:
+        y = layer(y, F.dropout(memory, 0.1, s.training), s.src_mask(src), s.tgt_mask(tgt))
+    return s.generator(y)
+
+
+def _encode_dropping_between_layers(s, src):
+    x = s.embed(s.src_embed, src)
+    for i, layer in enumerate(s.encoder_layers):
+        x = layer(s.positional_encoding.dropout(x) if i else x, s.src_mask(src))
+    return x
+
+
+def _decode_dropping_between_layers(s, tgt, memory, src):
+    y = s.embed(s.tgt_embed, tgt)
+    for i, layer in enumerate(s.decoder_layers):
+        y = layer(s.positional_encoding.dropout(y) if i else y, memory, s.src_mask(src), s.tgt_mask(tgt))
+    return s.generator(y)
+
+
+class RenamedHeadsTransformer(Transformer):
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, n_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, n_heads, num_layers, d_ff, dropout, max_len, pad_id)
+
+
+class RenamedVocabTransformer(Transformer):
+    def __init__(self, src_vocab, tgt_vocab, d_model=512, num_heads=8, num_layers=6, d_ff=2048, dropout=0.1,
+                 max_len=5000, pad_id=0):
+        super().__init__(src_vocab, tgt_vocab, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)
+
+
 WRONG = {
+    # a seventh hidden set: dropout on the memory and between the layers; constructor names lessons 05 and 09 pass
+    "memory dropped at the end of encode": (_variant(encode=_encode_dropping_memory),
+                                            ["between `encoder_layers.1` and the memory of `decoder_layers.0`"]),
+    "memory dropped at the start of decode": (_variant(decode=_decode_dropping_memory), ["the memory of"]),
+    "memory dropped at a fixed rate": (_variant(decode=_decode_memory_at_a_fixed_rate), ["the memory of", "an extra dropout"]),
+    "dropout between encoder layers": (_variant(encode=_encode_dropping_between_layers),
+                                       ["between `encoder_layers.0` and `encoder_layers.1`"]),
+    "dropout between decoder layers": (_variant(decode=_decode_dropping_between_layers),
+                                       ["between `decoder_layers.0` and `decoder_layers.1`"]),
+    "num_heads renamed": (RenamedHeadsTransformer, ["no parameter `num_heads`", "by name"]),
+    "vocabulary sizes renamed": (RenamedVocabTransformer, ["no parameter `src_vocab_size` or `tgt_vocab_size`"]),
     "softmax at the end": (_variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).softmax(-1)), ["probabilities", "softmax"]),
     "log_softmax at the end": (_variant(forward=lambda s, src, tgt: Transformer.forward(s, src, tgt).log_softmax(-1)), ["log-probabilities"]),
     "no positional encoding": (_variant(embed=lambda s, emb, tokens: emb(tokens) * math.sqrt(s.d_model)), ["word order"]),

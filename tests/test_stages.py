@@ -166,3 +166,14 @@ def test_a_renamed_parameter_that_the_course_passes_by_position_is_accepted():
         return build_vocab(sentences, threshold)
 
     expect(check_build_vocab(build_vocab_threshold), "passed")
+
+
+def test_a_forward_parameter_that_a_later_cell_passes_by_name_must_keep_its_name():
+    from course_utils.checks import check_decoder_layer
+    from test_checks_layers import DecoderLayer
+
+    class AnnotatedNames(DecoderLayer):  # the Annotated Transformer's name for the target mask
+        def forward(self, x, memory, src_mask=None, trg_mask=None):
+            return super().forward(x, memory, src_mask, trg_mask)
+
+    expect(check_decoder_layer(AnnotatedNames), "failed", "no parameter `tgt_mask`", "lesson 05")

@@ -46,6 +46,15 @@ class Recorder:
         value = args[0] if args else next(iter(kwargs.values()), None)
         return value if isinstance(value, torch.Tensor) else None
 
+    def input(self, name: str, position: int, keyword: str) -> torch.Tensor | None:
+        """The argument at ``position`` (or passed as ``keyword``) of the one call of ``name``."""
+        call = self.only(name)
+        if call is None:
+            return None
+        args, kwargs, _ = call
+        value = args[position] if len(args) > position else kwargs.get(keyword)
+        return value if isinstance(value, torch.Tensor) else None
+
     def output(self, name: str) -> torch.Tensor | None:
         call = self.only(name)
         return call[2] if call is not None and isinstance(call[2], torch.Tensor) else None

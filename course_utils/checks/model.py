@@ -797,8 +797,8 @@ def _moves(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) 
 def _model_dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor, p: float = 0.5) -> None:
     """Train mode: rate p on the embeddings + positions (both sides), nothing between the stacks and the ends."""
     model = build(dropout=p).train()
-    names = ["positional_encoding", "encoder_layers.0", f"encoder_layers.{_NUM_LAYERS - 1}", "decoder_layers.0",
-             f"decoder_layers.{_NUM_LAYERS - 1}", "generator"]
+    layers = [f"{kind}_layers.{i}" for kind in ("encoder", "decoder") for i in range(_NUM_LAYERS)]
+    names = ["positional_encoding", *layers, "generator"]
 
     def sites() -> list[stages.Site] | None:
         with Recorder(model, names) as rec:
@@ -821,6 +821,12 @@ def _model_dropout_measured(check: Check, build: Callable, src: torch.Tensor, tg
             found.append(stages.Site(f"the {side} embeddings plus positional encoding", out, reference,
                                      {"sentence of the batch": 0, "position": 1, "feature": 2}))
             links.append((out, rec.first_input(first), f"the {side} positional encoding", f"`{first}`"))
+        for kind in ("encoder", "decoder"):  # one layer's output is the next one's input
+            links += [(rec.output(f"{kind}_layers.{i}"), rec.first_input(f"{kind}_layers.{i + 1}"),
+                       f"`{kind}_layers.{i}`", f"`{kind}_layers.{i + 1}`") for i in range(_NUM_LAYERS - 1)]
+        last = f"encoder_layers.{_NUM_LAYERS - 1}"  # the memory every decoder layer reads is the encoder's output
+        links += [(rec.output(last), rec.input(f"decoder_layers.{i}", 1, "memory"), f"`{last}`",
+                   f"the memory of `decoder_layers.{i}`") for i in range(_NUM_LAYERS)]
         links.append((rec.output(f"decoder_layers.{_NUM_LAYERS - 1}"), rec.first_input("generator"),
                       "the last decoder layer", "`generator`"))
         _nothing_between(check, links, getattr(getattr(pe, "dropout", None), "p", None))

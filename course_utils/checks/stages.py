@@ -559,7 +559,8 @@ def parameter_order(check: Check, obj: Any, exercise: str) -> None:
                 f"other's values. Put the parameters in the exercise's order: "
                 f"{spec.signature.split(';')[0] if method != 'forward' else spec.signature.split(';')[-1].strip()}."
             )
-        by_name = list(spec.by_name) if method != "forward" else []  # what a later cell passes by keyword
+        by_name = [n.removeprefix("forward.") for n in spec.by_name  # what a later cell passes by keyword
+                   if n.startswith("forward.") == (method == "forward")]
         missing = _not_by_name(fn, by_name) if fn is not None and by_name else None
         if missing:
             where = f"{exercise}.forward" if method == "forward" else exercise
