@@ -371,6 +371,10 @@ WRONG = [
     (_variant_of(finished_penalty=lambda n, a: _gnmt(n - 1, a)), ["if its length n leaves out eos"]),
     (_variant_of(finished_row="rank"), ["read from another row of ys", "index // v", "rank"]),
     (_variant_of(finished_row="index // k"), ["read from another row of ys", "index // v"]),
+    # a seventh hidden set: a cache that outlives the call
+    (lambda model, src, *args, _memo={}, **kwargs: _memo.setdefault(  # noqa: B006  the slip itself
+        (id(model), tuple(src.shape)), beam_search(model, src, *args, **kwargs)),
+     ["second batch of the same shape", "first batch's translations again", "kept from one call to the next"]),
     # a search that switches the model to training mode: dropout would change every translation
     (lambda model, *args, **kwargs: beam_search(model.train(), *args, **kwargs), ["training mode", "model.train()"]),
     (lambda model, *args, **kwargs: (beam_search(model.eval(), *args, **kwargs), model.train())[0],

@@ -642,6 +642,14 @@ def test_accepts_the_device_of_the_parameters():
     expect(check_greedy_decode(device_of_the_parameters), "passed")
 
 
+def test_a_cache_that_outlives_the_call_is_named():
+    def remembers(model, src, max_len, bos_id, eos_id, pad_id, _memo={}):  # noqa: B006  the slip itself
+        return _memo.setdefault((id(model), tuple(src.shape)), greedy_decode(model, src, max_len, bos_id, eos_id, pad_id))
+
+    expect(check_greedy_decode(remembers), "failed", "second batch of the same shape",
+           "first batch's translations again", "kept from one call to the next")
+
+
 def test_tensors_moved_only_if_src_is_cuda_break_on_a_mac():
     """`src.is_cuda` is False on Apple's GPU (mps), which lesson 00's pick_device chooses on a Mac."""
     expect(check_greedy_decode(cuda_method_when_src_is_on_cuda), "failed", "creates a tensor on the cpu",

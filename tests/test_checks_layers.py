@@ -181,6 +181,9 @@ WRONG_FEED_FORWARDS = {
         _ffn(lambda self, x: self.linear2(self.dropout(torch.relu(x @ self.linear1.weight.T)))), ["b1 is never added"]),
     "b2 left out of a hand-written product": (
         _ffn(lambda self, x: self.dropout(torch.relu(self.linear1(x))) @ self.linear2.weight.T), ["b2 is never added"]),
+    "hidden layer detached": (
+        _ffn(lambda self, x: self.linear2(self.dropout(torch.relu(self.linear1(x)).detach()))),
+        ["receive no gradient", "`linear1.weight`", ".detach()"]),
     "mixes positions": (_ffn(lambda self, x: FeedForward.forward(self, x - x.mean(dim=1, keepdim=True))), ["mixes positions"]),
     "dropout in eval": (_ffn(lambda self, x: self.linear2(F.dropout(torch.relu(self.linear1(x)), self.p))), ["eval mode"]),
     "no dropout": (NoDropoutFeedForward, ["dropout is not applied"]),

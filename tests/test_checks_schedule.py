@@ -320,6 +320,10 @@ def d_model_written_in(optimizer, d_model, warmup_steps):
     return LambdaLR(optimizer, lambda step: noam_lr(step + 1, 512, warmup_steps))
 
 
+def rates_as_tensors(optimizer, d_model, warmup_steps):
+    return LambdaLR(optimizer, lambda step: torch.tensor(noam_lr(step + 1, d_model, warmup_steps)))
+
+
 def forgets_to_return(optimizer, d_model, warmup_steps):
     LambdaLR(optimizer, lambda step: noam_lr(step + 1, d_model, warmup_steps))
 
@@ -368,6 +372,7 @@ def divides_by_the_first_lr(optimizer, d_model, warmup_steps):
         (swapped_arguments, ["d_model and warmup_steps are swapped", "noam_lr(step + 1, d_model, warmup_steps)"]),
         (warmup_written_in, ["uses warmup_steps = 4000 whatever it is given"]),
         (d_model_written_in, ["uses d_model = 512 whatever it is given"]),
+        (rates_as_tensors, ["as tensors", "on a gpu", "python float"]),
         (forgets_to_return, ["returned None", "return"]),
         (returns_the_function, ["should return a scheduler", "step()"]),
         (compounding, ["factors compound", "initial lr times noam_lr(n + 1)"]),

@@ -396,6 +396,7 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
     for run in runs:
         _stopping(check, *run, evidence=runs)
     check.ok("finds the contract's best hypothesis for every sentence of a batch, with other special ids")
+    _second_batch(check, beam_search, _CASES[1])
 
     # 4. Beam 1 with no length penalty is greedy decoding.
     for case in _CASES[1:3]:
@@ -823,6 +824,32 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
             f"stopped."
         )
     check.ok("stops as soon as no open hypothesis can still win")
+
+
+def _second_batch(check: Check, beam_search: Callable, case: dict) -> None:
+    """The same model, then a second batch of the same shape (its sentences in reverse order): nothing carries over."""
+    language = _Language(case["vocab_size"], case["bos_id"], case["eos_id"], case["pad_id"])
+    src = _source(case)
+    model = ScriptedModel(language, case["vocab_size"], case["pad_id"], src.shape[0], case["max_len"])
+    args = (case["beam_size"], case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"])
+    first = run_decoder(check, beam_search, model, src, *args, length_penalty=case["alpha"], what="beam_search",
+                        runaway="")
+    other = src.flip(0)  # (B, S): the same shape, other sentences in each row
+    second = run_decoder(check, beam_search, model, other, *args, length_penalty=case["alpha"], what="beam_search",
+                         runaway="")
+    want = [_search(language, model.sentence(row), case["beam_size"], case["max_len"], case["alpha"]).best
+            for row in other.tolist()]
+    got = [_strip(row, case) for row in second.tolist()] if isinstance(second, torch.Tensor) else None
+    if got == want:
+        return check.ok("a second batch of the same shape, on the same model, gets its own translations")
+    same = isinstance(second, torch.Tensor) and isinstance(first, torch.Tensor) and torch.equal(second, first)
+    check.fail(f"beam_search, called on the same model with a second batch of the same shape "
+               f"{_setup(case, other)}, " + ("returns the first batch's translations again" if same else
+                                             "does not return that batch's best hypotheses, although it did for the "
+                                             "first") +
+               ": something is kept from one call to the next (a cache in a default argument or a global, keyed by "
+               "the model or the batch's shape). Lessons 07 and 08 translate their test sets in chunks of equal "
+               "shape, one call each: compute everything from each call's own src.")
 
 
 def _device(check: Check, beam_search: Callable) -> None:

@@ -53,6 +53,7 @@ def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
         models.append(model)
     check.ok("returns a LongTensor (B, T)")  # recorded once every case returned one
     check.ok("decodes a batch of sentences that end at different steps, with special ids other than 0, 1, 2")
+    _check_second_batch(check, greedy_decode, _CASES[1])
     _check_no_grad(check, models)
     _check_device(check, greedy_decode, _CASES[1])
 
@@ -161,6 +162,26 @@ def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = Fal
             f"included): loop `while ys.size(1) < max_len and not finished.all()`, or `for _ in range(max_len - 1)` "
             f"with a `break` once every sentence has finished."))
     return model, src, out
+
+
+def _check_second_batch(check: Check, greedy_decode: Callable, case: dict) -> None:
+    """The same model, then a second batch of the same shape (its sentences in reverse order): nothing carries over."""
+    src = _source(case)
+    model = _model(case, src.shape[0])
+    args = (case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"])
+    first = run_decoder(check, greedy_decode, model, src, *args, what="greedy_decode", runaway="")
+    other = src.flip(0)  # (B, S): the same shape, other sentences in each row
+    second = run_decoder(check, greedy_decode, model, other, *args, what="greedy_decode", runaway="")
+    want = _expected(case, other, model)
+    if isinstance(second, torch.Tensor) and second.shape == want.shape and torch.equal(second.cpu(), want):
+        return check.ok("a second batch of the same shape, on the same model, gets its own translations")
+    same = isinstance(second, torch.Tensor) and isinstance(first, torch.Tensor) and torch.equal(second, first)
+    check.fail(f"greedy_decode, called on the same model with a second batch of the same shape {_setup(case, other)}, "
+               + ("returns the first batch's translations again" if same else "does not return that batch's "
+                  "translations, although it did for the first")
+               + ": something is kept from one call to the next (a cache in a default argument or a global, keyed by "
+               "the model or the batch's shape). Lesson 06 translates its test set in chunks of equal shape, one call "
+               f"each: compute everything from each call's own src.\n{_shown(want, second) if isinstance(second, torch.Tensor) else ''}")
 
 
 def _check_single_sentence(check: Check, greedy_decode: Callable, case: dict) -> None:

@@ -102,6 +102,9 @@ def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
         )
     check.ok("processes each position independently (position-wise)")
     _check_ffn_values(check, ff, x, out)
+    stages.every_parameter_learns(check, ff, check.call(ff, x, what="FeedForward.forward"), "FeedForward", why=(
+        "Both linear layers run, so the gradient is cut on the way: a `.detach()`, `.data` or `torch.no_grad()` "
+        "between them (or around the first) keeps it from reaching linear1. Keep the whole computation in the graph."))
     _check_ffn_dropout(check, FeedForward, x)
     stages.module_on_gpu(check, ff, x, what="FeedForward")
 

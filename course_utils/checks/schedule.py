@@ -87,6 +87,13 @@ def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
             _diagnose_scheduler(check, observed, case[1], case[2], case[3], setup, later=i > 0,
                                 built=(optimizer, scheduler))
             check.stop_if_problems()
+            tensors = [g["lr"] for g in optimizer.param_groups if isinstance(g["lr"], torch.Tensor)]
+            if tensors:
+                check.fail(f"The learning rates are right, but your scheduler writes them into the optimizer as "
+                           f"tensors ({describe(tensors[0])}) {setup}: the schedule function returns a tensor. "
+                           f"torch.optim.Adam stops on a GPU, where lessons 06 and 08 train (\"lr as a Tensor is "
+                           f"not supported for capturable=False and foreach=True\"). Return a Python float from "
+                           f"the function you give LambdaLR (noam_lr's own number, without `torch.tensor(...)`).")
         check.ok("works with SGD and with Adam")
         _schedulers_independent(check, make_noam_scheduler)
         _check_methods(check, scheduler, setup)

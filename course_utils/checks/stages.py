@@ -879,8 +879,10 @@ def oracle_gradients(oracle: Callable[..., torch.Tensor], tensors: dict[str, tor
     return expected
 
 
-def every_parameter_learns(check: Check, module: nn.Module, out: torch.Tensor, what: str, seed: int = 7) -> None:
-    """A random loss on ``out`` reaches every trainable parameter of ``module``."""
+def every_parameter_learns(check: Check, module: nn.Module, out: torch.Tensor, what: str, seed: int = 7,
+                           why: str = "") -> None:
+    """A random loss on ``out`` reaches every trainable parameter of ``module`` (``why``: the likely cause to name
+    when some do not, instead of the general one)."""
     if not out.requires_grad:
         check.fail(f"The output of your {what} does not require a gradient: is part of forward run under "
                    f"torch.no_grad() or .detach()ed?")
@@ -901,8 +903,9 @@ def every_parameter_learns(check: Check, module: nn.Module, out: torch.Tensor, w
                         f"`x = layer(x, ...)` in the loop, not the loop's input each time.")
         check.fail(
             f"{len(missing)} parameter{'s' if len(missing) != 1 else ''} of your {what} receive{'s' if len(missing) == 1 else ''} "
-            f"no gradient: {shown}.\nA module created in __init__ but not used in forward (an attention module used "
-            f"twice while its sibling sits idle, a LayerNorm never applied, a layer skipped in a loop) never learns."
+            f"no gradient: {shown}.\n" + (why or "A module created in __init__ but not used in forward (an attention "
+            "module used twice while its sibling sits idle, a LayerNorm never applied, a layer skipped in a loop) "
+            "never learns.")
         )
     check.ok("every parameter receives a gradient")
 
