@@ -161,7 +161,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
              reverse_rows=False, cpu_tensors=False, eos_from_2k=False, mask_specials=False, stop="bound",
              at_max_len="compete", pick="normalised", half=False, batch_bound=False,
              without_eos=False, one_step_short=False, position=-1, index_by_k=False, raw_logits=False,
-             finished_row="beam", alpha=None):
+             finished_row="beam", alpha=None, shared_list=False):
     B, k = src.size(0), beam_size
     length_penalty = length_penalty if alpha is None else alpha  # alpha: a value written in, whatever is given
     device = None if cpu_tensors else src.device  # None: the default device, the CPU
@@ -174,7 +174,7 @@ def _variant(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_pena
         scores[:, 0] = 0.0
         if duplicates:
             scores[:] = 0.0
-        finished = [[] for _ in range(B)]
+        finished = [[]] * B if shared_list else [[] for _ in range(B)]
         done = [False] * B
         offsets = torch.arange(B, device=device).unsqueeze(1) * k
         for t in range(1, max_len - 1 if one_step_short else max_len):
@@ -371,7 +371,8 @@ WRONG = [
     (_variant_of(finished_penalty=lambda n, a: _gnmt(n - 1, a)), ["if its length n leaves out eos"]),
     (_variant_of(finished_row="rank"), ["read from another row of ys", "index // v", "rank"]),
     (_variant_of(finished_row="index // k"), ["read from another row of ys", "index // v"]),
-    # a seventh hidden set: a cache that outlives the call
+    # a seventh hidden set: one list of finished hypotheses for every sentence; a cache that outlives the call
+    (_variant_of(shared_list=True), ["every row of your output is the same hypothesis", "[[] for _ in range(b)]"]),
     (lambda model, src, *args, _memo={}, **kwargs: _memo.setdefault(  # noqa: B006  the slip itself
         (id(model), tuple(src.shape)), beam_search(model, src, *args, **kwargs)),
      ["second batch of the same shape", "first batch's translations again", "kept from one call to the next"]),

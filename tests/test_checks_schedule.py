@@ -451,6 +451,11 @@ def fixed_d_model(step, d_model, warmup_steps):
     return noam_lr(step, 512, warmup_steps)
 
 
+def decay_one_step_ahead(step, d_model, warmup_steps):
+    step = max(step, 1)
+    return d_model ** -0.5 * min((step + 1) ** -0.5, step * warmup_steps ** -1.5)
+
+
 def fixed_both(step, d_model, warmup_steps):
     return noam_lr(step, 512, 4000)
 
@@ -488,6 +493,7 @@ def both_terms_as_an_array(step, d_model, warmup_steps):
         (complex_power, ["complex number", "fractional power"]),
         (fixed_d_model, ["uses d_model = 512 whatever it is given", "own arguments"]),
         (fixed_warmup, ["uses warmup_steps = 4000 whatever it is given", "own arguments"]),
+        (decay_one_step_ahead, ["decay term is one step ahead", "`step ** -0.5`"]),
         (fixed_both, ["uses d_model = 512 and warmup_steps = 4000 whatever it is given"]),
         (doubled, ["2.0000 times the paper's"]),
         (step_and_d_model_swapped, ["in the order (d_model, step, warmup_steps)", "(step, d_model, warmup_steps)",

@@ -741,6 +741,11 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
         if mine == search.best:
             continue
         score = dict((seq, value) for value, seq in search.finished)
+        if len(got) > 1 and len(set(got)) == 1 and len({s.best for s in searches}) > 1:
+            check.fail(
+                f"Every row of your output is the same hypothesis, {_row(mine)} {setup}, although the sentences "
+                f"differ: the sentences share one list of finished hypotheses. `[[]] * B` makes B references to a "
+                f"single list; build one list per sentence, `[[] for _ in range(B)]`.")
         others = [i for i, s in enumerate(searches) if s.best == mine and i != b]
         if others:
             check.fail(

@@ -172,6 +172,16 @@ _NOAM_SLIPS: list[tuple[Callable[[int, int, int], float], str]] = [
         "LambdaLR needs belongs in the scheduler, not in noam_lr.",
     ),
     (
+        lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, s * w**-1.5),
+        "The decay term is one step ahead: your values match `(step + 1) ** -0.5` where the paper has "
+        "`step ** -0.5` (the warmup term is right). Use `step` in both terms of the `min`.",
+    ),
+    (
+        lambda s, d, w: d**-0.5 * min(s**-0.5, (s + 1) * w**-1.5),
+        "The warmup term is one step ahead: your values match `(step + 1) * warmup_steps ** -1.5` where the paper "
+        "has `step * warmup_steps ** -1.5` (the decay term is right). Use `step` in both terms of the `min`.",
+    ),
+    (
         lambda s, d, w: _paper(d, s, w),
         "Your values match the formula with step and d_model swapped: noam_lr takes its arguments in the "
         "order (step, d_model, warmup_steps).",
