@@ -121,8 +121,9 @@ def _source(case: dict) -> torch.Tensor:
     return torch.tensor(rows)  # (B, S)
 
 
-def _expected(case: dict, src: torch.Tensor, model: ScriptedModel) -> torch.Tensor:
-    """Greedy decoding replayed with the scripted model's rule."""
+def _expected(case: dict, src: torch.Tensor, model: ScriptedModel, stop_id: int | None = None) -> torch.Tensor:
+    """Greedy decoding replayed with the scripted model's rule (``stop_id``: the id that ends a sentence, if not
+    eos_id: a known slip)."""
     rows = [[case["bos_id"]] for _ in case["stops"]]
     done = [False] * len(rows)
     sources = [model.sentence(row) for row in src.tolist()]
@@ -132,7 +133,7 @@ def _expected(case: dict, src: torch.Tensor, model: ScriptedModel) -> torch.Tens
                 row.append(case["pad_id"])
             else:
                 row.append(_next_token(row, sources[b], case))
-                done[b] = row[-1] == case["eos_id"]
+                done[b] = row[-1] == (case["eos_id"] if stop_id is None else stop_id)
     return torch.tensor(rows)
 
 
@@ -231,6 +232,13 @@ def _diagnose(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
     seen = _check_prefixes(check, model, sentences, setup)
     ok("gives model.decode the whole prefix, one token longer at each step")
     ok(_check_first_column(check, out, expected, case, setup))
+    for constant in (0, 1, 2, 3):  # an eos id written into the code: the sentences end at that token instead
+        wrong = _expected(case, src, model, stop_id=constant) if constant != case["eos_id"] else expected
+        if not torch.equal(wrong, expected) and out.shape == wrong.shape and torch.equal(out.cpu(), wrong):
+            check.fail(f"Your greedy_decode ends a sentence when it produces the token {constant}, not eos_id = "
+                       f"{case['eos_id']} {setup}: the id of <eos> is written into the code. Compare with the "
+                       f"`eos_id` argument, whatever the vocabulary numbers its specials.\n"
+                       f"{_shown(expected, out)}")
     _check_pad_is_a_token(check, out, expected, case, setup)
     ok(_check_tokens(check, model, out, expected, sentences, case, setup))
     ok(_check_padding(check, out, expected, case, setup))
