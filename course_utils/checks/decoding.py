@@ -234,7 +234,8 @@ def _diagnose(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
     ok(_check_first_column(check, out, expected, case, setup))
     for constant in (0, 1, 2, 3):  # an eos id written into the code: the sentences end at that token instead
         wrong = _expected(case, src, model, stop_id=constant) if constant != case["eos_id"] else expected
-        if not torch.equal(wrong, expected) and out.shape == wrong.shape and torch.equal(out.cpu(), wrong):
+        ended = any(a == constant and z == case["pad_id"] for row in wrong.tolist() for a, z in zip(row, row[1:]))
+        if ended and not torch.equal(wrong, expected) and out.shape == wrong.shape and torch.equal(out.cpu(), wrong):
             check.fail(f"Your greedy_decode ends a sentence when it produces the token {constant}, not eos_id = "
                        f"{case['eos_id']} {setup}: the id of <eos> is written into the code. Compare with the "
                        f"`eos_id` argument, whatever the vocabulary numbers its specials.\n"
