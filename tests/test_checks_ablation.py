@@ -291,6 +291,9 @@ WRONG_ENCODER_LAYERS = {
         s.feed_forward(s.norm2(y))))(s.norm1(x + s.dropout(s.self_attn(x, x, x, m))))),
         ["the self_attn sublayer is post-LN"]),
     # a sixth hidden set
+    "the feed-forward network reads norm2 of the first sublayer's input": (enc(forward=lambda s, x, m=None: (
+        lambda h: (x + s.dropout(s.self_attn(h, h, h, m))) + s.dropout(s.feed_forward(s.norm2(h))))(s.norm1(x))),
+        ["reads feed_forward(norm2(h))"]),
     "the feed-forward network reads norm2 of the layer's input": (enc(forward=lambda s, x, m=None: (
         x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), m))) + s.dropout(s.feed_forward(s.norm2(x)))),
         ["reads feed_forward(norm2(x))", "y + dropout(feed_forward(norm2(y)))"]),

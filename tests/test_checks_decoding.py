@@ -642,6 +642,14 @@ def test_accepts_the_device_of_the_parameters():
     expect(check_greedy_decode(device_of_the_parameters), "passed")
 
 
+def test_a_loop_bound_one_short_is_named():
+    def one_short(model, src, max_len, bos_id, eos_id, pad_id):
+        return greedy_decode(model, src, max_len - 1, bos_id, eos_id, pad_id) if max_len > 1 else greedy_decode(
+            model, src, max_len, bos_id, eos_id, pad_id)
+
+    expect(check_greedy_decode(one_short), "failed", "ends one step early", "while ys.size(1) < max_len")
+
+
 def test_an_eos_id_written_into_the_code_is_named():
     @torch.no_grad()
     def stops_at_2(model, src, max_len, bos_id, eos_id, pad_id):

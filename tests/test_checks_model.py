@@ -517,6 +517,8 @@ WRONG = {
         s.d_model if emb is s.tgt_embed else math.sqrt(s.d_model)))), ["target embeddings are multiplied by d_model"]),
     "source not scaled": (_variant(embed=lambda s, emb, tokens: s.positional_encoding(emb(tokens) * (
         1 if emb is s.src_embed else math.sqrt(s.d_model)))), ["source embeddings are not multiplied by sqrt"]),
+    "scaled by sqrt(d_k)": (_variant(embed=lambda s, emb, tokens: s.positional_encoding(emb(tokens) * math.sqrt(
+        s.d_model // s.decoder_layers[0].self_attn.num_heads))), ["multiplied by sqrt(d_k)"]),
     "learned table as a parameter": (LearnedTableTransformer, ["register_buffer", "nn.Parameter", "`pe`"]),
     "unused module": (UnusedModuleTransformer, ["receive no gradient", "final_norm.weight"]),
     "forward differs from decode": (

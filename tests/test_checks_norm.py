@@ -99,3 +99,8 @@ WRONG = {
 def test_names_each_slip(name):
     impl, phrase = WRONG[name]
     expect(check_layer_norm(impl), "failed", phrase)
+
+
+def test_statistics_over_an_axis_counted_from_the_front_crash_with_the_fix():
+    impl = variant(lambda s, x: (x - x.mean(2, keepdim=True)) / torch.sqrt(x.var(2, keepdim=True, unbiased=False) + s.eps))
+    expect(check_layer_norm(impl), "error", "Dimension out of range", "`dim=-1`")

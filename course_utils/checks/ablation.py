@@ -174,9 +174,9 @@ def _pre_ln_encoder(p: Pieces) -> list:
     """Known wrong pre-LN encoder layers, as functions of a twin's pieces: (cause, variant)."""
     x, sa, ff, n1, n2 = p.x, p.sa, p.ff, p.n1, p.n2
 
-    def pre(res=(1, 1), kv_raw=False, m=p.self_mask, act=torch.relu, stale=False):
+    def pre(res=(1, 1), kv_raw=False, m=p.self_mask, act=torch.relu, stale=False, reads_h=False):
         y = x * res[0] + sa(n1(x), x if kv_raw else None, m)
-        return y * res[1] + ff(n2(x if stale else y), act)
+        return y * res[1] + ff(n2(n1(x) if reads_h else x if stale else y), act)
 
     return [
         ("this is post-LN, lesson 05's layer: LayerNorm(x + dropout(sublayer(x))). Pre-LN normalises what enters the "
@@ -197,6 +197,8 @@ def _pre_ln_encoder(p: Pieces) -> list:
         ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network",
          lambda: (lambda y: y + sa(n2(y)))(x + ff(n1(x)))),
         (_stale("feed_forward(norm2(x))", "layer's input x", "feed_forward(norm2(y))"), lambda: pre(stale=True)),
+        (_stale("feed_forward(norm2(h))", "copy h = norm1(x) of the layer's input", "feed_forward(norm2(y))"),
+         lambda: pre(reads_h=True)),
         (_GELU, lambda: pre(act=F.gelu)),
         (_one_post_ln("self_attn", "norm1"), lambda: (lambda y: y + ff(n2(y)))(n1(x + sa(x)))),
         (_one_post_ln("feed_forward", "norm2"), lambda: (lambda y: n2(y + ff(y)))(x + sa(n1(x)))),

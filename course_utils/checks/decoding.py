@@ -414,10 +414,15 @@ def _check_padding(check: Check, out: torch.Tensor, expected: torch.Tensor, case
                     f"is set, then stop the loop once every sentence has finished.\n{_shown(expected, out, b)}"
                 )
         elif t < max_len:
+            early = t == max_len - 1 and all(row[-1] != eos for row in out.tolist())  # no EOS just before the
+            # stop, so no "stop at the first finished sentence": the loop's bound is one short
             check.fail(
                 f"Sentence {b} has not emitted EOS, yet decoding stopped after {t} column{'s' if t != 1 else ''}, "
-                f"before max_len = {max_len} {setup}. Stop when EVERY sentence has finished (`finished.all()`), "
-                f"not the first one, and let the loop run until T == max_len otherwise.\n{_shown(expected, out, b)}"
+                f"before max_len = {max_len} {setup}. " + (
+                    f"No sentence had just finished, so the loop's bound ends one step early: ys may have max_len "
+                    f"columns, BOS included (`while ys.size(1) < max_len`, or `for _ in range(max_len - 1)`)."
+                    if early else "Stop when EVERY sentence has finished (`finished.all()`), not the first one, and "
+                    "let the loop run until T == max_len otherwise.") + f"\n{_shown(expected, out, b)}"
             )
     return "pads every position after EOS"
 

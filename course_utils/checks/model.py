@@ -500,7 +500,9 @@ def _oracle_causes() -> list[tuple[dict, str]]:
     """Known mistakes in how the embeddings enter the stacks: (oracle options, cause)."""
     root = math.sqrt(_D_MODEL)
     scalings = {1.0: "not multiplied by sqrt(d_model)", float(_D_MODEL): "multiplied by d_model instead of "
-                "sqrt(d_model)", 1 / root: "divided by sqrt(d_model) where they should be multiplied by it"}
+                "sqrt(d_model)", 1 / root: "divided by sqrt(d_model) where they should be multiplied by it",
+                math.sqrt(_D_MODEL // _NUM_HEADS): "multiplied by sqrt(d_k), the size of one head, instead of "
+                "sqrt(d_model)"}
     causes = [(dict(scale=k), f"the embeddings are {how} before the positional encoding is added: embed(tokens) * "
                f"math.sqrt(d_model)") for k, how in scalings.items()]
     for k, how in scalings.items():  # one side right, the other not: name the side

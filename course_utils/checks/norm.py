@@ -66,8 +66,12 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
 
 
 def _run(check: Check, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    out = check.call(module, x, what="LayerNorm.forward", hint="Sizes that do not match? `keepdim=True` keeps the "
-                     "last axis of the mean and the variance (size 1), so that they broadcast against x.")
+    out = check.call(module, x, what="LayerNorm.forward", hint=lambda exc: (
+        "The statistics are taken over an axis counted from the front: inputs come with any number of leading axes "
+        "(a batch, positions, or none), so count from the end, `dim=-1`, the d_model features."
+        if isinstance(exc, IndexError) and "Dimension out of range" in str(exc) else
+        "Sizes that do not match? `keepdim=True` keeps the last axis of the mean and the variance (size 1), so that "
+        "they broadcast against x."))
     if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(torch.isfinite(out).all()):
         check.fail("Your LayerNorm returns NaN or infinity. A vector whose features are all equal has variance 0, "
                    "and only eps keeps the division finite: divide by `torch.sqrt(var + self.eps)`.")
