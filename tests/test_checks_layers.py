@@ -1198,3 +1198,26 @@ ISSUE_17_LAYERS = {
 def test_layers_name_what_passed_or_was_misnamed(name):
     checker, impl, phrases = ISSUE_17_LAYERS[name]
     expect(checker(impl), "failed", *phrases)
+
+
+# --------------------------------------------------------------------------
+# Defaults: the constructor's defaults are the exercise's (a seventh hidden set), read by position.
+
+
+def test_the_defaults_of_the_layers_are_the_exercises():
+    class FeedForwardTenth(FeedForward):
+        def __init__(self, d_model, d_ff, dropout=0.1):
+            super().__init__(d_model, d_ff, dropout)
+
+    class EncoderLayerTenth(EncoderLayer):
+        def __init__(self, d_model, num_heads, d_ff, dropout=0.1):
+            super().__init__(d_model, num_heads, d_ff, dropout)
+
+    class EncoderLayerRenamedRate(EncoderLayer):  # the course passes the rate by position: any name will do
+        def __init__(self, d_model, num_heads, d_ff, p_drop=0.0):
+            super().__init__(d_model, num_heads, d_ff, p_drop)
+
+    expect(check_feed_forward(FeedForwardTenth), "failed", "default of `dropout` (parameter 3)", "is 0.1",
+           "dropout=0.0")
+    expect(check_encoder_layer(EncoderLayerTenth), "failed", "default of `dropout` (parameter 4)", "is 0.1")
+    expect(check_encoder_layer(EncoderLayerRenamedRate), "passed")

@@ -104,3 +104,8 @@ def test_names_each_slip(name):
 def test_statistics_over_an_axis_counted_from_the_front_crash_with_the_fix():
     impl = variant(lambda s, x: (x - x.mean(2, keepdim=True)) / torch.sqrt(x.var(2, keepdim=True, unbiased=False) + s.eps))
     expect(check_layer_norm(impl), "error", "Dimension out of range", "`dim=-1`")
+
+
+def test_a_view_that_needs_contiguous_memory_crashes_with_the_fix():
+    impl = variant(lambda s, x: LayerNorm.normalise(s, x.view(-1, x.shape[-1])).view(x.shape))
+    expect(check_layer_norm(impl), "error", "view size is not compatible", "`reshape`")

@@ -107,6 +107,7 @@ def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
         "between them (or around the first) keeps it from reaching linear1. Keep the whole computation in the graph."))
     _check_ffn_dropout(check, FeedForward, x)
     stages.module_on_gpu(check, ff, x, what="FeedForward")
+    stages.contract_defaults(check, FeedForward, "FeedForward")
 
 
 _HOOKS_SEEN = ("lesson 06's cross-attention plot catches what `cross_attn` receives with a forward hook, as the "
@@ -150,6 +151,7 @@ def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
                                sublayers=["self_attn", "feed_forward"])  # lesson 08 sets `.p`
     stages.module_on_gpu(check, layer, x, keep, what=name, also=[(x,)])
     _check_layer_sizes(check, build, "encoder", wiring)
+    stages.contract_defaults(check, cls, name)
     if layout.missing:
         check.ok(_layout_unused(layout, name))
 
@@ -229,6 +231,7 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     stages.dropout_set_through(check, build, ["dropout"], inputs, name, "to the sublayers' outputs",
                                sublayers=["self_attn", "cross_attn", "feed_forward"])  # lesson 08 sets `.p`
     stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what=name, also=[(x, memory)])
+    stages.contract_defaults(check, cls, name)
     _check_layer_sizes(check, build, "decoder", wiring)
     if layout.missing:
         check.ok(_layout_unused(layout, name))

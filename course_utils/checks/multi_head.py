@@ -808,13 +808,8 @@ def _check_dropout(check: Check, cls, g: torch.Generator) -> None:
         check.fail(f"After a call in training mode, `attention_weights` is {describe(stored)}; it should hold that "
                    f"call's weights, shape {fmt_shape((B, H, L_q, L_k))}: store them on every call, in either mode.")
     module.eval()
-    default = stages.default_of(cls, 2)  # the third parameter, whatever its name: the course passes it by position
-    if default != 0.0:
-        shown = "missing" if default is stages.NO_DEFAULT else repr(default)
-        check.fail(f"The default of `dropout` (the third parameter) in your MultiHeadAttention is {shown}; the exercise gives "
-                   f"`MultiHeadAttention(d_model, num_heads, dropout=0.0)`, so a module built without a rate, "
-                   f"`MultiHeadAttention(d_model=512, num_heads=8)`, has no dropout. Put `dropout=0.0` in the signature.")
-    check.ok("stores the attention weights in training mode too; the default is dropout=0.0")
+    stages.contract_defaults(check, cls, "MultiHeadAttention")
+    check.ok("stores the attention weights in training mode too")
 
 
 def _learns_in_training(check: Check, module: nn.Module, q, k, v, p: float) -> None:

@@ -47,11 +47,13 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
         ("an x of mean 100 and spread 1, (2, 5, 20)", norm, 100 + torch.randn(2, 5, _D, generator=g)),
         ("LayerNorm(20, eps=0.1) and features of spread 0.3", wide, 0.3 * torch.randn(2, 5, _D, generator=g)),
         ("an x whose vector x[1, 2] has all its features equal", norm, constant),
+        ("a transposed view, x of shape (2, 5, 20) not contiguous in memory", norm,
+         torch.randn(2, _D, 5, generator=g).transpose(1, 2)),
     ]]
     stages.sweep(check, cases, lambda case: _run(check, *case.data[:2]), lambda case: _formula(*case.data),
                  "LayerNorm", slips=_SLIPS)
-    check.ok("matches F.layer_norm for 2-, 3- and 4-axis inputs, a long one, one of mean 100, eps=0.1 and a vector "
-             "of equal features")
+    check.ok("matches F.layer_norm for 2-, 3- and 4-axis inputs, a long one, one of mean 100, eps=0.1, a vector "
+             "of equal features and a transposed (non-contiguous) view")
 
     x = torch.randn(2, 5, _D, generator=g)
     expected = stages.oracle_gradients(lambda x_, w, b: F.layer_norm(x_, (_D,), w, b, 1e-5),
@@ -70,6 +72,9 @@ def _run(check: Check, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
         "The statistics are taken over an axis counted from the front: inputs come with any number of leading axes "
         "(a batch, positions, or none), so count from the end, `dim=-1`, the d_model features."
         if isinstance(exc, IndexError) and "Dimension out of range" in str(exc) else
+        "`view` needs a tensor laid out contiguously in memory, and an input may be a transposed view (the "
+        "output of a `.transpose`): use `reshape`, which copies only when it must, or keep the input's shape and "
+        "take the statistics over `dim=-1`." if "view size is not compatible" in str(exc) else
         "Sizes that do not match? `keepdim=True` keeps the last axis of the mean and the variance (size 1), so that "
         "they broadcast against x."))
     if isinstance(out, torch.Tensor) and out.is_floating_point() and not bool(torch.isfinite(out).all()):

@@ -154,6 +154,41 @@ def default_of(cls: type, parameter: str | int) -> Any:
     return NO_DEFAULT if found is None or found.default is inspect.Parameter.empty else found.default
 
 
+def contract_defaults(check: Check, cls: type, exercise: str) -> None:
+    """The constructor's defaults are the exercise's, read by position (the course passes these arguments by
+    position, so their names are the learner's own)."""
+    spec = contracts.CONTRACTS.get(exercise)
+    text = spec.signature.split(";")[0] if spec is not None else ""
+    start = text.find("(")
+    wanted = []
+    for position, item in enumerate(_split_items(text[start + 1: text.rfind(")")]) if start >= 0 else []):
+        name, eq, literal = item.partition("=")
+        if eq:
+            wanted.append((position, name.strip(), ast.literal_eval(literal.strip())))
+    for position, name, default in wanted:
+        theirs = default_of(cls, position)
+        if theirs is NO_DEFAULT or theirs != default or type(theirs) is bool:
+            shown = "missing" if theirs is NO_DEFAULT else repr(theirs)
+            check.fail(f"The default of `{name}` (parameter {position + 1}) in your {exercise} is {shown}; the "
+                       f"exercise gives `{text}`. A module built without that argument must behave as the exercise "
+                       f"says: put `{name}={default!r}` in the signature.")
+    if wanted:
+        check.ok("the defaults are " + ", ".join(f"{name}={default!r}" for _, name, default in wanted))
+
+
+def _split_items(text: str) -> list[str]:
+    """The top-level items of a parameter list (commas inside brackets do not split)."""
+    depth, items, current = 0, [], ""
+    for char in text:
+        depth += (char in "([") - (char in ")]")
+        if char == "," and depth == 0:
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    return [item for item in items + [current] if item.strip()]
+
+
 def _asked(kind: str, args: str) -> str:
     if kind in ("buffer", "param"):
         return f"{'a buffer' if kind == 'buffer' else 'an nn.Parameter'} of shape ({args}{',' * (',' not in args)})"
@@ -484,16 +519,7 @@ def _imported(sources: list[str]) -> set[str]:
 
 def _named_parameters(text: str) -> list[str]:
     """The parameter names of ``name(a, b=1, c (B, L))``: the first identifier of each top-level item."""
-    depth, items, current = 0, [], ""
-    for char in text:
-        depth += (char in "([") - (char in ")]")
-        if char == "," and depth == 0:
-            items.append(current)
-            current = ""
-        else:
-            current += char
-    items.append(current)
-    names = [re.match(r"\s*\**([A-Za-z_]\w*)", item) for item in items if item.strip()]
+    names = [re.match(r"\s*\**([A-Za-z_]\w*)", item) for item in _split_items(text)]
     return [m.group(1) for m in names if m]
 
 
@@ -1165,7 +1191,7 @@ def dropout_measured(check: Check, observe: Callable[[], list[Site] | None], p: 
 
 __all__ = [
     "Case", "Part", "Site", "called_as_modules", "called_parts", "component_result", "components_first", "contract_parts", "create_there",
-    "NO_DEFAULT", "default_of", "defined_where_loaded", "one_tensor",
+    "NO_DEFAULT", "contract_defaults", "default_of", "defined_where_loaded", "one_tensor",
     "dropout_measured", "eval_deterministic", "every_parameter_learns", "follows_dtype", "gradients", "is_module", "left_on_cpu",
     "decoder_on_gpu", "mixed_devices", "module_on_gpu", "on_gpu", "submodule_parts", "sweep", "train_random",
 ]
