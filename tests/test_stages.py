@@ -177,3 +177,18 @@ def test_a_forward_parameter_that_a_later_cell_passes_by_name_must_keep_its_name
             return super().forward(x, memory, src_mask, trg_mask)
 
     expect(check_decoder_layer(AnnotatedNames), "failed", "no parameter `tgt_mask`", "lesson 05")
+
+
+def test_a_cpu_tensor_kept_from_an_earlier_call_is_named_as_such():
+    """No line of the GPU call made the CPU tensor: the message says where else it may come from."""
+    from course_utils.checks import check_encoder_layer
+    from test_checks_layers import EncoderLayer
+
+    class RemembersItsMask(EncoderLayer):
+        def forward(self, x, mask=None):
+            if mask is not None:
+                self._mask = mask
+            return super().forward(x, getattr(self, "_mask", None) if mask is None else mask)
+
+    expect(check_encoder_layer(RemembersItsMask), "failed", "creates a tensor on the cpu",
+           "kept from an earlier call")

@@ -971,9 +971,10 @@ def mixed_devices(check: Check, result: Any, what: str, inputs: str, advice: str
             f"Your {what} creates a tensor on the CPU although {inputs} are on a GPU {_gpu.WHERE}, so it mixes CPU "
             f"tensors with GPU ones: {how}{' (' + line + ')' if line else ''}"
             + (f"; the CPU tensor was made {origin}" if origin else "" if operation.startswith("model.") else
-               "; the checker saw no line of this call make that CPU tensor: was it kept from an earlier call (an "
-               "attribute or a cache set in an earlier forward), is it a tensor attribute that is not a registered "
-               "buffer, or did it come from NumPy?") + ".\n"
+               "; the checker saw no line of this call make that CPU tensor, so it was perhaps kept from an earlier "
+               "call (an attribute or a cache set in an earlier forward), or is a tensor attribute that is not a "
+               "registered "
+               "buffer, or came from NumPy") + ".\n"
             f"On Colab's GPU this is the error \"Expected all tensors to be on the same device\". {advice}"
             + _cuda_idiom(code)
         )
