@@ -323,7 +323,7 @@ WRONG = [
     (greedy_in_disguise, ["greedy decoding finds"]),
     (_variant_of(probs=True), ["adding probabilities"]),
     (_variant_of(penalty=lambda n, a: 1.0), ["length penalty is missing"]),
-    (_variant_of(finished_penalty=lambda n, a: _gnmt(n + 1, a)), ["its length n counts bos", "len(tokens) - 1"]),
+    (_variant_of(finished_penalty=lambda n, a: _gnmt(n + 1, a)), ["its length n is off by one", "len(tokens) - 1"]),
     (_variant_of(every_step=True), ["compounds"]),
     (_variant_of(penalty=lambda n, a: max(n, 1) ** a), ["n ** length_penalty"]),
     (_variant_of(penalty=lambda n, a: ((6 + n) / 6) ** a), ["counts bos"]),
@@ -368,7 +368,7 @@ WRONG = [
     (_variant_of(raw_logits=True), ["raw logits", "log_softmax"]),
     (_variant_of(alpha=0.6), ["length_penalty = 0.6 whatever it is given"]),
     (_variant_of(stop="raw finished"), ["stopping test", "raw sum of the best finished hypothesis"]),
-    (_variant_of(finished_penalty=lambda n, a: _gnmt(n - 1, a)), ["if its length n leaves out eos"]),
+    (_variant_of(finished_penalty=lambda n, a: _gnmt(n - 1, a)), ["if its length n is off by one", "leaves out eos"]),
     (_variant_of(finished_row="rank"), ["read from another row of ys", "index // v", "rank"]),
     (_variant_of(finished_row="index // k"), ["read from another row of ys", "index // v"]),
     # a seventh hidden set: one list of finished hypotheses for every sentence; a cache that outlives the call

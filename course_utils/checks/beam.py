@@ -759,7 +759,7 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
         departure = _departure(model, sentences[b], search, k)
         shifted = [how for how, step in (("counts BOS", 1), ("leaves out EOS", -1)) if mine in score and mine == max(
             score, key=lambda s: score[s] * _penalty(len(s) - 1, alpha) / _penalty(len(s) - 1 + step, alpha))]
-        shifted = shifted[0] if len(shifted) == 1 else "is off by one (it counts BOS, or leaves out EOS)" * bool(shifted)
+        shifted = "is off by one (it counts BOS, or leaves out EOS)" * bool(shifted)  # one case cannot tell which
         t = len(mine) - 1  # the step at which a hypothesis ending in EOS finished
         eos = model.script.eos_id
         elsewhere = sorted({seq[:-1] for _, seq in search.finished if len(seq) == len(mine) and seq[-1] == eos}) if (
