@@ -651,16 +651,8 @@ def test_a_loop_bound_one_short_is_named():
 
 
 def test_an_eos_id_written_into_the_code_is_named():
-    @torch.no_grad()
     def stops_at_2(model, src, max_len, bos_id, eos_id, pad_id):
-        memory = model.encode(src)
-        ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
-        finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
-        while ys.size(1) < max_len and not finished.all():
-            token = model.decode(ys, memory, src)[:, -1].argmax(-1).masked_fill(finished, pad_id)
-            ys = torch.cat([ys, token[:, None]], dim=1)
-            finished |= token == 2
-        return ys
+        return greedy_decode(model, src, max_len, bos_id, 2, pad_id)  # the id of <eos> written in
 
     expect(check_greedy_decode(stops_at_2), "failed", "when it produces the token 2, not eos_id", "`eos_id` argument")
 

@@ -227,6 +227,25 @@ def crashes_on_a_batch(check: Check, name: str, out: Any, batch_size: int, advic
         )
 
 
+def second_batch(check: Check, name: str, fn: Callable, model: ScriptedModel, src: torch.Tensor, args: tuple,
+                 kwargs: dict, right: Callable[[Any, torch.Tensor], bool], setup: Callable[[torch.Tensor], str],
+                 lessons: str) -> None:
+    """The same model, then a second batch of the same shape (its sentences in reverse order): ``right(output,
+    src)`` must hold for both, so nothing is kept from one call to the next."""
+    first = run_decoder(check, fn, model, src, *args, what=name, runaway="", **kwargs)
+    other = src.flip(0)  # (B, S): the same shape, other sentences in each row
+    second = run_decoder(check, fn, model, other, *args, what=name, runaway="", **kwargs)
+    if right(second, other):
+        return check.ok("a second batch of the same shape, on the same model, gets its own translations")
+    same = isinstance(second, torch.Tensor) and isinstance(first, torch.Tensor) and torch.equal(second, first)
+    check.fail(f"{name}, called on the same model with a second batch of the same shape {setup(other)}, "
+               + ("returns the first batch's translations again" if same else
+                  "does not return that batch's translations, although it did for the first")
+               + f": something is kept from one call to the next (a cache in a default argument or a global, keyed "
+               f"by the model or the batch's shape). {lessons} translate their test sets in chunks of equal shape, "
+               f"one call each: compute everything from each call's own src.")
+
+
 def training_mode_problem(name: str, models: Sequence[ScriptedModel]) -> str | None:
     """What to say when a search ran, or left, the model it was given (in eval mode) in training mode, else None."""
     calls = sum(model.train_calls for model in models)
@@ -243,4 +262,5 @@ def training_mode_problem(name: str, models: Sequence[ScriptedModel]) -> str | N
     return None
 
 
-__all__ = ["Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "follow", "mix", "run_decoder", "training_mode_problem"]
+__all__ = ["Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "follow", "mix", "run_decoder",
+           "second_batch", "training_mode_problem"]

@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from . import stages
 from ._core import Check, CheckResult, fmt_shape, run_check
-from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder, training_mode_problem
+from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder, second_batch, training_mode_problem
 
 
 def check_beam_search(beam_search: Callable) -> CheckResult:
@@ -757,9 +757,9 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
         expected_text = f"  expected: {_row(search.best)} (score {score[search.best]:.4f})"
         yours_text = f"  yours:    {_row(mine)}" + (f" (score {score[mine]:.4f})" if mine in score else "")
         departure = _departure(model, sentences[b], search, k)
-        shifted = [how for how, step in (("counts BOS", 1), ("leaves out EOS", -1)) if mine in score and mine == max(
-            score, key=lambda s: score[s] * _penalty(len(s) - 1, alpha) / _penalty(len(s) - 1 + step, alpha))]
-        shifted = "is off by one (it counts BOS, or leaves out EOS)" * bool(shifted)  # one case cannot tell which
+        off_by_one = mine in score and any(mine == max(  # either way: one case cannot tell which
+            score, key=lambda s: score[s] * _penalty(len(s) - 1, alpha) / _penalty(len(s) - 1 + step, alpha))
+            for step in (1, -1))
         t = len(mine) - 1  # the step at which a hypothesis ending in EOS finished
         eos = model.script.eos_id
         elsewhere = sorted({seq[:-1] for _, seq in search.finished if len(seq) == len(mine) and seq[-1] == eos}) if (
@@ -771,9 +771,10 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                      f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
                      f"candidates, those ending in EOS among the beam_size best finish, and the beam_size best "
                      f"others stay open.")
-        elif mine in score and shifted:
+        elif off_by_one:
             cause = ("Your search opened the same hypotheses as the contract's at every step, and your answer is the "
-                     f"best finished hypothesis if its length n {shifted}: n is the number of tokens after BOS, EOS "
+                     "best finished hypothesis if its length n is off by one (it counts BOS, or leaves out EOS): n is "
+                     "the number of tokens after BOS, EOS "
                      "included (the step t at which it finished, `len(tokens) - 1`), in "
                      "sum / ((5 + n) / 6) ** length_penalty.")
         elif mine in score:
@@ -832,29 +833,19 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
 
 
 def _second_batch(check: Check, beam_search: Callable, case: dict) -> None:
-    """The same model, then a second batch of the same shape (its sentences in reverse order): nothing carries over."""
+    """The same model, then a second batch of the same shape: nothing carries over (lessons 07 and 08 translate so)."""
     language = _Language(case["vocab_size"], case["bos_id"], case["eos_id"], case["pad_id"])
     src = _source(case)
     model = ScriptedModel(language, case["vocab_size"], case["pad_id"], src.shape[0], case["max_len"])
-    args = (case["beam_size"], case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"])
-    first = run_decoder(check, beam_search, model, src, *args, length_penalty=case["alpha"], what="beam_search",
-                        runaway="")
-    other = src.flip(0)  # (B, S): the same shape, other sentences in each row
-    second = run_decoder(check, beam_search, model, other, *args, length_penalty=case["alpha"], what="beam_search",
-                         runaway="")
-    want = [_search(language, model.sentence(row), case["beam_size"], case["max_len"], case["alpha"]).best
-            for row in other.tolist()]
-    got = [_strip(row, case) for row in second.tolist()] if isinstance(second, torch.Tensor) else None
-    if got == want:
-        return check.ok("a second batch of the same shape, on the same model, gets its own translations")
-    same = isinstance(second, torch.Tensor) and isinstance(first, torch.Tensor) and torch.equal(second, first)
-    check.fail(f"beam_search, called on the same model with a second batch of the same shape "
-               f"{_setup(case, other)}, " + ("returns the first batch's translations again" if same else
-                                             "does not return that batch's best hypotheses, although it did for the "
-                                             "first") +
-               ": something is kept from one call to the next (a cache in a default argument or a global, keyed by "
-               "the model or the batch's shape). Lessons 07 and 08 translate their test sets in chunks of equal "
-               "shape, one call each: compute everything from each call's own src.")
+
+    def right(out: Any, other: torch.Tensor) -> bool:
+        want = [_search(language, model.sentence(row), case["beam_size"], case["max_len"], case["alpha"]).best
+                for row in other.tolist()]
+        return isinstance(out, torch.Tensor) and [_strip(row, case) for row in out.tolist()] == want
+
+    second_batch(check, "beam_search", beam_search, model, src, (case["beam_size"], case["max_len"], case["bos_id"],
+                 case["eos_id"], case["pad_id"]), {"length_penalty": case["alpha"]}, right,
+                 lambda other: _setup(case, other), "Lessons 07 and 08")
 
 
 def _device(check: Check, beam_search: Callable) -> None:

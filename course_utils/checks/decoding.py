@@ -27,7 +27,7 @@ import torch
 
 from . import stages
 from ._core import Check, CheckResult, fmt_shape, fmt_values, run_check
-from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder, training_mode_problem
+from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder, second_batch, training_mode_problem
 _NO_GRAD = (
     "Decoding needs no gradients: decorate greedy_decode with `@torch.no_grad()` (or run its body inside "
     "`with torch.no_grad():`). With gradients on, every step keeps the whole computation graph of the decoder "
@@ -166,23 +166,16 @@ def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = Fal
 
 
 def _check_second_batch(check: Check, greedy_decode: Callable, case: dict) -> None:
-    """The same model, then a second batch of the same shape (its sentences in reverse order): nothing carries over."""
+    """The same model, then a second batch of the same shape: nothing carries over (lesson 06 translates so)."""
     src = _source(case)
     model = _model(case, src.shape[0])
-    args = (case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"])
-    first = run_decoder(check, greedy_decode, model, src, *args, what="greedy_decode", runaway="")
-    other = src.flip(0)  # (B, S): the same shape, other sentences in each row
-    second = run_decoder(check, greedy_decode, model, other, *args, what="greedy_decode", runaway="")
-    want = _expected(case, other, model)
-    if isinstance(second, torch.Tensor) and second.shape == want.shape and torch.equal(second.cpu(), want):
-        return check.ok("a second batch of the same shape, on the same model, gets its own translations")
-    same = isinstance(second, torch.Tensor) and isinstance(first, torch.Tensor) and torch.equal(second, first)
-    check.fail(f"greedy_decode, called on the same model with a second batch of the same shape {_setup(case, other)}, "
-               + ("returns the first batch's translations again" if same else "does not return that batch's "
-                  "translations, although it did for the first")
-               + ": something is kept from one call to the next (a cache in a default argument or a global, keyed by "
-               "the model or the batch's shape). Lesson 06 translates its test set in chunks of equal shape, one call "
-               f"each: compute everything from each call's own src.\n{_shown(want, second) if isinstance(second, torch.Tensor) else ''}")
+
+    def right(out: Any, other: torch.Tensor) -> bool:
+        want = _expected(case, other, model)
+        return isinstance(out, torch.Tensor) and out.shape == want.shape and torch.equal(out.cpu(), want)
+
+    second_batch(check, "greedy_decode", greedy_decode, model, src, (case["max_len"], case["bos_id"], case["eos_id"],
+                 case["pad_id"]), {}, right, lambda other: _setup(case, other), "Lessons 06 to 08")
 
 
 def _check_single_sentence(check: Check, greedy_decode: Callable, case: dict) -> None:
@@ -419,8 +412,8 @@ def _check_padding(check: Check, out: torch.Tensor, expected: torch.Tensor, case
             check.fail(
                 f"Sentence {b} has not emitted EOS, yet decoding stopped after {t} column{'s' if t != 1 else ''}, "
                 f"before max_len = {max_len} {setup}. " + (
-                    f"No sentence had just finished, so the loop's bound ends one step early: ys may have max_len "
-                    f"columns, BOS included (`while ys.size(1) < max_len`, or `for _ in range(max_len - 1)`)."
+                    "No sentence had just finished, so the loop's bound ends one step early: ys may have max_len "
+                    "columns, BOS included (`while ys.size(1) < max_len`, or `for _ in range(max_len - 1)`)."
                     if early else "Stop when EVERY sentence has finished (`finished.all()`), not the first one, and "
                     "let the loop run until T == max_len otherwise.") + f"\n{_shown(expected, out, b)}"
             )

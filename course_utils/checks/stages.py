@@ -159,9 +159,8 @@ def contract_defaults(check: Check, cls: type, exercise: str) -> None:
     position, so their names are the learner's own)."""
     spec = contracts.CONTRACTS.get(exercise)
     text = spec.signature.split(";")[0] if spec is not None else ""
-    start = text.find("(")
     wanted = []
-    for position, item in enumerate(_split_items(text[start + 1: text.rfind(")")]) if start >= 0 else []):
+    for position, item in enumerate(_call_items(text, exercise) or []):
         name, eq, literal = item.partition("=")
         if eq:
             wanted.append((position, name.strip(), ast.literal_eval(literal.strip())))
@@ -523,8 +522,8 @@ def _named_parameters(text: str) -> list[str]:
     return [m.group(1) for m in names if m]
 
 
-def _call_parameters(signature: str, name: str) -> list[str] | None:
-    """The parameters a contract's signature gives ``name(...)`` (the constructor's or forward's), or None."""
+def _call_items(signature: str, name: str) -> list[str] | None:
+    """The parameter list a contract's signature gives ``name(...)``, item by item (``"dropout=0.0"``), or None."""
     start = re.search(rf"(?<![\w.]){re.escape(name)}\(", signature)
     if start is None:
         return None
@@ -532,7 +531,13 @@ def _call_parameters(signature: str, name: str) -> list[str] | None:
     while i < len(signature) and depth:
         depth += (signature[i] == "(") - (signature[i] == ")")
         i += 1
-    return _named_parameters(signature[start.end(): i - 1])
+    return _split_items(signature[start.end(): i - 1])
+
+
+def _call_parameters(signature: str, name: str) -> list[str] | None:
+    """The parameters a contract's signature gives ``name(...)`` (the constructor's or forward's), or None."""
+    items = _call_items(signature, name)
+    return None if items is None else _named_parameters(", ".join(items))
 
 
 def _not_by_name(fn: Any, names: list[str]) -> list[str] | None:
