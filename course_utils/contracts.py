@@ -37,6 +37,9 @@ class Contract:
     by_name_where: str = ""  # which cell does, in words
 
 
+#: the parameters of DecoderLayer.forward a later cell passes by keyword; lesson 09's pre-LN layer inherits them
+_DECODER_BY_NAME = ("forward.tgt_mask",)
+
 _ALL = (
     # -- lesson 00 ---------------------------------------------------------------
     Contract("build_vocab", "00_setup_and_data", "function", "build_vocab(token_lists, min_freq=1) -> dict[str, int]",
@@ -212,7 +215,7 @@ _ALL = (
                  "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
                  "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
-             by_name=("forward.tgt_mask",), by_name_where="lesson 05, the cell after the checker",
+             by_name=_DECODER_BY_NAME, by_name_where="lesson 05, the cell after the checker",
              used_by=("05: Transformer", "06: cross_attention_weights reads decoder_layers[-1].cross_attn",
                       "07: decode_step applies each layer's dropout", "07: copying the weights into nn.Transformer",
                       "07: with_fused_attention replaces self_attn and cross_attn", "08: build_model sets dropout.p")),
@@ -393,6 +396,9 @@ _ALL = (
                  "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
                  "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
+             by_name=_DECODER_BY_NAME,  # what lesson 05's DecoderLayer may not rename, nor may its stand-in
+             by_name_where="lesson 05 passes it so, and your Transformer may too: lesson 09 puts this layer in a "
+                           "DecoderLayer's place",
              used_by=("09: the pre-LN rows put one in place of every DecoderLayer of model.decoder_layers",)),
 )
 

@@ -70,7 +70,7 @@ class MultiHeadAttention(nn.Module):
 
 
 class EinsumAttention(MultiHeadAttention):
-    """Einsum, -1e9 instead of -inf, projections registered in another order."""
+    """Einsum, -1e4 instead of -inf (it fits float16), projections registered in another order."""
 
     def __init__(self, d_model, num_heads, dropout=0.0):
         nn.Module.__init__(self)
@@ -87,7 +87,7 @@ class EinsumAttention(MultiHeadAttention):
         q, k, v = self.split(self.W_q(query)), self.split(self.W_k(key)), self.split(self.W_v(value))
         scores = torch.einsum("bhqd,bhkd->bhqk", q, k) / self.d_k**0.5
         if mask is not None:
-            scores = torch.where(mask, scores, torch.full_like(scores, -1e9))
+            scores = torch.where(mask, scores, torch.full_like(scores, -1e4))
         self.attention_weights = torch.softmax(scores, -1)  # (B, H, L_q, L_k)
         weights = self.drop(self.attention_weights)
         out = torch.einsum("bhqk,bhkd->bqhd", weights, v).flatten(2)

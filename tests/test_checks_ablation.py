@@ -468,3 +468,19 @@ def test_outcomes_shared_by_the_checkers(checker, good, args):
     state = torch.get_rng_state()
     assert checker(good).passed
     assert torch.equal(state, torch.get_rng_state())
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): keyword names inherited from lesson 05's layers.
+
+
+class RenamedMaskPreLNDecoderLayer(PreLNDecoderLayer):
+    """tgt_mask renamed: lesson 05's DecoderLayer may not rename it (a Transformer may pass it by keyword)."""
+
+    def forward(self, x, memory, src_mask=None, causal_mask=None):
+        return self.steps(x, memory, src_mask, causal_mask)
+
+
+def test_pre_ln_decoder_layer_keeps_the_keyword_names_of_lesson_05s_layer():
+    expect(check_pre_ln_decoder_layer(RenamedMaskPreLNDecoderLayer), "failed", "no parameter `tgt_mask`",
+           "lesson 09 puts this layer in a DecoderLayer's place")

@@ -556,3 +556,23 @@ def test_the_real_device_pass_runs(monkeypatch):
 
     monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check(reference), "passed")
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): a fill value that does not fit in 16 bits.
+
+
+def fill_with_float32_min(query, key, value, mask=None):
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)  # not the scores' own dtype
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+def test_a_fill_that_does_not_fit_bfloat16_is_caught_before_lesson_08_trains():
+    expect(check(fill_with_float32_min), "failed", "does not fit in bfloat16", "torch.finfo(scores.dtype).min")
+
+
+def test_minus_1e9_passes_since_lesson_08_tries_float16_first_and_falls_back():
+    assert check(with_minus_1e9).passed  # lesson 08 trains in bfloat16 (it fits) or, after a failed trial, float32

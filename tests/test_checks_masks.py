@@ -427,3 +427,27 @@ def test_the_real_device_pass_runs(monkeypatch):
     monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check_padding_mask(padding_reference), "passed")
     expect(check_target_mask(target_reference), "passed")
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): a device chosen by asking whether a GPU exists.
+
+
+def causal_on_the_gpu_when_there_is_one(size):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.tril(torch.ones(size, size, dtype=torch.bool, device=device))
+
+
+def padding_moved_to_the_gpu_when_there_is_one(tokens, pad_id):
+    mask = (tokens != pad_id)[:, None, None, :]  # (B, 1, 1, L)
+    return mask.cuda() if torch.cuda.is_available() else mask
+
+
+def test_a_causal_mask_made_on_the_gpu_whenever_there_is_one_is_caught_without_a_gpu():
+    expect(check_causal_mask(causal_on_the_gpu_when_there_is_one), "failed", "returns its result on the GPU",
+           "torch.cuda.is_available()", "let the caller move it")
+
+
+def test_a_padding_mask_moved_to_the_gpu_whenever_there_is_one_is_caught_without_a_gpu():
+    expect(check_padding_mask(padding_moved_to_the_gpu_when_there_is_one), "failed",
+           "puts a tensor on the GPU although the tokens are on the CPU", "torch.cuda.is_available()")

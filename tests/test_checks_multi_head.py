@@ -47,7 +47,7 @@ class MHAEinsum(nn.Module):
         v = self.W_v(value).reshape(B, Lk, self.num_heads, -1)
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])  # (B, H, L_q, L_k)
         if mask is not None:
-            scores = scores.masked_fill(mask == 0, -1e9)
+            scores = scores.masked_fill(mask == 0, -1e4)  # fits float16 (lesson 08 may train in it)
         self.attention_weights = weights = scores.softmax(-1)
         out = torch.einsum("bhqk,bkhd->bqhd", self.drop(weights), v).reshape(B, Lq, D)
         return self.W_o(out)
@@ -886,3 +886,74 @@ def test_output_is_deterministic():
 
 def test_projections_without_bias_are_named():
     expect(check_multi_head_attention(NoBias), "failed", "without a bias (`bias=False`)", "lesson 07's copy")
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): 16 bits, and checkpoints.
+
+
+class InlineMinusBillion(MHA):
+    """Masks inline with -1e9: lesson 08's float16 trial passes (its scaled_dot_product_attention is fine), then
+    training in float16 raises here."""
+
+    def attend(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, L_q, L_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, -1e9)
+        weights = scores.softmax(-1)
+        self.attention_weights = weights.detach()
+        return self.dropout(weights) @ v
+
+
+class InlineFloat32Min(InlineMinusBillion):
+    def attend(self, q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_k)  # (B, H, L_q, L_k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(torch.float32).min)
+        weights = scores.softmax(-1)
+        self.attention_weights = weights.detach()
+        return self.dropout(weights) @ v
+
+
+class BufferedWeights(MHA):
+    """Keeps the attention weights in a buffer: saved in state_dict, so a fresh model cannot load a checkpoint."""
+
+    def __init__(self, d_model, num_heads, dropout=0.0):
+        super().__init__(d_model, num_heads, dropout)
+        self.register_buffer("attention_weights", None)
+
+
+def test_a_fill_that_does_not_fit_bfloat16_is_caught():
+    expect(check_multi_head_attention(InlineFloat32Min), "failed", "does not fit in bfloat16",
+           "torch.finfo(scores.dtype).min")
+
+
+def test_minus_1e9_inline_is_caught_where_lesson_08_would_train_in_float16():
+    expect(check_multi_head_attention(InlineMinusBillion), "failed", "does not fit in float16", "T4")
+
+
+_MINUS_BILLION = {"math": math, "torch": torch, "MHA": MHA}
+exec('''
+def scaled_dot_product_attention(query, key, value, mask=None):  # -1e9: lesson 08's float16 trial fails
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = scores.softmax(-1)
+    return weights @ value, weights
+
+
+class OwnMinusBillionAttention(MHA):
+    def attend(self, q, k, v, mask):
+        out, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attention_weights = weights.detach()
+        return self.dropout(weights) @ v if self.training else out
+''', _MINUS_BILLION)
+
+
+def test_minus_1e9_in_its_own_attention_function_passes_since_lesson_08_then_stays_in_32_bits():
+    assert check_multi_head_attention(_MINUS_BILLION["OwnMinusBillionAttention"]).passed
+
+
+def test_attention_weights_kept_in_a_buffer_are_caught_by_the_checkpoint_round_trip():
+    expect(check_multi_head_attention(BufferedWeights), "failed", "state_dict()", "`attention_weights`",
+           "plain attribute")

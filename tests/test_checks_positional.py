@@ -772,3 +772,22 @@ def test_the_real_device_pass_runs(monkeypatch):
 
     monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check_positional_encoding_module(PEModule), "passed")
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): a table made on the GPU whenever there is one.
+
+
+def pe_on_the_gpu_when_there_is_one(max_len, d_model):
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    position = torch.arange(max_len, device=device).unsqueeze(1).float()  # (max_len, 1)
+    div_term = torch.exp(torch.arange(0, d_model, 2, device=device).float() * (-math.log(10000.0) / d_model))
+    pe = torch.zeros(max_len, d_model, device=device)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def test_a_table_made_on_the_gpu_whenever_there_is_one_is_caught_without_a_gpu():
+    expect(check_positional_encoding(pe_on_the_gpu_when_there_is_one), "failed", "returns its result on the GPU",
+           "PositionalEncoding registers it as a buffer")

@@ -27,9 +27,10 @@ which means the first CUDA device whatever the input's device) breaks on a Mac,
 and the pretence shows it; code that follows ``x.device`` works everywhere.
 
 Values are computed by PyTorch on the CPU, exactly; only the device bookkeeping
-is pretended. The limits: code that asks ``torch.cuda.is_available()`` or
-hard-codes ``"cuda"`` sees the real machine, and tensors made by NumPy or by
-C++ extensions bypass the mode.
+is pretended. Code that asks ``torch.cuda.is_available()`` or hard-codes
+``"cuda"`` is caught by a second run, :func:`gpu_present`: the inputs stay on
+the CPU while the machine says it has a GPU. The limit: tensors made by NumPy
+or by C++ extensions bypass the mode.
 
 :func:`moved` puts every tensor of a value (tuples, lists and dicts followed) on
 the pretend GPU, :func:`module_state` a module's parameters and buffers (for
@@ -255,8 +256,25 @@ def elsewhere() -> Iterator[None]:
         _origins.clear()
 
 
+@contextlib.contextmanager
+def gpu_present() -> Iterator[None]:
+    """A block in which ``torch.cuda.is_available()`` answers True, as on a machine with a GPU (Colab's).
+
+    Inside :func:`elsewhere`, with the inputs left on the CPU, code that picks its device by asking
+    (``"cuda" if torch.cuda.is_available() else "cpu"``) or writes ``"cuda"`` makes pretend-GPU tensors, and
+    mixing them with the inputs raises :class:`DeviceMismatch`, as it would on that machine.
+    """
+    original = torch.cuda.is_available
+    torch.cuda.is_available = lambda: True
+    try:
+        yield
+    finally:
+        torch.cuda.is_available = original
+
+
 #: How messages refer to the pretended device.
 WHERE = f"({PRETEND}, pretended on this machine)"
 
-__all__ = ["PRETEND", "WHERE", "DeviceMismatch", "OnDevice", "each", "elsewhere", "is_on_device", "module_state",
+__all__ = ["PRETEND", "WHERE", "DeviceMismatch", "OnDevice", "each", "elsewhere", "gpu_present", "is_on_device",
+           "module_state",
            "moved", "on_device", "plain", "plain_all", "real_gpu"]

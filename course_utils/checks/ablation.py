@@ -69,6 +69,7 @@ def _check_learned_positional_encoding(check: Check, cls: type[nn.Module]) -> No
     stages.follows_dtype(check, build(0.0, 8, 20).eval(), [torch.randn(2, 6, 8, generator=generator(5))], _LPE)
     positional.dropout_stage(check, build, max_len, d_model, generator(11), _LEARNED)
     stages.module_on_gpu(check, build(0.5).train(), torch.randn(2, 6, d_model, generator=generator(7)), what=_LPE)
+    stages.state_dict_round_trip(check, build, lambda m: m(x), _LPE)
     positional.defaults_stage(check, cls, _LEARNED)
 
 

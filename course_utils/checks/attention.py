@@ -202,6 +202,8 @@ def _device_stage(check: Check, fn: Callable, g: torch.Generator) -> None:
                   outputs=("the output", "the weights"), source="query")
     stages.on_gpu(check, fn, q, k, v, mask, what=_NAME, inputs="query, key, value and the mask",
                   outputs=("the output", "the weights"), source="query")
+    # lesson 08 trains under bfloat16 autocast; in float16 it first tries this function and falls back to 32 bits
+    stages.in_16_bits(check, lambda dtype: fn(q.to(dtype), k.to(dtype), v.to(dtype), mask), _NAME, float16=False)
 
 
 # --------------------------------------------------------------------------

@@ -107,6 +107,8 @@ def _check_feed_forward(check: Check, FeedForward: type[nn.Module]) -> None:
         "between them (or around the first) keeps it from reaching linear1. Keep the whole computation in the graph."))
     _check_ffn_dropout(check, FeedForward, x)
     stages.module_on_gpu(check, ff, x, what="FeedForward")
+    stages.state_dict_round_trip(check, lambda: check.build(FeedForward, _D_MODEL, _D_FF, 0.0), lambda m: m(x),
+                                 "FeedForward")
     stages.contract_defaults(check, FeedForward, "FeedForward")
 
 
@@ -150,6 +152,8 @@ def encoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     stages.dropout_set_through(check, build, ["dropout"], (x, keep), name, "to the sublayers' outputs",
                                sublayers=["self_attn", "feed_forward"])  # lesson 08 sets `.p`
     stages.module_on_gpu(check, layer, x, keep, what=name, also=[(x,)])
+    stages.in_16_bits_module(check, layer, (x, keep), name)
+    stages.state_dict_round_trip(check, lambda: build(0.0), lambda m: m(x, keep), name)
     _check_layer_sizes(check, build, "encoder", wiring)
     stages.contract_defaults(check, cls, name)
     if layout.missing:
@@ -231,6 +235,8 @@ def decoder_layer_stages(check: Check, cls: type[nn.Module], wiring: Wiring) -> 
     stages.dropout_set_through(check, build, ["dropout"], inputs, name, "to the sublayers' outputs",
                                sublayers=["self_attn", "cross_attn", "feed_forward"])  # lesson 08 sets `.p`
     stages.module_on_gpu(check, layer, x, memory, src_keep, causal, what=name, also=[(x, memory)])
+    stages.in_16_bits_module(check, layer, inputs, name)
+    stages.state_dict_round_trip(check, lambda: build(0.0), lambda m: m(*inputs), name)
     stages.contract_defaults(check, cls, name)
     _check_layer_sizes(check, build, "decoder", wiring)
     if layout.missing:

@@ -82,6 +82,9 @@ def _check_make_causal_mask(check: Check, make_causal_mask: Callable) -> None:
     check.ok("returns a bool mask of shape (size, size)")
     check.ok("True on and below the diagonal (each position sees itself and the past)")
     check.ok(f"works for sizes {', '.join(str(n) for n in sorted(_SIZES))}, called one after the other")
+    stages.fixed_device(check, lambda: make_causal_mask(5), "make_causal_mask", "", code=make_causal_mask, advice=(
+        "Create it on the CPU, with no `device=` (`torch.ones(size, size, dtype=torch.bool)`), and let the caller "
+        "move it: `make_causal_mask(L).to(tokens.device)`, as make_target_mask does."))
 
 
 def _check_make_target_mask(check: Check, make_target_mask: Callable) -> None:

@@ -794,6 +794,8 @@ def _moves(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor) 
     """.double() moves every tensor the model keeps; on another device nothing is created on the CPU."""
     stages.follows_dtype(check, build(), [src, tgt], "Transformer")
     stages.module_on_gpu(check, build(), src, tgt, what="Transformer")
+    stages.in_16_bits_module(check, build(), (src, tgt), "Transformer")
+    stages.state_dict_round_trip(check, build, lambda m: m(src, tgt), "Transformer")
 
 
 def _model_dropout_measured(check: Check, build: Callable, src: torch.Tensor, tgt: torch.Tensor, p: float = 0.5) -> None:

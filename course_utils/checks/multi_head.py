@@ -73,6 +73,9 @@ def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     _check_sizes(check, cls, g)
     _check_dropout(check, cls, g)
     stages.module_on_gpu(check, module, q, k, v, padding, what="MultiHeadAttention", also=[(q, k, v)])
+    stages.in_16_bits_module(check, module, (q, k, v, padding), "MultiHeadAttention")
+    stages.state_dict_round_trip(check, lambda: check.build(cls, D, H), lambda m: m(q, k, v, padding),
+                                 "MultiHeadAttention")
     stages.follows_dtype(check, module, [q, k, v, padding], "MultiHeadAttention",  # lesson 05's float64 checks
                          expected=_oracle(case.w, H, q.double(), k.double(), v.double(), padding))
     _check_divisibility(check, cls)

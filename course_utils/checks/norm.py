@@ -63,6 +63,7 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
                          "The mean or the variance is cut off from autograd (`.detach()`, `.item()`, "
                          "`torch.no_grad()`): the gradient flows through them too.")})
     stages.module_on_gpu(check, norm, x, what="LayerNorm")
+    stages.state_dict_round_trip(check, lambda: check.build(LayerNorm, _D), lambda m: m(x), "LayerNorm")
     far = 1e5 + torch.randn(2, 5, _D, generator=g)  # around 1e5: computed in float32, the deviations are lost
     stages.follows_dtype(check, norm, [far], "LayerNorm", expected=_formula(norm, far, 1e-5))
 

@@ -55,6 +55,9 @@ def _check_sinusoidal_positional_encoding(check: Check, fn: Callable) -> None:
         _diagnose_table(check, other, max_len, d_model, f"your table for max_len={max_len}, d_model={d_model}")
     check.ok("matches the paper's formula for (50, 16), (7, 6), (1, 4), (3, 32) and (50, 10), called in turn")
     _long_table_stage(check, fn, sizes)
+    stages.fixed_device(check, lambda: fn(7, 6), "sinusoidal_positional_encoding", "", code=fn, advice=(
+        "Create it on the CPU, with no `device=`: PositionalEncoding registers it as a buffer, and `.to(device)` "
+        "moves it with the model."))
     check.ok(f"accurate up to position {_LONG[0] - 1} (max_len={_LONG[0]}, d_model={_LONG[1]})")
 
 
@@ -85,6 +88,7 @@ def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
     dropout_stage(check, build, max_len, d_model, g)
     stages.module_on_gpu(check, build(0.5).train(), torch.randn(2, 6, d_model, generator=generator(7)),
                          what="PositionalEncoding")
+    stages.state_dict_round_trip(check, build, lambda m: m(x), "PositionalEncoding")
     defaults_stage(check, cls)
     _long_module_stage(check, cls)
 

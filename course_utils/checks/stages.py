@@ -1000,6 +1000,42 @@ def left_on_cpu(check: Check, outputs: dict[str, Any], what: str, inputs: str, d
         )
 
 
+def fixed_device(check: Check, run: Callable[[], Any], what: str, inputs: str, advice: str,
+                 code: Any = None) -> None:
+    """The inputs on the CPU of a machine that has a GPU (``torch.cuda.is_available()`` answers True): the code
+    puts nothing on the GPU on its own (a device chosen by asking, or written as ``"cuda"``).
+
+    ``inputs`` empty: a function given no tensor (``make_causal_mask(size)``) returns its result on the CPU.
+    """
+    with _gpu.elsewhere(), _gpu.gpu_present():
+        result = check.attempt(run, what=what)
+    mixed = isinstance(result, Raised) and isinstance(result.exception, _gpu.DeviceMismatch)
+    away = not isinstance(result, Raised) and any(_gpu.is_on_device(t) for t in _gpu._tensors(result))
+    if not (mixed or away):
+        if not inputs:
+            check.ok("returns its result on the CPU also on a machine with a GPU (the caller moves it)")
+        return
+    if not inputs:
+        check.fail(
+            f"Your {what} returns its result on the GPU on a machine that has one (`torch.cuda.is_available()` is "
+            f"True, as on Colab): it is given no tensor, so it cannot know where its caller's tensors are, and "
+            f"tensors its caller keeps on the CPU (a demonstration cell, a model kept on the CPU) then fail with "
+            f"\"Expected all tensors to be on the same device\" (on a machine without a GPU it seems to work).\n"
+            f"{advice}" + _cuda_idiom(code))
+    if mixed:
+        line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("in ")), "")
+        operation = str(result.exception.operation).removeprefix("in ")
+        how = f": {operation} mixed it with them" + (f" ({line})" if line else "")
+    else:
+        how = ", and returns its result there"
+    check.fail(
+        f"Your {what} puts a tensor on the GPU although {inputs} are on the CPU, on a machine that has a GPU "
+        f"(`torch.cuda.is_available()` is True, as on Colab){how}. A device chosen by asking "
+        f"`torch.cuda.is_available()`, or written as `'cuda'` or `.cuda()`, is not the device of the inputs: "
+        f"on such a machine, a model or a batch kept on the CPU then fails with \"Expected all tensors to be on "
+        f"the same device\" (on a machine without a GPU it seems to work).\n{advice}" + _cuda_idiom(code))
+
+
 def on_gpu(check: Check, fn: Callable, *args: Any, what: str, inputs: str, outputs: Sequence[str] = ("the output",),
            source: str = "x", advice: str = "", **kwargs: Any) -> Any:
     """``fn`` with every tensor argument on a GPU: pretended here, then the machine's own if it has one.
@@ -1014,6 +1050,7 @@ def on_gpu(check: Check, fn: Callable, *args: Any, what: str, inputs: str, outpu
         return result
     items = result if isinstance(result, (tuple, list)) and len(outputs) > 1 else (result,)
     left_on_cpu(check, dict(zip(outputs, items)), what, inputs, code=fn)
+    fixed_device(check, lambda: fn(*args, **kwargs), what, inputs, advice or create_there(source), code=fn)
     device = _gpu.real_gpu()
     if device is not None:
         moved = _gpu.each(lambda t: t.to(device), (args, kwargs))
@@ -1053,6 +1090,7 @@ def _module_on_gpu(check: Check, module: nn.Module, inputs: tuple, what: str, ad
     mixed_devices(check, result, what, "the module and its input", advice, code=type(module))
     if not isinstance(result, Raised):
         left_on_cpu(check, {"its output": result}, what, "the module and its input", code=type(module))
+    fixed_device(check, lambda: module(*inputs), what, "the module and its input", advice, code=type(module))
     device = _gpu.real_gpu()
     if device is not None:
         real = check.attempt(module.to(device), *_gpu.each(lambda t: t.to(device), inputs), what=f"{what}.forward")
@@ -1095,6 +1133,118 @@ def follows_dtype(check: Check, module: nn.Module, inputs: Sequence[Any], what: 
     if isinstance(reference, torch.Tensor) and not close_enough(out, reference, atol=1e-3 if expected is None else ATOL):
         check.fail(f"After `.double()` your {what} computes other values than before: {fix}")
     check.ok("after .double() it computes the same values in float64 (everything it keeps moves with it)")
+
+
+# --------------------------------------------------------------------------
+# Sixteen bits (lesson 08's mixed precision)
+
+#: where lesson 08 trains in each 16-bit type (its `autocast_dtype`)
+_WHERE_16 = {torch.bfloat16: "on a CPU with bfloat16 units and on recent GPUs (A100, H100, RTX 30 and later)",
+             torch.float16: "on older GPUs such as Colab's T4, once your scaled_dot_product_attention has passed "
+                            "its float16 trial"}
+
+
+def _tensors_of(value: Any) -> list[torch.Tensor]:
+    return list(_gpu._tensors(value))
+
+
+def float16_trial_passes(check: Check, attention: Any) -> bool:
+    """Lesson 08's trial before it trains in float16: ``attention(q, q, q, mask)`` on float16 inputs with padding
+    gives finite values (else lesson 08 trains in 32 bits, so float16 is never asked of the rest)."""
+    if not callable(attention):
+        return True
+    q = torch.randn(2, 4, 5, 8, generator=generator(8)).half()  # (B, heads, L, d_k), as lesson 08's trial
+    mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+    mask[1, ..., 3:] = False
+    out = check.attempt(attention, q, q, q, mask, what="scaled_dot_product_attention in float16")
+    if isinstance(out, Raised):
+        return False
+    return all(bool(torch.isfinite(t.float()).all()) for t in _tensors_of(out) if t.is_floating_point())
+
+
+def attention_of(cls: Any) -> Any:
+    """The ``scaled_dot_product_attention`` a learner's class would meet in lesson 08 (the namespace its methods
+    were written in, the class's own first), or None."""
+    for owner in getattr(cls, "__mro__", ()):
+        for function in vars(owner).values():
+            namespace = getattr(_unwrapped(function), "__globals__", None)
+            if isinstance(namespace, dict) and callable(namespace.get("scaled_dot_product_attention")):
+                return namespace["scaled_dot_product_attention"]
+    return None
+
+
+def in_16_bits(check: Check, run: Callable[[torch.dtype], Any], what: str, float16: bool = True) -> None:
+    """Lesson 08's mixed precision: ``run(dtype)`` inside ``torch.autocast(dtype=...)`` runs and stays finite,
+    in bfloat16, and in float16 when ``float16`` (lesson 08 trains in float16 only where the learner's attention
+    passed its float16 trial)."""
+    for dtype in (torch.bfloat16, torch.float16) if float16 else (torch.bfloat16,):
+        name = str(dtype).removeprefix("torch.")
+        with torch.autocast("cpu", dtype=dtype):
+            out = check.attempt(lambda: run(dtype), what=what)
+        setting = (f"lesson 08 trains in mixed precision, {_WHERE_16[dtype]}: inside `torch.autocast(device, "
+                   f"dtype=torch.{name})` the attention scores are {name}")
+        if isinstance(out, Raised):
+            text = str(out.exception)
+            if "without overflow" in text or "cannot be converted" in text:
+                largest = "65504" if dtype is torch.float16 else "about 3.39e38, a little less than float32's"
+                check.fail(
+                    f"Your {what} fills the masked scores with a value that does not fit in {name}, so it raises "
+                    f"in 16 bits: {setting}, and their largest magnitude is {largest}. "
+                    f"`torch.finfo(torch.float32).min` does not fit in bfloat16, nor `-1e9` in float16.\n"
+                    f"Fill with a value of the scores' own type, `torch.finfo(scores.dtype).min`, or with "
+                    f"`float('-inf')`: both fit every type.\n\n{out.message}")
+            check.fail(f"Your {what} raises in {name}. {setting[:1].upper() + setting[1:]}, and the step would stop there.\n\n{out.message}")
+        if any(t.is_floating_point() and not bool(torch.isfinite(t.float()).all()) for t in _tensors_of(out)):
+            check.fail(f"Your {what} returns NaN or infinity in {name} on an input where float32 gives finite "
+                       f"values. {setting[:1].upper() + setting[1:]}: a constant that overflows 16 bits (float16's largest magnitude is "
+                       f"65504) becomes infinite. Use values of the scores' own type: `torch.finfo(scores.dtype).min`.")
+    check.ok("runs in 16 bits as lesson 08's mixed precision does (torch.autocast in bfloat16"
+             + (" and float16)" if float16 else ")"))
+
+
+def in_16_bits_module(check: Check, module: nn.Module, inputs: tuple, what: str) -> None:
+    """:func:`in_16_bits` for a module called on ``inputs`` (float16 only where lesson 08 would use it)."""
+    in_16_bits(check, lambda dtype: module(*inputs), what,
+               float16=float16_trial_passes(check, attention_of(type(module))))
+
+
+# --------------------------------------------------------------------------
+# Checkpoints
+
+
+def state_dict_round_trip(check: Check, build: Callable[[], nn.Module], run: Callable[[nn.Module], Any],
+                          what: str) -> None:
+    """A checkpoint of a used instance loads strictly into a freshly built one, which then computes the same.
+
+    Lessons 06 to 08 save ``model.state_dict()`` and load it into a new model (``load_state_dict``, strict):
+    a tensor registered during ``forward`` (``register_buffer`` of the attention weights, a cached mask) is
+    saved with the weights, and a fresh instance does not have it.
+    """
+    used, fresh = build().eval(), build().eval()
+    before = set(check.call(used.state_dict, what=f"{what}.state_dict()"))
+    first = run(used)
+    state = check.call(used.state_dict, what=f"{what}.state_dict()")
+    added = [k for k in state if k not in before]
+    why = (f"Lessons 06, 07 and 08 save a checkpoint (`model.state_dict()`) and load it into a freshly built "
+           f"model with `load_state_dict`, which refuses a checkpoint whose names or shapes differ.")
+    if added:
+        check.fail(f"After a forward call, your {what}'s state_dict() holds {', '.join(f'`{k}`' for k in added)}, "
+                   f"which a freshly built one does not have: a tensor kept with `register_buffer` (registered in "
+                   f"__init__ or in forward) is saved with the weights. {why}\nKeep such a tensor as a plain attribute "
+                   f"(`self.attention_weights = weights`), not a buffer.")
+    loaded = check.attempt(fresh.load_state_dict, state, what=f"{what}.load_state_dict(checkpoint)")
+    if isinstance(loaded, Raised):
+        check.fail(f"A checkpoint of your {what}, taken after a forward call, cannot be loaded into a freshly built "
+                   f"one: a buffer or parameter changes its name or shape when the module runs. {why}\n\n"
+                   f"{loaded.message}")
+    again = run(fresh)
+    if isinstance(first, torch.Tensor) and isinstance(again, torch.Tensor) and not close_enough(again, first):
+        check.fail(f"A freshly built {what}, given a checkpoint of another one (`load_state_dict`), computes other "
+                   f"values than the one saved: something forward uses is not in state_dict() (a tensor kept "
+                   f"as a plain attribute, made at random in __init__). {why} Make learned tensors nn.Parameters "
+                   f"and fixed ones buffers.")
+    check.ok("a checkpoint (state_dict) taken after a forward call loads, strictly, into a freshly built one, "
+             "which computes the same")
 
 
 # --------------------------------------------------------------------------
@@ -1200,4 +1350,5 @@ __all__ = [
     "NO_DEFAULT", "contract_defaults", "default_of", "defined_where_loaded", "one_tensor",
     "dropout_measured", "eval_deterministic", "every_parameter_learns", "follows_dtype", "gradients", "is_module", "left_on_cpu",
     "decoder_on_gpu", "mixed_devices", "module_on_gpu", "on_gpu", "submodule_parts", "sweep", "train_random",
+    "attention_of", "fixed_device", "float16_trial_passes", "in_16_bits", "in_16_bits_module", "state_dict_round_trip",
 ]
