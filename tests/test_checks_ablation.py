@@ -386,7 +386,7 @@ def test_pre_ln_decoder_layer_accepts_correct_variants(impl):
 
 def dec(init=None, forward=None, **change):
     """A PreLNDecoderLayer with parts changed (``init``), another forward, or its steps called with ``change``."""
-    forward = forward or (lambda s, x, m, sm=None, tm=None: s.steps(x, m, sm, tm, **change)) if change or forward else None
+    forward = forward or (lambda s, x, m, sm=None, tgt_mask=None: s.steps(x, m, sm, tgt_mask, **change)) if change or forward else None
     return variant(PreLNDecoderLayer, init=init, **({"forward": forward} if forward else {}))
 
 
@@ -397,17 +397,17 @@ WRONG_DECODER_LAYERS = {
     "cross-attention query not normalised": (dec(query="raw"), ["query of the cross-attention is not normalised"]),
     "self-attention keys and values not normalised": (dec(self_kv="x"), ["values of the masked self-attention read x itself"]),
     "a LayerNorm on the output of every layer": (dec(parts(final_norm=nn.LayerNorm), _output_norm), ["normalises its own output"]),
-    "target mask ignored": (dec(forward=lambda s, x, m, sm=None, tm=None: s.steps(x, m, sm, None)), ["can see the future"]),
-    "source mask ignored": (dec(forward=lambda s, x, m, sm=None, tm=None: s.steps(x, m, None, tm)), ["hidden by src_mask"]),
-    "masks swapped": (dec(forward=lambda s, x, m, sm=None, tm=None: s.steps(x, m, tm, sm)), ["wrong way round"]),
-    "own causal mask instead of tgt_mask": (dec(forward=lambda s, x, m, sm=None, tm=None: s.steps(
+    "target mask ignored": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: s.steps(x, m, sm, None)), ["can see the future"]),
+    "source mask ignored": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: s.steps(x, m, None, tgt_mask)), ["hidden by src_mask"]),
+    "masks swapped": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: s.steps(x, m, tgt_mask, sm)), ["wrong way round"]),
+    "own causal mask instead of tgt_mask": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: s.steps(
         x, m, sm, torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril())), ["causal mask of its own"]),
     "cross-attention over its own stream": (dec(kv="own"), ["does not use it"]),
     "no residual around the cross-attention": (dec(res=(1, 0, 1)), ["residual connection around the cross-attention is missing"]),
     "no residual around the masked self-attention": (
         dec(res=(0, 1, 1)), ["residual connection around the masked self-attention is missing"]),
-    "cross-attention first": (dec(forward=lambda s, x, m, sm=None, tm=None: (lambda y2: y2 + s.feed_forward(s.norm3(y2)))(
-        (lambda y1: y1 + s.self_attn(s.norm2(y1), s.norm2(y1), s.norm2(y1), tm))(x + s.cross_attn(s.norm1(x), m, m, sm)))),
+    "cross-attention first": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: (lambda y2: y2 + s.feed_forward(s.norm3(y2)))(
+        (lambda y1: y1 + s.self_attn(s.norm2(y1), s.norm2(y1), s.norm2(y1), tgt_mask))(x + s.cross_attn(s.norm1(x), m, m, sm)))),
         ["wrong order"]),
     "norms in another order": (dec(norms=(0, 2, 1)), ["opens its sublayers with `norm1`, `norm3`, `norm2`"]),
     "dropout on memory": (dec(drop_memory=True), ["before the cross-attention reads memory"]),
@@ -416,23 +416,23 @@ WRONG_DECODER_LAYERS = {
     "LayerNorm without gain and bias": (dec(parts(norm1=NoAffineNorm, norm2=NoAffineNorm, norm3=NoAffineNorm)),
                                         ["no learned gain and bias"]),
     # a fifth hidden set
-    "cross-attention query from the layer's normalised input": (dec(forward=lambda s, x, m, sm=None, tm=None: (
+    "cross-attention query from the layer's normalised input": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: (
         lambda h: (lambda y: y + s.dropout(s.feed_forward(s.norm3(y))))(
-            (lambda y1: y1 + s.dropout(s.cross_attn(h, m, m, sm)))(x + s.dropout(s.self_attn(h, h, h, tm)))))(
+            (lambda y1: y1 + s.dropout(s.cross_attn(h, m, m, sm)))(x + s.dropout(s.self_attn(h, h, h, tgt_mask)))))(
         s.norm1(x))), ["the query of the cross-attention is h = norm1(x)", "cross_attn(norm2(y)"]),
-    "the cross-attention sublayer post-LN": (dec(forward=lambda s, x, m, sm=None, tm=None: (
+    "the cross-attention sublayer post-LN": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: (
         lambda y: y + s.dropout(s.feed_forward(s.norm3(y))))(
         (lambda y1: s.norm2(y1 + s.dropout(s.cross_attn(y1, m, m, sm))))(
-            x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tm))))),
+            x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tgt_mask))))),
         ["the cross_attn sublayer is post-LN", "y + dropout(cross_attn(norm2(y)))"]),
     # a sixth hidden set
-    "the feed-forward network reads norm3 of the layer's input": (dec(forward=lambda s, x, m, sm=None, tm=None: (
+    "the feed-forward network reads norm3 of the layer's input": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: (
         lambda y1: (y1 + s.dropout(s.cross_attn(s.norm2(y1), m, m, sm))) + s.dropout(s.feed_forward(s.norm3(x))))(
-        x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tm)))), ["reads feed_forward(norm3(x))"]),
+        x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tgt_mask)))), ["reads feed_forward(norm3(x))"]),
     "the feed-forward network reads the stream before the cross-attention": (
-        dec(forward=lambda s, x, m, sm=None, tm=None: (
+        dec(forward=lambda s, x, m, sm=None, tgt_mask=None: (
             lambda y1: (y1 + s.dropout(s.cross_attn(s.norm2(y1), m, m, sm))) + s.dropout(s.feed_forward(s.norm3(y1))))(
-            x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tm)))), ["taken before the cross-attention"]),
+            x + s.dropout(s.self_attn(s.norm1(x), s.norm1(x), s.norm1(x), tgt_mask)))), ["taken before the cross-attention"]),
 }
 
 
