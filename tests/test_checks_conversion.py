@@ -326,3 +326,25 @@ def stub(*args, **kwargs):
 
 def test_to_torch_transformer_stub_is_not_attempted():
     expect(check_to_torch_transformer(stub), "not attempted")
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): dropout measured through the port in training mode.
+
+
+def forward_forces_eval_mode(model):
+    """The copy's forward switches nn.Transformer to eval mode: its layers never drop, and lesson 07 trains it."""
+    converted = _convert(model)
+    original = converted.forward
+
+    def forward(src, tgt):
+        converted.core.eval()
+        return original(src, tgt)
+
+    converted.forward = forward
+    return converted
+
+
+def test_a_copy_whose_forward_forces_eval_mode_is_caught():
+    expect(check_to_torch_transformer(forward_forces_eval_mode), "failed", "in training mode",
+           "does not run as a training-mode dropout", "no `.eval()`")

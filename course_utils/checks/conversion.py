@@ -160,6 +160,7 @@ def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) ->
         )
     _first_mismatch(check, src, tgt, expected, got, inputs, seen)
     _input_dropout(check, theirs, enc[0], dec[0])
+    _layers_drop(check, theirs, enc, dec)
     _trainable(check, theirs, src, tgt)
     stages.module_on_gpu(check, theirs.eval(), src, tgt, what="to_torch_transformer module", advice=(
         "Create the masks on the device of the tokens: `nn.Transformer.generate_square_subsequent_mask(L, "
@@ -206,6 +207,48 @@ def _input_dropout(check: Check, theirs: nn.Module, first_enc: nn.Module, first_
                        f"your model's positional_encoding module (its dropout comes with it), rather than adding `pe` "
                        f"by hand or building a new nn.Dropout.")
     check.ok(f"in training mode, the embeddings plus positions are dropped at your model's rate ({DROPOUT})")
+
+
+def _layers_drop(check: Check, theirs: nn.Module, enc: list, dec: list) -> None:
+    """In training mode every dropout of the nn.Transformer layers runs and drops at the model's rate (measured
+    on its input and output): a copy whose forward switches its layers to eval mode trains without it."""
+    g = torch.Generator().manual_seed(10)
+    src = torch.randint(1, SRC_VOCAB, (16, 12), generator=g)  # no padding: every entry counts
+    tgt = torch.randint(1, TGT_VOCAB, (16, 10), generator=g)
+    places = [(f"the {side} layer {i}'s `{name}`", module) for side, layers in (("encoder", enc), ("decoder", dec))
+              for i, layer in enumerate(layers) for name, module in layer.named_modules()
+              if isinstance(module, nn.Dropout)]
+    seen: dict[str, tuple] = {}
+
+    def remember(module: nn.Module, args: tuple, out: Any, key: str) -> None:  # None: the output stays as it is
+        seen.setdefault(key, (module.training, _dense(args[0]).detach().clone(), _dense(out).detach().clone()))
+
+    handles = [module.register_forward_hook(lambda m, args, out, key=key: remember(m, args, out, key))
+               for key, module in places]
+    try:
+        theirs.train()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*nested tensors.*")
+            check.call(theirs, src, tgt, hint=_BATCH_FIRST, what="to_torch_transformer module's forward(src, tgt), "
+                                                                "in training mode")
+    finally:
+        theirs.eval()
+        for h in handles:
+            h.remove()
+    fix = ("Lesson 07 trains the copy (its training steps are timed against your model's), so in training mode its "
+           "layers must drop as your model's do. Leave the mode to the caller: no `.eval()` or `.train(False)` "
+           "inside forward.")
+    for where, _ in places:
+        if where not in seen or not seen[where][0]:
+            check.fail(f"In training mode (`copy.train()`), {where} does not run as a training-mode dropout: your "
+                       f"copy's forward switches its nn.Transformer layers to eval mode (or skips them). {fix}")
+        _, before, after = seen[where]
+        pattern = drop_pattern(after, before) if before.shape == after.shape else None
+        problem = dropout_problem(pattern, DROPOUT, where, "copy") if pattern is not None and pattern.exact else ""
+        if problem:
+            check.fail(f"{problem}\n{fix}")
+    if places:
+        check.ok(f"in training mode, the dropouts of the nn.Transformer layers drop at your model's rate ({DROPOUT})")
 
 
 def _shares_nothing(check: Check, model: nn.Module, theirs: nn.Module) -> None:
