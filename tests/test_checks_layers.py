@@ -1221,3 +1221,22 @@ def test_the_defaults_of_the_layers_are_the_exercises():
            "dropout=0.0")
     expect(check_encoder_layer(EncoderLayerTenth), "failed", "default of `dropout` (parameter 4)", "is 0.1")
     expect(check_encoder_layer(EncoderLayerRenamedRate), "passed")
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): a message that only said "wrong values".
+
+
+class ReluMovedAfterTheSecondLayer(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.0):
+        super().__init__()
+        self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return torch.relu(self.linear2(self.dropout(self.linear1(x))))  # the ReLU after linear2, none between
+
+
+def test_a_relu_moved_after_the_second_linear_layer_is_named():
+    expect(check_feed_forward(ReluMovedAfterTheSecondLayer), "failed", "after the second linear layer instead of "
+           "between the two")

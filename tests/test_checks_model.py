@@ -961,3 +961,22 @@ def test_the_count_of_matrices_off_xavier_counts_each_once():
     counted = int(re.search(r"(\d+) weight matri", result.messages[0]).group(1))
     matrices = sum(p.dim() > 1 for p in DefaultInitTransformer(11, 13, 16, 4, 2, 24, 0.0, 64, 3).parameters())
     assert 0 < counted <= matrices, result.messages[0]
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): a crash inside a part, caused at the call.
+
+
+class SwappedPositionalArguments(Transformer):
+    """Builds PositionalEncoding(d_model, max_len, dropout): the crash is inside PositionalEncoding.__init__."""
+
+    def __init__(self, src_vocab_size, tgt_vocab_size, d_model=512, num_heads=8, num_layers=6, d_ff=2048,
+                 dropout=0.1, max_len=5000, pad_id=0):
+        super().__init__(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len,
+                         pad_id)
+        self.positional_encoding = PositionalEncoding(d_model, max_len, dropout)
+
+
+def test_max_len_and_dropout_swapped_at_the_call_are_named():
+    expect(check_transformer(SwappedPositionalArguments), "failed", "with `max_len` and `dropout` swapped",
+           "PositionalEncoding(d_model, dropout, max_len)")

@@ -791,3 +791,16 @@ def pe_on_the_gpu_when_there_is_one(max_len, d_model):
 def test_a_table_made_on_the_gpu_whenever_there_is_one_is_caught_without_a_gpu():
     expect(check_positional_encoding(pe_on_the_gpu_when_there_is_one), "failed", "returns its result on the GPU",
            "PositionalEncoding registers it as a buffer")
+
+
+def pe_halves_with_tensor2tensor_frequencies(max_len, d_model):
+    """[sin | cos] halves, and tensor2tensor's frequencies: log(10000) / (d_model / 2 - 1) per pair."""
+    half = d_model // 2
+    position = torch.arange(max_len).float().unsqueeze(1)  # (max_len, 1)
+    inverse = torch.exp(torch.arange(half).float() * -(math.log(10000.0) / max(half - 1, 1)))  # (half,)
+    return torch.cat([torch.sin(position * inverse), torch.cos(position * inverse)], dim=1)  # (max_len, d_model)
+
+
+def test_halves_with_other_frequencies_are_named_not_told_row_0_is_wrong():
+    expect(check_positional_encoding(pe_halves_with_tensor2tensor_frequencies), "failed",
+           "sines in the first half of the columns", "interleaves", "frequencies differ", "d_model / 2 - 1")

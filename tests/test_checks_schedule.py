@@ -825,3 +825,17 @@ def test_a_scheduler_built_on_a_noam_lr_that_fails_its_checker_blames_it_first()
          ns)
     expect(check_noam_scheduler(ns["make_noam_scheduler"]), "failed", "your noam_lr, which fails its own checker",
            "step = max(step, 1)")
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): a message that sent the learner to noam_lr.
+
+
+def multiplies_the_current_lr(optimizer, d_model, warmup_steps):
+    """The schedule function reads the optimizer's current lr and multiplies it in: LambdaLR multiplies again."""
+    return LambdaLR(optimizer, lambda step: optimizer.param_groups[0]["lr"] * noam_lr(step + 1, d_model, warmup_steps))
+
+
+def test_a_schedule_that_multiplies_the_current_lr_is_named_not_sent_to_noam_lr():
+    expect(check_noam_scheduler(multiplies_the_current_lr), "failed", "multiplies by the optimizer's current lr",
+           "return the factor alone")

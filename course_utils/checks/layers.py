@@ -995,6 +995,12 @@ def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.T
                 "a ReLU is applied after the second linear layer too: only the hidden layer has a ReLU, "
                 "the output of linear2 is returned as it is (it must be able to go negative).",
             ),
+            "relu moved after": (
+                lambda c: _ffn_value(x, c, act=lambda h: h, after=True),
+                "the ReLU is applied after the second linear layer instead of between the two: the hidden layer "
+                "is relu(linear1(x)), and the output of linear2 is returned as it is (it must be able to go "
+                "negative). Without a ReLU between them, the two linear layers amount to a single one.",
+            ),
             "b1 unused": (
                 lambda c: _ffn_value(x, (c[0], None, c[2], c[3])),
                 "the first layer's bias b1 is never added: the hidden layer is max(0, x W1 + b1). A matrix "
@@ -1019,8 +1025,13 @@ def _check_ffn_values(check: Check, ff: nn.Module, x: torch.Tensor, out: torch.T
         for _, (value, cause) in variants.items():
             if any(close_enough(out, value(c), _ATOL, _RTOL) for c in candidates):
                 check.fail(f"The output of FeedForward has the wrong values: {cause}")
+        expected = _ffn_value(x, candidates[0])
+        if bool((out >= 0).all()) and bool((expected < -_ATOL).any()):
+            check.fail("The output of FeedForward has no negative entry, where relu(x W1 + b1) W2 + b2 has many: "
+                       "something that cannot go negative (a ReLU, a softmax, an absolute value) is applied to the "
+                       "output of linear2. Only the hidden layer has a ReLU; return linear2's output as it is.")
         check.close(
-            out, _ffn_value(x, candidates[0]), "the output of FeedForward",
+            out, expected, "the output of FeedForward",
             atol=_ATOL, rtol=_RTOL,
             hint="Expected relu(x W1^T + b1) W2^T + b2 with your two linear layers (in eval mode).",
         )

@@ -53,7 +53,12 @@ def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
     g = generator(5)
 
     def build(pad_id: int = _PAD, dropout: float = 0.0, vocab: tuple = (_SRC_VOCAB, _TGT_VOCAB)) -> nn.Module:
-        model = check.build(Transformer, *vocab, _D_MODEL, _NUM_HEADS, _NUM_LAYERS, _D_FF, dropout, _MAX_LEN, pad_id)
+        arguments = (*vocab, _D_MODEL, _NUM_HEADS, _NUM_LAYERS, _D_FF, dropout, _MAX_LEN, pad_id)
+        model = check.attempt(Transformer, *arguments, what="Transformer(...)")
+        if isinstance(model, Raised) and not isinstance(model.exception, NotImplementedError):
+            _arguments_swapped(check, model, dropout)
+        if isinstance(model, Raised):
+            model = check.build(Transformer, *arguments)  # the usual report: not attempted, or the crash
         return stages.is_module(check, model, "Transformer").eval()
 
     model = build()
@@ -743,6 +748,23 @@ def _xavier(check: Check, model: nn.Module, wide: nn.Module) -> None:
             f"end of __init__, `for p in self.parameters(): if p.dim() > 1: nn.init.xavier_uniform_(p)`."
         )
     check.ok("initialises every weight matrix and embedding with Xavier/Glorot (measured spread)")
+
+
+def _arguments_swapped(check: Check, raised: Raised, dropout: float) -> None:
+    """The constructor crashed inside a part built with ``max_len`` and ``dropout`` swapped (the positional
+    encoding's ``(d_model, dropout, max_len)``): name the swap at the call rather than the crash inside."""
+    tb = raised.exception.__traceback__
+    while tb is not None:
+        names = tb.tb_frame.f_locals
+        if tb.tb_frame.f_code.co_name == "__init__" and type(names.get("max_len")) is float and \
+                type(names.get("dropout")) is int and names["max_len"] == dropout and names["dropout"] == _MAX_LEN:
+            part = type(names.get("self")).__name__
+            check.fail(
+                f"Your Transformer builds its {part} with `max_len` and `dropout` swapped: it received "
+                f"dropout={_MAX_LEN} and max_len={dropout!r} (the model was built with dropout={dropout!r}, "
+                f"max_len={_MAX_LEN}), and crashed inside. {part} takes (d_model, dropout, max_len), in this order: "
+                f"`{part}(d_model, dropout, max_len)`, or pass them by name.\n\n{raised.message}")
+        tb = tb.tb_next
 
 
 def _encoder_sees_everything(check: Check, m: "_Model", src: torch.Tensor) -> None:

@@ -400,11 +400,38 @@ def _diagnose_table(
     _name_invariant(check, table, expected, max_len, d_model, what)
 
 
+def _halves_message(table: torch.Tensor, max_len: int, d_model: int, what: str) -> str:
+    """Row 0 is [0, ..., 0, 1, ..., 1]: the sines in the first half of the columns, the cosines in the second;
+    the frequencies (read at position 1) are named too when they are not the paper's."""
+    half = d_model // 2
+    title = what[0].upper() + what[1:]
+    message = (f"{title} puts the sines in the first half of the columns and the cosines in the second (row 0 is "
+               f"[0, ..., 0, 1, ..., 1]: sin(0) then cos(0)). The paper interleaves them: column 2i holds sin and "
+               f"column 2i + 1 holds cos of the same angle (write into `pe[:, 0::2]` and `pe[:, 1::2]`).")
+    if max_len < 2:
+        return message
+    measured = torch.atan2(table[1, :half], table[1, half:]).double()  # pair i's angle at position 1
+    pairs = torch.arange(half).double()
+    wanted = 10000.0 ** (-2.0 * pairs / d_model)
+    if bool(torch.allclose(measured, wanted, atol=1e-4, rtol=1e-3)):
+        return message
+    cause = ""
+    if half > 1 and bool(torch.allclose(measured, 10000.0 ** (-pairs / (half - 1)), atol=1e-4, rtol=1e-3)):
+        cause = (f" Yours divides the exponent by d_model / 2 - 1 = {half - 1} (as tensor2tensor's `timing_signal` "
+                 f"does), so the slowest pair turns exactly 10000 times slower than the first.")
+    return (f"{message}\nThe frequencies differ from the paper's too: pair i should turn by 10000^(-2i / d_model) "
+            f"radians per position.{cause}\n  expected: {fmt_values(wanted)}\n  actual:   {fmt_values(measured)}")
+
+
 def _name_invariant(check: Check, table: torch.Tensor, expected: torch.Tensor, max_len: int, d_model: int,
                     what: str) -> None:
     """No known mistake matched: name the first invariant that does not hold."""
     row0 = table[0]
     want0 = expected[0]
+    half = d_model // 2
+    if not close_enough(row0, want0) and d_model >= 4 and close_enough(
+            row0, torch.cat([torch.zeros(half), torch.ones(half)]).to(row0.dtype)):
+        check.fail(_halves_message(table, max_len, d_model, what))
     if not close_enough(row0, want0):
         check.fail(
             f"Row 0 (position 0) of {what} is wrong.\n"

@@ -622,6 +622,15 @@ def _write_overwritten(check: Check, optimizer: Any, scheduler: Any) -> str:
     )
 
 
+def _reads_current_lr(observed, lrs, factor) -> bool:
+    """After n steps, lr = initial lr * (a group's lr just before) * noam_lr(n + 1), in every row: the schedule
+    function multiplies by the optimizer's current lr."""
+    def fits(h):  # h: the group whose current lr it reads; None: each group its own
+        return all(math.isclose(observed[n][g], lrs[g] * (lrs if n == 0 else observed[n - 1])[g if h is None else h]
+                                * factor(n + 1), rel_tol=1e-4) for n in range(len(observed)) for g in range(2))
+    return len(observed) > 2 and any(fits(h) for h in (None, 0, 1))
+
+
 def _scheduler_slips(observed, lrs, factor, table, swapped, fixed) -> list[tuple[bool, str]]:
     """(does the slip fit the observed lrs, its message), in the order they are tried."""
     n_rows = len(observed)
@@ -690,6 +699,11 @@ def _scheduler_slips(observed, lrs, factor, table, swapped, fixed) -> list[tuple
          "compound and the lr collapses. The lr after n steps should be the initial lr times "
          "noam_lr(n + 1), not the product of all the rates so far (MultiplicativeLR compounds; LambdaLR "
          "scales the initial lr)."),
+        (_reads_current_lr(observed, lrs, factor),
+         "Your schedule function multiplies by the optimizer's current lr (it reads `param_groups[...]['lr']`), "
+         "so each lr carries the one before it and the rates collapse. LambdaLR already multiplies each group's "
+         "initial lr by your function's value: return the factor alone, `noam_lr(step + 1, d_model, "
+         "warmup_steps)`, with no lr in it."),
         (constant and bool(by_lr or not fixed),
          f"Every lr is {scale[0]:.4g} times the contract's{by_lr}, at every step and in both groups: the "
          f"schedule's shape is right, its scale is not. LambdaLR multiplies each group's initial lr by the value "
