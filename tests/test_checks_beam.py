@@ -425,3 +425,12 @@ def test_leaves_rng_untouched():
     before = torch.get_rng_state(), random.getstate()
     assert check_beam_search(beam_search).passed
     assert torch.equal(torch.get_rng_state(), before[0]) and random.getstate() == before[1]
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): a slip of precedence blamed on the stopping rule.
+
+
+def test_a_penalty_without_brackets_is_named_not_blamed_on_the_stopping_rule():
+    expect(check_beam_search(_variant_of(penalty=lambda n, a: (5 + n) / 6 ** a)), "failed",
+           "(5 + n) / 6 ** length_penalty", "binds before")

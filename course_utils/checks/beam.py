@@ -107,6 +107,8 @@ def _penalty(n: int, alpha: float, variant: str = "") -> float:
         return 1.0
     if variant == "penalty_len_power":
         return float(max(n, 1)) ** alpha
+    if variant == "penalty_precedence":  # `**` binds before `/`: only 6 is raised to the power
+        return (5.0 + n) / 6.0 ** alpha
     if variant == "penalty_counts_bos":
         n = n + 1
     if variant == "penalty_without_eos":
@@ -296,6 +298,9 @@ _VARIANTS = {
     "stopping test)",
     "penalty_len_power": "it uses n ** length_penalty as the length penalty. The GNMT penalty is "
     "((5 + n) / 6) ** length_penalty",
+    "penalty_precedence": "its length penalty is (5 + n) / 6 ** length_penalty: in Python `**` binds before `/`, "
+    "so only 6 is raised to the power, and the penalty grows with n as fast as n itself. Put brackets around "
+    "the fraction: ((5 + n) / 6) ** length_penalty",
     "penalty_counts_bos": "its length penalty counts BOS in the length. n is the number of tokens after BOS, "
     "EOS included: ((5 + n) / 6) ** length_penalty",
     "finished_dropped": "it drops the hypotheses that end in EOS instead of keeping them: put a candidate that "
@@ -819,8 +824,8 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
                     and (evidence is None or len(set(_agreement(variant, evidence))) == 1)):  # it explains every run
                 named.append(why)
         if named:
-            check.fail(f"Your search stops after {steps} decoding steps instead of {needed} {setup}.\n"
-                       f"Likely cause: {named[0]}.")
+            cause = named[0][3:] if named[0].startswith("it ") else named[0]
+            check.fail(f"Your search {cause}.\nIt stops after {steps} decoding steps instead of {needed} {setup}.")
     if steps > needed:
         check.fail(
             f"Your search ran {steps} decoding steps, but every sentence's best finished hypothesis was certain "
