@@ -1240,3 +1240,27 @@ class ReluMovedAfterTheSecondLayer(nn.Module):
 def test_a_relu_moved_after_the_second_linear_layer_is_named():
     expect(check_feed_forward(ReluMovedAfterTheSecondLayer), "failed", "after the second linear layer instead of "
            "between the two")
+
+
+class SelfAttentionPreLN(EncoderLayer):
+    """The first sublayer pre-LN, the second post-LN."""
+
+    def forward(self, x, mask=None):
+        h = self.norm1(x)
+        x = x + self.dropout(self.self_attn(h, h, h, mask))
+        return self.norm2(x + self.dropout(self.feed_forward(x)))
+
+
+class CrossAttentionPreLN(DecoderLayer):
+    """The cross-attention sublayer pre-LN, the others post-LN."""
+
+    def forward(self, x, memory, src_mask=None, tgt_mask=None):
+        x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+        h = self.norm2(x)
+        x = x + self.dropout(self.cross_attn(h, memory, memory, src_mask))
+        return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+def test_one_sublayer_in_pre_ln_order_is_named():
+    expect(check_encoder_layer(SelfAttentionPreLN), "failed", "the self_attn sublayer is pre-LN", "post-LN")
+    expect(check_decoder_layer(CrossAttentionPreLN), "failed", "the cross_attn sublayer is pre-LN", "post-LN")

@@ -980,3 +980,19 @@ class SwappedPositionalArguments(Transformer):
 def test_max_len_and_dropout_swapped_at_the_call_are_named():
     expect(check_transformer(SwappedPositionalArguments), "failed", "with `max_len` and `dropout` swapped",
            "PositionalEncoding(d_model, dropout, max_len)")
+
+
+class NormalisedInput(Transformer):
+    """A LayerNorm on the embeddings plus positions, before the first layer (a pre-LN stack's norm, misplaced)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.input_norm = nn.LayerNorm(self.d_model)
+
+    def embed(self, embedding, tokens):
+        return self.input_norm(self.positional_encoding(embedding(tokens) * math.sqrt(self.d_model)))
+
+
+def test_a_layer_norm_before_the_first_layer_is_named():
+    expect(check_transformer(NormalisedInput), "failed", "normalises the embeddings plus positions before the first "
+           "layer")

@@ -957,3 +957,17 @@ def test_minus_1e9_in_its_own_attention_function_passes_since_lesson_08_then_sta
 def test_attention_weights_kept_in_a_buffer_are_caught_by_the_checkpoint_round_trip():
     expect(check_multi_head_attention(BufferedWeights), "failed", "state_dict()", "`attention_weights`",
            "plain attribute")
+
+
+class CachedKeysAndValues(MHA):
+    """Projects the keys and values once, in the first call, and keeps them on self."""
+
+    def project(self, query, key, value):
+        if getattr(self, "_keys", None) is None:
+            self._keys, self._values = self.W_k(key), self.W_v(value)
+        return self.W_q(query), self._keys, self._values
+
+
+def test_keys_cached_from_an_earlier_call_are_named_not_blamed_on_the_projections():
+    expect(check_multi_head_attention(CachedKeysAndValues), "failed", "keeps something from an earlier call",
+           "projected in an earlier forward")

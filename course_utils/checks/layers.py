@@ -1136,12 +1136,24 @@ def _post_ln_encoder(p: Pieces) -> list:
          lambda: (lambda y: n2(y + sa(y)))(n1(x + ff(x)))),
         (_GELU_CAUSE, lambda: post(act=F.gelu)),
         (_GELU_CAUSE, lambda: post(act=lambda h: F.gelu(h, approximate="tanh"))),
+        (_one_pre_ln("self_attn", "norm1"), lambda: (lambda y: n2(y + ff(y)))(x + sa(n1(x)))),
+        (_one_pre_ln("feed_forward", "norm2"), lambda: (lambda y: y + ff(n2(y)))(n1(x + sa(x)))),
     ]
+
+
+def _one_pre_ln(sublayer: str, norm: str) -> str:
+    return (f"the {sublayer} sublayer is pre-LN, y + dropout({sublayer}({norm}(y))), while the rest of the layer is "
+            f"post-LN. The paper's layer normalises every sublayer's sum: {norm}(y + dropout({sublayer}(y)))")
 
 
 def _post_ln_decoder(p: Pieces) -> list:
     """Known wrong post-LN decoder layers, as functions of a twin's pieces: (cause, variant)."""
     x, memory, sa, ca, ff, n1, n2, n3 = p.x, p.memory, p.sa, p.ca, p.ff, p.n1, p.n2, p.n3
+
+    def one_pre(i: int) -> torch.Tensor:  # sublayer i pre-LN, the others post-LN
+        y1 = x + sa(n1(x)) if i == 0 else n1(x + sa(x))
+        y2 = y1 + ca(n2(y1), memory) if i == 1 else n2(y1 + ca(y1, memory))
+        return y2 + ff(n3(y2)) if i == 2 else n3(y2 + ff(y2))
 
     def post(res=(1, 1, 1), tm=_GIVEN, sm=_GIVEN, own_kv=False, query_x=False, ffn=True, act=torch.relu, kv=None):
         y1 = n1((x if res[0] else 0) + sa(x, m=tm))
@@ -1179,6 +1191,8 @@ def _post_ln_decoder(p: Pieces) -> list:
          "feed-forward network", lambda: (lambda y2: n3(y2 + ff(y2)))((lambda y1: n2(y1 + sa(y1)))(n1(x + ca(x))))),
         (_GELU_CAUSE, lambda: post(act=F.gelu)),
         (_GELU_CAUSE, lambda: post(act=lambda h: F.gelu(h, approximate="tanh"))),
+        *[(_one_pre_ln(name, norm), lambda i=i: one_pre(i)) for i, (name, norm) in
+          enumerate((("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3")))],
     ]
 
 

@@ -452,7 +452,7 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
     out = m.logits(src, tgt)[real]
 
     def oracle(scale: float = math.sqrt(_D_MODEL), final: tuple = (None, None), scale_after: bool = False,
-               pe: tuple = (True, True), tgt_scale: float | None = None) -> torch.Tensor:
+               pe: tuple = (True, True), tgt_scale: float | None = None, first: tuple = (None, None)) -> torch.Tensor:
         src_keep = (src != _PAD)[:, None, None, :]
         tgt_keep = (tgt != _PAD)[:, None, None, :] & torch.tril(torch.ones(_L_TGT, _L_TGT, dtype=torch.bool))
         position = torch.arange(_MAX_LEN, dtype=torch.float64)[:, None]
@@ -465,11 +465,13 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
             return (e + t) * factor if scale_after else e * factor + t
 
         h = embed(src_emb, src, pe[0])
+        h = h if first[0] is None else _double_norm(first[0])(h)
         for twin in stacks["encoder"]:
             h = twins.run_twin(twin, h, src_mask=twins.torch_mask(src_keep, _B, _NUM_HEADS, _L_SRC, _L_SRC))
         if final[0] is not None:
             h = _double_norm(final[0])(h)
         y = embed(tgt_emb, tgt, pe[1], scale if tgt_scale is None else tgt_scale)
+        y = y if first[1] is None else _double_norm(first[1])(y)
         for twin in stacks["decoder"]:
             y = twins.run_twin(twin, y, h, tgt_mask=twins.torch_mask(tgt_keep, _B, _NUM_HEADS, _L_TGT, _L_TGT),
                               src_mask=twins.torch_mask(src_keep, _B, _NUM_HEADS, _L_TGT, _L_SRC))
@@ -486,7 +488,8 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                 check.ok("matches a model assembled from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer "
                          "carrying your weights (embeddings scaled by sqrt(d_model), sinusoidal positions)")
                 return
-        causes = _oracle_causes()
+        causes = _oracle_causes() + [(dict(first=(a, b)), _FIRST_NORM) for a in (None, *finals)
+                                     for b in (None, *finals) if (a, b) != (None, None)][:9]
         for options, cause in causes:
             for final in _final_options(finals):
                 if close_enough(out, oracle(final=final, **options), _ATOL, _RTOL):
@@ -523,6 +526,12 @@ def _oracle_causes() -> list[tuple[dict, str]]:
         (dict(pe=(False, True)), "the positional encoding is added to the target embeddings only: the source "
                                  "embeddings need it too"),
     ]
+
+
+_FIRST_NORM = ("a LayerNorm normalises the embeddings plus positions before the first layer. The paper's post-LN "
+               "model has none there, since every layer ends with its own (a pre-LN model puts its extra LayerNorm "
+               "after the last layer, not before the first): pass PE(embed(tokens) * sqrt(d_model)) to the first "
+               "layer as it is")
 
 
 def _final_norm_message(where: str) -> str:

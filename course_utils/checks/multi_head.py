@@ -25,6 +25,10 @@ from ._dropout import drop_pattern, dropout_problem
 
 _NAMES = ("W_q", "W_k", "W_v", "W_o")
 _LOOSE = {"atol": 1e-4, "rtol": 1e-3}  # for naming a cause: a variant computed another way
+_KEPT = ("Likely cause: keys or values projected in an earlier forward and kept on `self` (a cache), so a new "
+         "sentence is attended with an old one's keys. Compute the projections from each call's own query, key "
+         "and value: what forward keeps on `self` (`attention_weights`, for plotting) must never feed the next "
+         "call (lesson 07 keeps its key/value cache outside the module).")
 
 
 def check_multi_head_attention(MultiHeadAttention: type[nn.Module]) -> CheckResult:
@@ -55,6 +59,9 @@ def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     module.eval()
     x = torch.randn(B, L, D, generator=g)
     _check_runs(check, module, x)
+    other = torch.randn(B, L, D, generator=g)  # another sentence of the same shape, after x
+    stages.fresh_instance_agrees(check, module, lambda: check.build(cls, D, H), (other, other, other),
+                                 "MultiHeadAttention", _KEPT)
     weights = _random_weights(g, D)
     uniform = dict(weights)
     uniform["W_q"] = (torch.zeros(D, D), torch.zeros(D))

@@ -1135,6 +1135,23 @@ def follows_dtype(check: Check, module: nn.Module, inputs: Sequence[Any], what: 
     check.ok("after .double() it computes the same values in float64 (everything it keeps moves with it)")
 
 
+def fresh_instance_agrees(check: Check, module: nn.Module, build: Callable[[], nn.Module], inputs: tuple,
+                          what: str, cause: str) -> None:
+    """After calls on other inputs, ``module`` (in eval mode) answers ``inputs`` as a freshly built instance
+    carrying the same weights does on its first call: nothing computed in an earlier call is kept."""
+    fresh = build().eval()
+    loaded = check.attempt(fresh.load_state_dict, module.state_dict(), what=f"{what}.load_state_dict")
+    if isinstance(loaded, Raised):
+        return  # a state_dict that does not load is the checkpoint stage's business
+    ours = check.call(module, *inputs, what=f"{what}.forward")
+    theirs = check.call(fresh, *inputs, what=f"{what}.forward")
+    if isinstance(ours, torch.Tensor) and isinstance(theirs, torch.Tensor) and ours.shape == theirs.shape and \
+            not close_enough(ours, theirs):
+        check.fail(f"Your {what} answers an input differently from a freshly built one carrying the same weights: "
+                   f"it keeps something from an earlier call. {cause}")
+    check.ok("keeps nothing from one call to the next (a fresh instance with the same weights agrees)")
+
+
 # --------------------------------------------------------------------------
 # Sixteen bits (lesson 08's mixed precision)
 
@@ -1350,5 +1367,5 @@ __all__ = [
     "NO_DEFAULT", "contract_defaults", "default_of", "defined_where_loaded", "one_tensor",
     "dropout_measured", "eval_deterministic", "every_parameter_learns", "follows_dtype", "gradients", "is_module", "left_on_cpu",
     "decoder_on_gpu", "mixed_devices", "module_on_gpu", "on_gpu", "submodule_parts", "sweep", "train_random",
-    "attention_of", "fixed_device", "float16_trial_passes", "in_16_bits", "in_16_bits_module", "state_dict_round_trip",
+    "attention_of", "fixed_device", "fresh_instance_agrees", "float16_trial_passes", "in_16_bits", "in_16_bits_module", "state_dict_round_trip",
 ]
