@@ -685,3 +685,25 @@ def test_a_property_that_fails_later_is_not_listed_as_working():
     result = check_greedy_decode(wrong_axis)
     expect(result, "failed", "not the argmax")
     assert not any("argmax" in item for item in result.checked), result.checked
+
+
+# --------------------------------------------------------------------------
+# Found by a fresh hidden set of mistakes (issue 30): a device chosen by asking whether a GPU exists.
+
+
+@torch.no_grad()
+def greedy_decode_on_the_gpu_when_there_is_one(model, src, max_len, bos_id, eos_id, pad_id):
+    device = "cuda" if torch.cuda.is_available() else src.device  # not src's device on a machine with a GPU
+    memory = model.encode(src)
+    ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=device)  # (B, 1)
+    finished = torch.zeros(src.size(0), dtype=torch.bool, device=device)
+    while ys.size(1) < max_len and not finished.all():
+        next_token = model.decode(ys, memory, src)[:, -1, :].argmax(dim=-1).masked_fill(finished, pad_id)  # (B,)
+        ys = torch.cat([ys, next_token[:, None]], dim=1)  # (B, T + 1)
+        finished = finished | (next_token == eos_id)
+    return ys
+
+
+def test_a_decoder_that_asks_whether_a_gpu_exists_is_caught_without_one():
+    expect(check_greedy_decode(greedy_decode_on_the_gpu_when_there_is_one), "failed",
+           "although src and the model are on the CPU", "torch.cuda.is_available()")

@@ -107,6 +107,8 @@ class ScriptedModel(nn.Module):
         self.train_calls += self.training
         if self._pretend and not all(_gpu.is_on_device(t) for t in tensors):
             raise _gpu.DeviceMismatch(f"model.{what} received a CPU tensor while the model is on {_gpu.PRETEND}")
+        if not self._pretend and any(_gpu.is_on_device(t) for t in tensors):  # a GPU tensor made on its own
+            raise _gpu.DeviceMismatch(f"model.{what} received a tensor on {_gpu.PRETEND} while the model is on the CPU")
         if not self._pretend and any(t.device != self._anchor.device for t in tensors):
             raise RuntimeError(f"Expected all tensors to be on the same device as the model ({self._anchor.device})")
         return [_gpu.plain(t).detach().cpu() for t in tensors]

@@ -860,7 +860,7 @@ def _device(check: Check, beam_search: Callable) -> None:
         "beam_search", advice=(
             "Create every tensor on src's device: `torch.full(..., device=src.device)`, "
             "`torch.arange(..., device=src.device)`, `torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)."),
-        code=beam_search)
+        code=beam_search, cpu_run=lambda: _run(check, beam_search, _CASES[1], probe=True)[2])
 
 
 __all__ = ["check_beam_search"]

@@ -133,6 +133,17 @@ def _cache_on_gpu(check: Check, decode_step: Callable, model: nn.Module, src: to
         "`device=src.device`."))
     if not isinstance(result, Raised):
         stages.left_on_cpu(check, {"its logits": result}, "decode_step", inputs)
+
+    def on_cpu() -> Any:  # the same three steps on the CPU, on a machine that says it has a GPU
+        cache: object = {}
+        with torch.no_grad():
+            for t in range(3):
+                logits, cache = decode_step(model, tgt[:, t : t + 1], memory, src, cache)
+        return logits
+
+    stages.fixed_device(check, on_cpu, "decode_step", inputs, advice=(
+        "Create every tensor on the device of the inputs (`device=y_last.device`, `device=src.device`), never on a "
+        "device chosen by asking `torch.cuda.is_available()`."), code=decode_step)
     check.ok("creates its tensors on the device of its inputs (tried on a pretend GPU)")
 
 

@@ -473,7 +473,7 @@ def _check_device(check: Check, greedy_decode: Callable, case: dict) -> None:
     stages.decoder_on_gpu(check, run, "greedy_decode", advice=(
         "Create every tensor on src's device: `torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)`, "
         "`torch.zeros(B, dtype=torch.bool, device=src.device)` (or `src.new_full(...)`, `src.new_zeros(...)`)."),
-        code=greedy_decode)
+        code=greedy_decode, cpu_run=lambda: _decode(check, greedy_decode, case, probe=True)[2])
 
 
 __all__ = ["check_greedy_decode"]

@@ -33,6 +33,16 @@ Devices
     parameters and buffers moved with it. ``decoder_on_gpu(check, run, what, advice, code)``:
     the same for a decoding function that drives a (scripted) model.
 
+    ``fixed_device(check, run, what, inputs, advice)``: the inputs on the CPU of a machine that says it has a
+    GPU: nothing is put on the GPU by asking ``torch.cuda.is_available()`` or writing ``"cuda"`` (run by the
+    three above; on its own for a function given no tensor, whose result stays on the CPU).
+
+Precision, checkpoints, state
+    ``in_16_bits(check, run, what, float16)`` and ``in_16_bits_module(check, module, inputs, what)``: lesson
+    08's mixed precision (``torch.autocast`` in bfloat16; float16 where lesson 08 would use it) runs and stays
+    finite. ``state_dict_round_trip(check, build, run, what)``: a checkpoint loads strictly into a fresh
+    instance. ``fresh_instance_agrees(check, module, build, inputs, what, cause)``: nothing kept between calls.
+
 Dropout
     ``eval_deterministic(check, module, run, what, p)`` and
     ``train_random(check, module, run, what, p)``: dropout off in eval mode, on in
@@ -1025,7 +1035,8 @@ def fixed_device(check: Check, run: Callable[[], Any], what: str, inputs: str, a
     if mixed:
         line = next((ln.strip() for ln in result.message.splitlines() if ln.strip().startswith("in ")), "")
         operation = str(result.exception.operation).removeprefix("in ")
-        how = f": {operation} mixed it with them" + (f" ({line})" if line else "")
+        how = (f": {operation}" if operation.startswith("model.") else f": {operation} mixed it with them") + \
+            (f" ({line})" if line else "")
     else:
         how = ", and returns its result there"
     check.fail(
@@ -1100,15 +1111,18 @@ def _module_on_gpu(check: Check, module: nn.Module, inputs: tuple, what: str, ad
 
 
 def decoder_on_gpu(check: Check, run: Callable[[torch.device | None], Any], what: str, advice: str,
-                   code: Any = None) -> None:
+                   code: Any = None, cpu_run: Callable[[], Any] | None = None) -> None:
     """A decoding function driving a model on a GPU: ``run(None)`` on the pretend one (a probing run), then
-    ``run(device)`` on the machine's own where there is one. Nothing is created on the CPU; the output stays."""
+    ``run(device)`` on the machine's own where there is one. Nothing is created on the CPU; the output stays.
+    ``cpu_run()``: a probing run on the CPU, tried on a machine that says it has a GPU (:func:`fixed_device`)."""
     inputs = "src and the model"
     out = run(None)
     mixed_devices(check, out, what, inputs, advice=advice, code=code)
     if isinstance(out, Raised):
         check.fail(f"{what} fails with src and the model on a GPU {_gpu.WHERE}:\n{out.message}")
     left_on_cpu(check, {"its output": out}, what, inputs, code=code)
+    if cpu_run is not None:
+        fixed_device(check, cpu_run, what, inputs, advice, code=code)
     device = _gpu.real_gpu()
     if device is not None:
         left_on_cpu(check, {"its output": run(device)}, what, inputs, device)
