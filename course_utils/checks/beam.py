@@ -824,8 +824,10 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
                     and (evidence is None or len(set(_agreement(variant, evidence))) == 1)):  # it explains every run
                 named.append(why)
         if named:
-            cause = named[0][3:] if named[0].startswith("it ") else named[0]
-            check.fail(f"Your search {cause}.\nIt stops after {steps} decoding steps instead of {needed} {setup}.")
+            cause = (named[0][3:] if named[0].startswith("it ") else "'s " + named[0][4:]
+                     if named[0].startswith("its ") else ": " + named[0])
+            check.fail(f"Your search{' ' * cause[0].isalpha()}{cause}.\nIt stops after {steps} decoding steps "
+                       f"instead of {needed} {setup}.")
     if steps > needed:
         check.fail(
             f"Your search ran {steps} decoding steps, but every sentence's best finished hypothesis was certain "
