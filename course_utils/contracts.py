@@ -73,6 +73,8 @@ _ALL = (
                  "output and weights keep the inputs' dtype (float32, float64) and device",
                  "deterministic (no dropout inside), inputs unchanged, gradients reach query, key and value",
                  "long sequences (L >= 64), a single head (H = 1), d_k not a power of two",
+                 "runs under lesson 08's bfloat16 autocast: the hidden scores are filled with a value that fits "
+                 "16 bits",
              ),
              used_by=("02, 03: the demonstration cells", "04: MultiHeadAttention calls it on (B, H, L, d_k) and "
                       "keeps the weights as attention_weights", "05: the layers, through MultiHeadAttention",
@@ -89,7 +91,7 @@ _ALL = (
                       "06: training and greedy decoding (on the GPU when there is one)")),
     Contract("make_causal_mask", "02_masks", "function", "make_causal_mask(size) -> BoolTensor (size, size)",
              promises=(
-                 "True on and below the diagonal, False above it",
+                 "True on and below the diagonal, False above it, on the CPU (the caller moves it)",
                  "any size, 1 and lesson 06's max_len and more included; nothing kept between calls that could "
                  "give the mask of an earlier size",
              ),
@@ -110,6 +112,7 @@ _ALL = (
                  "a float32 tensor (PyTorch's default dtype), accurate up to position 5000 (the model's default "
                  "max_len)",
                  "any even d_model (not only powers of two); nothing kept between calls",
+                 "made on the CPU (no device of its own choosing): the module that keeps it moves it",
              ),
              used_by=("03: the heatmap, similarity and rotation cells", "03: PositionalEncoding")),
     Contract("PositionalEncoding", "03_positional_encoding", "class",
@@ -141,7 +144,10 @@ _ALL = (
                     "W_o: Linear(d_model, d_model)"),
              promises=(
                  "num_heads is the head count it was built with, d_k = d_model // num_heads",
-                 "attention_weights holds the weights of the last call, shape (B, num_heads, L_q, L_k)",
+                 "attention_weights holds the weights of the last call, shape (B, num_heads, L_q, L_k), as a plain "
+                 "attribute (not a buffer: a checkpoint loads into a freshly built instance); nothing else a call "
+                 "computes feeds the next",
+                 "runs under lesson 08's autocast (bfloat16; float16 where lesson 08's float16 trial passes)",
                  "W_q, W_k, W_v, W_o are four distinct nn.Linear(d_model, d_model)",
                  "a ValueError with a message when num_heads does not divide d_model (lesson 04 catches ValueError)",
                  "in training mode, dropout with rate `dropout` on the attention weights and nowhere else; "
@@ -242,6 +248,8 @@ _ALL = (
                  "in training mode, dropout with rate `dropout` on the embeddings plus positional encoding of both "
                  "sides and inside the layers, nowhere else; eval deterministic",
                  "raw logits (no softmax); sentences up to max_len; .to(dtype) and .to(device) move every tensor",
+                 "runs under lesson 08's autocast; state_dict() after a forward call loads strictly into a freshly "
+                 "built model (lessons 06 to 08's checkpoints)",
                  "encode and decode call positional_encoding through that attribute (a module assigned to it is "
                  "used), and a rate set on positional_encoding.dropout.p takes effect",
              ),
@@ -325,7 +333,8 @@ _ALL = (
                        "its logits equal model(src, tgt) to 1e-5 in eval mode",
                        "PyTorch's layers have the model's dropout rate, model.positional_encoding.dropout.p",
                        "PyTorch's layers hold copies of the model's weights; the model is unchanged",
-                       "the copy can be trained: its parameters require gradients and its forward records them"),
+                       "the copy can be trained: its parameters require gradients and its forward records them",
+                       "in training mode its layers drop at that rate: forward leaves the mode to the caller"),
              used_by=("07: the trained model compared with its nn.Transformer copy",
                       "07: training steps of the copy, timed against the model's")),
     # -- lesson 08 ---------------------------------------------------------------
