@@ -104,7 +104,7 @@ def _column(side: str, x: float) -> list[MapBox]:
                 ("decoder_norm2", "add_norm", "add & norm", 0.5),
                 ("decoder_feed_forward", "feed_forward", "feed-forward", 1.1),
                 ("decoder_norm3", "add_norm", "add & norm", 0.5)]
-    y = bottom + 0.45
+    y = bottom + 0.5
     inner: list[MapBox] = []
     for name, part, text, height in rows:
         boxes.append(MapBox(name, part, text, x + 0.3, y, w - 0.6, height))
@@ -115,8 +115,7 @@ def _column(side: str, x: float) -> list[MapBox]:
             inner.append(MapBox(f"{name}.activation", "feed_forward_activation", "Linear · ReLU · Linear",
                                 c - 2.1, y + 0.1, 4.2, 0.45, kind="chip"))
         y += height + 0.4
-    frame = MapBox(f"{side}_layer", f"{side}_layer", f"{side} layer  × N", x, bottom, w, y - bottom + 0.25,
-                   kind="frame")
+    frame = MapBox(f"{side}_layer", f"{side}_layer", f"{side} layer × N", x, bottom, w, y - bottom, kind="frame")
     return [frame, *boxes, *inner]
 
 
@@ -125,12 +124,12 @@ def _boxes() -> tuple[MapBox, ...]:
     top = next(b for b in boxes if b.name == "decoder_layer").top
     boxes += [
         MapBox("start_token", "start_token", "<bos>\nstart", 8.45, 0.3, 1.3, 0.7, kind="chip"),
-        MapBox("padding_mask", "padding_mask", "padding\nmask", 0.0, 4.9, 1.7, 0.9, kind="chip"),
+        MapBox("padding_mask", "padding_mask", "padding\nmask", 0.15, 4.9, 1.7, 0.9, kind="chip"),
         MapBox("target_mask", "target_mask", "target\nmask", 16.6, 4.9, 1.7, 0.9, kind="chip"),
         MapBox("kv_cache", "kv_cache", "key/value\ncache", 16.6, 7.05, 1.7, 0.9, kind="chip"),
-        MapBox("output_projection", "output_projection", "Linear → logits", 10.7, top + 0.5, 5.0, 0.6),
-        MapBox("loss", "loss", "softmax · label-smoothed loss", 10.7, top + 1.5, 5.0, 0.6),
-        MapBox("decoding", "decoding", "decoding: greedy · beam search", 10.7, top + 2.5, 5.0, 0.6),
+        MapBox("output_projection", "output_projection", "Linear → logits", 10.45, top + 0.5, 5.5, 0.6),
+        MapBox("loss", "loss", "softmax · label-smoothed loss", 10.45, top + 1.5, 5.5, 0.6),
+        MapBox("decoding", "decoding", "decoding: greedy · beam search", 10.45, top + 2.5, 5.5, 0.6),
     ]
     return tuple(boxes)
 
@@ -190,6 +189,7 @@ _EDGE = {"todo": "#b0b0b0", "built": "#5b7ba6", "focus": "#b45309"}
 _TEXT = {"todo": "#9a9a9a", "built": "#1f2d3d", "focus": "#3b1d00"}
 _FRAME_FILL = {"todo": "#ffffff", "built": "#f3f6fa", "focus": "#fdf0e2"}
 _MARK_COLOUR = "#c0392b"
+_SHAPE_COLOUR = "#5a3e8a"
 _WIDTH, _HEIGHT = 19.1, 15.9  # the map's extent, in map units
 
 
@@ -204,22 +204,29 @@ def _draw_box(ax: Axes, box: MapBox) -> None:
     ax.add_patch(patch)
     weight = "bold" if box.state == "focus" else "normal"
     if frame:
-        ax.text(box.x + 0.15, box.top - 0.12, box.text, ha="left", va="top", fontsize=8.5, style="italic",
+        ax.text(box.x + box.width - 0.15, box.y + 0.06, box.text, ha="right", va="bottom", fontsize=8, style="italic",
                 color=_TEXT[box.state], weight=weight, zorder=4)
     elif box.part in ("multi_head_attention", "feed_forward"):  # room below for the chip inside
-        ax.text(box.centre[0], box.top - 0.32, box.text, ha="center", va="center", fontsize=8,
+        ax.text(box.centre[0], box.top - 0.32, box.text, ha="center", va="center",
+                fontsize=7.5 if box.state == "focus" else 8,
                 color=_TEXT[box.state], weight=weight, zorder=4)
+    elif box.shape and box.part == "attention":  # the attention weights' shape, in place of the chip's words
+        ax.text(*box.centre, box.shape, ha="center", va="center", fontsize=7, family="monospace",
+                color=_SHAPE_COLOUR, zorder=4)
     else:
-        size = 7 if box.kind == "chip" else 8.5
+        size = 7 if box.kind == "chip" else 8 if box.state == "focus" else 8.5
         ax.text(*box.centre, box.text, ha="center", va="center", fontsize=size, color=_TEXT[box.state],
                 weight=weight, zorder=4, linespacing=1.0)
     if box.mark is not None:
         ax.text(box.x + box.width - 0.05, box.top - 0.02, str(box.mark), ha="center", va="center", fontsize=7.5,
                 color="white", weight="bold", zorder=6,
                 bbox=dict(boxstyle="circle,pad=0.2", facecolor=_MARK_COLOUR, edgecolor="none"))
-    if box.shape:
+    if box.shape and box.kind == "chip" and box.part != "attention":  # beside the model: under the chip
+        ax.text(box.centre[0], box.y - 0.08, box.shape.replace(" bool", "\nbool"), ha="center", va="top", fontsize=7, family="monospace",
+                color=_SHAPE_COLOUR, zorder=6)
+    elif box.shape and box.kind != "chip":
         ax.text(box.centre[0] + 0.12, box.top + 0.08, box.shape, ha="left", va="bottom", fontsize=7,
-                family="monospace", color="#5a3e8a", zorder=6)
+                family="monospace", color=_SHAPE_COLOUR, zorder=6)
 
 
 def _arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], dashed: bool = False,
@@ -268,12 +275,12 @@ def _line(ax: Axes, points: list[tuple[float, float]], dashed: bool = False) -> 
     ax.plot(xs, ys, color="#6b6b6b", linewidth=1.0, linestyle="--" if dashed else "-", zorder=5)
 
 
-def _draw_legend(ax: Axes, marks: Mapping[str, str] | None, notes: Iterable[str]) -> None:
+def _draw_legend(ax: Axes, marks: Mapping[str, str] | None, notes: Iterable[str], states: bool) -> None:
     ax.set_axis_off()
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     y = 0.97
-    for state, words in (("focus", "this lesson"), ("built", "built so far"), ("todo", "a later lesson")):
+    for state, words in (("focus", "this lesson"), ("built", "built so far"), ("todo", "a later lesson"))[:3 * states]:
         ax.add_patch(FancyBboxPatch((0.02, y - 0.03), 0.12, 0.035, boxstyle="round,pad=0.004", facecolor=_FILL[state],
                                     edgecolor=_EDGE[state], linestyle="--" if state == "todo" else "-",
                                     linewidth=1.8 if state == "focus" else 1.0))
@@ -293,8 +300,11 @@ def _draw_legend(ax: Axes, marks: Mapping[str, str] | None, notes: Iterable[str]
 
 def draw_model_map(built: Iterable[str] | str | None = "all", focus: Iterable[str] | str | None = None,
                    marks: Mapping[str, str] | None = None, shapes: Mapping[str, str] | None = None,
-                   title: str | None = "The Transformer", notes: Iterable[str] = ()) -> Figure:
-    """Draw the map (see the module's docstring) and return its figure; each box's patch has the box's name as gid."""
+                   title: str | None = "The Transformer", notes: Iterable[str] = (), key: bool = True) -> Figure:
+    """Draw the map (see the module's docstring) and return its figure; each box's patch has the box's name as gid.
+
+    ``notes`` are lines written under the legend; ``key=False`` leaves out the key to the states.
+    """
     boxes = layout(built, focus, marks, shapes)
     by_name = {b.name: b for b in boxes}
     with plt.rc_context({"figure.dpi": 100, "font.size": 9}):
@@ -304,11 +314,11 @@ def draw_model_map(built: Iterable[str] | str | None = "all", focus: Iterable[st
         for box in boxes:
             _draw_box(ax, box)
         _draw_arrows(ax, by_name)
-        ax.set_xlim(-0.2, _WIDTH)
+        ax.set_xlim(-0.3, _WIDTH)
         ax.set_ylim(-0.1, _HEIGHT)
         ax.set_aspect("equal")
         ax.set_axis_off()
-        _draw_legend(legend, marks, notes)
+        _draw_legend(legend, marks, notes, key)
         if title:
             fig.suptitle(title, x=0.02, y=0.985, ha="left", fontsize=12, weight="bold")
     return fig
