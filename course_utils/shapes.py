@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["ShapeRow", "ShapeTrace", "trace_shapes"]
+__all__ = ["ShapeRow", "ShapeTrace", "trace_shapes", "course_model"]
 
 
 @dataclasses.dataclass
@@ -217,7 +217,7 @@ def _fold_line(stack: str, indices: list[str]) -> str:
 
 
 def trace_shapes(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, show: bool = True,
-                 skip_dropout: bool = True) -> ShapeTrace:
+                 skip_dropout: bool = True, title: str = "Your model's shapes, traced from one batch") -> ShapeTrace:
     """Run ``model(src, tgt)`` once on a copy, in eval mode, and record every module call's shapes.
 
     With ``show`` (the default) it prints the table and draws the map with the shapes on it. Dropout modules
@@ -241,7 +241,7 @@ def trace_shapes(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, show: b
         import matplotlib.pyplot as plt
 
         print(trace.table())
-        fig = trace.draw()
+        fig = trace.draw(title)
         plt.show()
         plt.close(fig)
     return trace
@@ -261,7 +261,9 @@ def _run(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, trace: ShapeTra
         calls[name] = calls.get(name, 0) + 1
         pairs = _named_inputs(module, args, kwargs)
         first = next((v for _, v in pairs if isinstance(v, torch.Tensor)), None)
-        row = ShapeRow(name, type(module).__name__, _inputs_text(pairs), call=calls[name],
+        cls = type(module)
+        kind = f"{cls.__name__.lstrip('_')} (course's)" if cls.__module__.startswith("course_utils") else cls.__name__
+        row = ShapeRow(name, kind, _inputs_text(pairs), call=calls[name],
                        source_tokens=first.shape[1] if first is not None and first.dim() >= 2 else None)
         if name.endswith("self_attn") and calls[name] == 1:
             mask = next((v for k, v in pairs if k == "mask" or k.endswith("mask")), None)
@@ -288,6 +290,8 @@ def _run(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, trace: ShapeTra
         with torch.no_grad():
             try:
                 model(src, tgt)
+            except NotImplementedError:  # an exercise not done yet: `with requires(...)` says which
+                raise
             except Exception as exc:  # the learner's bug: say where, do not raise
                 inside = open_rows[-1] if open_rows else None
                 where = f" inside {inside.name} ({inside.kind}), called with {inside.inputs}" if inside else ""
@@ -301,3 +305,18 @@ def _run(model: nn.Module, src: torch.Tensor, tgt: torch.Tensor, trace: ShapeTra
         for module, attributes in saved.items():
             module.__dict__.clear()
             module.__dict__.update(attributes)
+
+
+def course_model(attention: type | None = None, pad_id: int = 0) -> nn.Module:
+    """The course's own small Transformer (d_model 24, 4 heads, 2 + 2 layers, vocabularies of 11 and 13 words), in eval
+    mode; with ``attention``, a class like lesson 04's ``MultiHeadAttention(d_model, num_heads)``, in every place where
+    the model attends (the encoder's self-attention, the decoder's masked self-attention and cross-attention)."""
+    from .checks import _standins
+
+    model = _standins.CourseTransformer(seed=0, pad_id=pad_id)
+    if attention is not None:
+        for layer in [*model.encoder_layers, *model.decoder_layers]:
+            layer.self_attn = attention(_standins.D_MODEL, _standins.HEADS)
+            if hasattr(layer, "cross_attn"):
+                layer.cross_attn = attention(_standins.D_MODEL, _standins.HEADS)
+    return model.eval()

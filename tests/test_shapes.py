@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from course_utils.model_map import BOXES  # noqa: E402
-from course_utils.shapes import trace_shapes  # noqa: E402
+from course_utils.shapes import course_model, trace_shapes  # noqa: E402
 from downstream_variants import catalogue  # noqa: E402
 from test_checks_model import CORRECT, Transformer  # noqa: E402
 
@@ -151,3 +151,28 @@ def test_bad_input_is_a_clear_type_error():
         trace_shapes(lambda s, t: s, src, tgt)
     with pytest.raises(TypeError, match=r"src should be a \(batch, length\) tensor of token ids, not \(7\) int64"):
         trace_shapes(build(), src[0], tgt)
+
+
+@pytest.mark.parametrize("attention", CATALOGUE["check_multi_head_attention"], ids=lambda v: getattr(v, "__name__", "?"))
+def test_lesson_04s_attention_in_the_course_model(attention):
+    """Lesson 04 traces the course's small model with the learner's attention in its three places."""
+    model = course_model(attention=attention)
+    assert sum(isinstance(m, attention) for m in model.modules()) == 2 + 2 * 2
+    src = torch.tensor([[1, 5, 7, 9, 2], [1, 4, 6, 2, 0]])
+    tgt = torch.tensor([[1, 8, 3, 10], [1, 12, 2, 0]])
+    trace = trace_shapes(model, src, tgt, show=False)
+    assert trace.error is None and trace.rows[0].output == "(2, 4, 13)"
+    assert trace.map_shapes()["cross_attention.attention"] == "weights (2, 4, 4, 5)"
+
+
+def test_an_exercise_not_done_yet_is_left_for_requires_to_name():
+    class Stub(nn.Module):
+        def __init__(self, d_model, num_heads, dropout=0.0):
+            super().__init__()
+
+        def forward(self, query, key, value, mask=None):
+            raise NotImplementedError()
+
+    src, tgt = batch()
+    with pytest.raises(NotImplementedError):
+        trace_shapes(course_model(attention=Stub), src[:, :5] % 11, tgt % 13, show=False)
