@@ -324,9 +324,18 @@ def draw_model_map(built: Iterable[str] | str | None = "all", focus: Iterable[st
     return fig
 
 
-def lesson_map(stem: str, shapes: Mapping[str, str] | None = None) -> Figure:
-    """The map at the top of lesson ``stem``, from ``course_utils.lessons``: what is built, what is this lesson's."""
+def lesson_map(stem: str, show: bool = True) -> Figure | None:
+    """The map at the top of lesson ``stem``, from ``course_utils.lessons``: what is built, what is this lesson's.
+
+    With ``show`` (in a notebook) it is shown once, as the course's other plots are (``plt.show()``), and
+    nothing is returned; ``show=False`` returns the figure instead.
+    """
     entry = _lessons.lesson(stem)
     built = set(_lessons.built_before(entry.stem))
-    return draw_model_map(built=built, focus=entry.highlighted, marks=entry.marks, shapes=shapes,
-                          title=f"Lesson {entry.number}, {entry.title}: where it sits in the Transformer")
+    fig = draw_model_map(built=built, focus=entry.highlighted, marks=entry.marks,
+                         title=f"Lesson {entry.number}, {entry.title}: where it sits in the Transformer")
+    if not show:
+        return fig
+    plt.show()
+    plt.close(fig)
+    return None

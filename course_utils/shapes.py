@@ -67,8 +67,14 @@ class ShapeTrace:
         widths = [max(len(header[i]), *(len(line[i]) for line in full)) for i in range(3)]
         out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  " + header[3],
                "  ".join("-" * w for w in widths) + "  " + "-" * len(header[3])]
+        indent = " " * (sum(widths) + 2 * len(widths))
         for line in lines:
-            out.append(line[0] if line[1] is None else "  ".join(v.ljust(w) for v, w in zip(line, widths)) + "  " + line[3])
+            if line[1] is None:
+                out.append(line[0])
+                continue
+            first, *rest = _wrapped(line[3], _INPUTS_WIDTH)
+            out.append("  ".join(v.ljust(w) for v, w in zip(line, widths)) + "  " + first)
+            out += [indent + more for more in rest]
         if self.error:
             out += ["", self.error]
         return "\n".join(out)
@@ -124,6 +130,24 @@ _BOX_OF = {
     "decoder_layers.0.norm3": "decoder_norm3",
     "generator": "output_projection",
 }
+
+
+#: the inputs column wraps after this many characters, so that a table fits a notebook's width
+_INPUTS_WIDTH = 40
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    """``text`` cut between its arguments (a comma before a name, not inside a shape) into lines of at most
+    ``width`` characters (a longer argument stays whole)."""
+    pieces = re.split(r", (?=[A-Za-z_])", text)
+    lines = [pieces[0]]
+    for piece in pieces[1:]:
+        if len(lines[-1]) + 2 + len(piece) <= width:
+            lines[-1] += ", " + piece
+        else:
+            lines[-1] += ","
+            lines.append(piece)
+    return lines
 
 
 def _fmt(shape: Any) -> str:

@@ -153,7 +153,7 @@ def test_lesson_maps_fill_in_what_earlier_lessons_built():
                                                            "target_mask", "positional_encoding",
                                                            "multi_head_attention"}
     for entry in lessons.LESSONS:
-        fig = lesson_map(entry.stem)
+        fig = lesson_map(entry.stem, show=False)
         try:
             boxes = layout(lessons.built_before(entry.stem), entry.highlighted, entry.marks)
             states = {b.part: b.state for b in boxes}
@@ -183,3 +183,7 @@ def test_the_needs_box_says_time_notebooks_checkpoint_and_data():
             assert f"`{stem}`" in text
     assert "06_transformer.pt" in lessons.needs_markdown("07_inference")
     assert "MULTI30K_DIR" in lessons.needs_markdown("08_real_data") and "offline" in lessons.needs_markdown("08_real_data").lower()
+
+
+def test_lesson_map_shows_itself_and_leaves_no_figure_open():
+    assert lesson_map("03_positional_encoding") is None and plt.get_fignums() == []

@@ -109,13 +109,19 @@ def test_every_correct_transformer_is_traced_and_left_as_it_was(make):
 
 def test_the_table_names_each_call_indents_it_and_folds_repeated_layers():
     src, tgt = batch()
-    table = trace_shapes(build(), src, tgt, show=False).table()
+    trace = trace_shapes(build(), src, tgt, show=False)
+    table = trace.table()
     lines = table.splitlines()
     assert lines[0].split() == ["module", "class", "output", "inputs"]
     assert any(line.split()[:3] == ["src_embed", "Embedding", "(2,"] for line in lines)
     assert "  positional_encoding (call 2)" in table  # the same module, for the target
-    assert "query = key = value (2, 7, 32), mask (2, 1, 1, 7) bool" in table  # encoder self-attention
-    assert "query (2, 5, 32), key = value (2, 7, 32), mask (2, 1, 1, 7) bool" in table  # cross-attention
+    inputs = {row.name: row.inputs for row in trace.rows}
+    assert inputs["encoder_layers.0.self_attn"] == "query = key = value (2, 7, 32), mask (2, 1, 1, 7) bool"
+    assert inputs["decoder_layers.0.cross_attn"] == "query (2, 5, 32), key = value (2, 7, 32), mask (2, 1, 1, 7) bool"
+    # long inputs wrap between arguments, never inside a shape, so that the table fits a notebook
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("self_attn"))
+    assert lines[at].endswith("query = key = value (2, 7, 32),") and lines[at + 1].strip() == "mask (2, 1, 1, 7) bool"
+    assert max(map(len, lines)) <= 110
     assert "encoder_layers.1: the same shapes as encoder_layers.0" in table
     assert "Dropout" not in table  # left out: they leave shapes as they are
     assert "Dropout" in trace_shapes(build(), src, tgt, show=False, skip_dropout=False).table()
