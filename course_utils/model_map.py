@@ -307,10 +307,10 @@ def draw_model_map(built: Iterable[str] | str | None = "all", focus: Iterable[st
     """
     boxes = layout(built, focus, marks, shapes)
     by_name = {b.name: b for b in boxes}
+    side = key or bool(marks)  # a column beside the map for the key and the marks; else notes under the title
     with plt.rc_context({"figure.dpi": 100, "font.size": 9}):
-        fig = plt.figure(figsize=(10.5, 7.8))
-        ax = fig.add_axes((0.0, 0.0, 0.7, 0.94))
-        legend = fig.add_axes((0.7, 0.0, 0.3, 0.94))
+        fig = plt.figure(figsize=(10.5, 7.8) if side else (7.6, 7.8))
+        ax = fig.add_axes((0.0, 0.0, 0.7, 0.94) if side else (0.0, 0.0, 1.0, 0.9))
         for box in boxes:
             _draw_box(ax, box)
         _draw_arrows(ax, by_name)
@@ -318,7 +318,10 @@ def draw_model_map(built: Iterable[str] | str | None = "all", focus: Iterable[st
         ax.set_ylim(-0.1, _HEIGHT)
         ax.set_aspect("equal")
         ax.set_axis_off()
-        _draw_legend(legend, marks, notes, key)
+        if side:
+            _draw_legend(fig.add_axes((0.7, 0.0, 0.3, 0.94)), marks, notes, key)
+        elif notes:
+            fig.text(0.02, 0.935, "; ".join(notes), ha="left", va="top", fontsize=8.5, color="#555555", style="italic")
         if title:
             fig.suptitle(title, x=0.02, y=0.985, ha="left", fontsize=12, weight="bold")
     return fig
