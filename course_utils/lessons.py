@@ -114,6 +114,20 @@ LESSONS: tuple[Lesson, ...] = (
                   "positional_encoding": "(E) learned positions; none at all",
                   "attention": "no 1/sqrt(d_k)",
                   "add_norm": "pre-LN against post-LN, with and without warm-up"}),
+    Lesson("10_real_translator", "a real translator", person="about 1 hour 30 minutes",
+           machine="with the real model on a CPU, mostly the last section's beam search over the test sentences",
+           loads=(*_BEFORE_05, "05_transformer", "06_training", "07_inference"),
+           data="Helsinki-NLP's opus-mt-en-de weights (about 300 MB) and tokenizer, from the Hugging Face hub the "
+                "first time, then from its cache. Without a network (and with `COURSE_FAST=1`) it builds a tiny "
+                "random Marian with the same quirks instead and says so: every cell runs and every comparison "
+                "still proves the port, but the translations are noise.",
+           focus=("feed_forward_activation", "positional_encoding", "output_projection", "start_token",
+                  "target_mask"),
+           marks={"feed_forward_activation": "SiLU, not ReLU",
+                  "positional_encoding": "all the sines first, then all the cosines (not interleaved)",
+                  "output_projection": "a bias of its own on the logits (final_logits_bias)",
+                  "start_token": "the decoder starts with the pad token, not <bos>",
+                  "target_mask": "hides no padding: the first target token is the pad token"}),
 )
 
 BY_STEM: dict[str, Lesson] = {lesson.stem: lesson for lesson in LESSONS}
