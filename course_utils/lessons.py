@@ -72,18 +72,17 @@ LESSONS: tuple[Lesson, ...] = (
            builds=("embedding", "encoder_layer", "decoder_layer", "add_norm", "feed_forward", "feed_forward_activation",
                    "output_projection")),
     Lesson("06_training", "training", person="about 1 hour 15 minutes",
-           machine="3 to 5 minutes of training on a laptop CPU with the default configuration (148 s measured on 2 "
-                   "CPU cores by benchmarks/bench.py); `COURSE_FAST=1` trains a tiny model in seconds, which "
-                   "translates badly",
+           machine="two to three minutes of training on a laptop CPU with the default configuration (148 s "
+                   "measured on 2 CPU cores by benchmarks/bench.py); `COURSE_FAST=1` trains a tiny model for about "
+                   "half a minute, which translates badly",
            loads=(*_BEFORE_05, "05_transformer"), data=_BUNDLED,
            checkpoint="It writes one: `checkpoints/06_transformer.pt`, which lesson 07 starts from. Run the lesson "
                       "without `COURSE_FAST=1` for a model worth keeping.",
            builds=("loss", "decoding")),
     Lesson("07_inference", "inference", person="about 2 hours 30 minutes (the longest exercise: beam search)",
-           machine="a few minutes of decoding and timing on a laptop CPU",
            loads=(*_BEFORE_05, "05_transformer", "06_training"), data=_BUNDLED,
            checkpoint="Yes: lesson 06's `checkpoints/06_transformer.pt`. Without it, the lesson trains lesson 06's "
-                      "configuration again itself (a few minutes) and says so. A checkpoint from a `COURSE_FAST=1` run "
+                      "configuration again itself (two to three minutes) and says so. A checkpoint from a `COURSE_FAST=1` run "
                       "of lesson 06 is a tiny model that repeats words: run lesson 06 in full first for translations "
                       "worth reading.",
            builds=("kv_cache",), focus=("decoding", "kv_cache"),
