@@ -43,13 +43,14 @@ def build(cls=Transformer) -> nn.Module:
 
 def _with(component: str, variant) -> nn.Module:
     """The reference Transformer with one component replaced by a correct variant, where the contracts let a
-    later lesson assign it (layers, attentions, feed-forward networks, norms, the positional encoding)."""
+    later lesson assign it (layers, attentions, feed-forward networks, norms, the positional encoding, and
+    lesson 09's pre-LN layers and learned positions)."""
     model = build()
-    if component == "check_encoder_layer":
+    if component in ("check_encoder_layer", "check_pre_ln_encoder_layer"):
         model.encoder_layers = nn.ModuleList([variant(D_MODEL, HEADS, D_FF, 0.1) for _ in range(LAYERS)])
-    elif component == "check_decoder_layer":
+    elif component in ("check_decoder_layer", "check_pre_ln_decoder_layer"):
         model.decoder_layers = nn.ModuleList([variant(D_MODEL, HEADS, D_FF, 0.1) for _ in range(LAYERS)])
-    elif component == "check_positional_encoding_module":
+    elif component in ("check_positional_encoding_module", "check_learned_positional_encoding"):
         model.positional_encoding = variant(D_MODEL, 0.1, 100)
     for layer in [*model.encoder_layers, *model.decoder_layers]:
         if component == "check_multi_head_attention":
@@ -68,7 +69,10 @@ def _with(component: str, variant) -> nn.Module:
 MODELS = [pytest.param(lambda cls=cls: build(cls), id=cls.__name__) for cls in CORRECT]
 MODELS += [pytest.param(lambda c=component, v=variant: _with(c, v), id=f"{component[6:]}-{getattr(variant, '__name__', i)}")
            for component in ("check_encoder_layer", "check_decoder_layer", "check_multi_head_attention",
-                             "check_feed_forward", "check_layer_norm", "check_positional_encoding_module")
+                             "check_feed_forward", "check_layer_norm", "check_positional_encoding_module",
+                             # lesson 09 puts these in the same places (a pre-LN stack's final norm aside)
+                             "check_pre_ln_encoder_layer", "check_pre_ln_decoder_layer",
+                             "check_learned_positional_encoding")
            for i, variant in enumerate(CATALOGUE.get(component, []))]
 
 
