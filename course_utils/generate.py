@@ -8,7 +8,10 @@ For every ``solutions/NN_*.ipynb`` it
 
 * stamps an "Open in Colab" badge cell and a setup cell at the top of the
   solution notebook (tagged ``colab-badge`` / ``colab-setup``; a no-op when
-  they are up to date; every other byte of the solution is kept);
+  they are up to date; every other byte of the solution is kept), and, for a
+  lesson listed in ``course_utils.lessons``, its "What this lesson needs" box
+  and its map cell right after its title (tagged ``lesson-needs`` /
+  ``lesson-map``; a notebook that is not listed gets none, and a warning);
 * writes ``notebooks/NN_*.ipynb``: the same cells with each solution region
   replaced by its stub (see ``course_utils._schema`` for the marker rules),
   cells tagged ``solution-only`` removed, outputs, execution counts and
@@ -33,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import lessons as course_lessons
 from ._schema import (
     META_HASH,
     META_KEY,
@@ -40,6 +44,8 @@ from ._schema import (
     NOTEBOOK_NAME,
     TAG_COLAB_BADGE,
     TAG_COLAB_SETUP,
+    TAG_LESSON_MAP,
+    TAG_LESSON_NEEDS,
     TAG_RAISES_EXCEPTION,
     TAG_SOLUTION_ONLY,
     MarkerError,
@@ -188,9 +194,11 @@ def _code_cell(source: str, tag: str, with_id: bool) -> dict:
     return cell
 
 
+_STAMPED_TAGS = (TAG_COLAB_BADGE, TAG_COLAB_SETUP, TAG_LESSON_NEEDS, TAG_LESSON_MAP)
+
+
 def _is_stamped(cell: dict) -> bool:
-    tags = cell_tags(cell)
-    return TAG_COLAB_BADGE in tags or TAG_COLAB_SETUP in tags
+    return any(tag in cell_tags(cell) for tag in _STAMPED_TAGS)
 
 
 def _collapsed_as_wanted(cell: dict) -> bool:
@@ -201,27 +209,55 @@ def _collapsed_as_wanted(cell: dict) -> bool:
     return all(metadata.get(key) == value for key, value in SETUP_CELL_METADATA.items())
 
 
-def stamp(nb: dict, url: str, config: Config) -> dict:
-    """``nb`` with an up-to-date badge cell and setup cell on top; every other cell object is kept as it is.
+def header_cells(stem: str | None) -> list[tuple[str, str, str]]:
+    """(tag, kind, source) of the cells stamped after a lesson's title: none for a notebook not in the lessons table."""
+    if stem not in course_lessons.BY_STEM:
+        return []
+    return [(TAG_LESSON_NEEDS, "markdown", course_lessons.needs_markdown(stem)),
+            (TAG_LESSON_MAP, "code", course_lessons.map_source(stem))]
 
-    A stamped cell whose source is already right is kept too (with its
-    execution count), so stamping an up-to-date notebook returns an equal one.
-    """
-    with_id = _with_ids(nb)
-    wanted = [(TAG_COLAB_BADGE, "markdown", badge_source(url)), (TAG_COLAB_SETUP, "code", setup_source(config))]
-    existing = {tag: c for c in nb.get("cells", []) for tag in cell_tags(c) if tag in (TAG_COLAB_BADGE, TAG_COLAB_SETUP)}
-    top = []
+
+def _wanted_cells(wanted: list[tuple[str, str, str]], existing: dict[str, dict], with_id: bool) -> list[dict]:
+    """The stamped cells: an existing one whose source is already right is kept as it is (with its outputs)."""
+    cells = []
     for tag, kind, source in wanted:
         old = existing.get(tag)
         if old is not None and old.get("cell_type") == kind and cell_source(old) == source and _collapsed_as_wanted(old):
-            top.append(old)
+            cells.append(old)
         elif kind == "markdown":
-            top.append(_markdown_cell(source, tag, with_id))
+            cells.append(_markdown_cell(source, tag, with_id))
         else:
-            top.append(_code_cell(source, tag, with_id))
+            cells.append(_code_cell(source, tag, with_id))
+    return cells
+
+
+def _is_title(cell: dict) -> bool:
+    return cell.get("cell_type") == "markdown" and cell_source(cell).lstrip().startswith("# ")
+
+
+def _with_header(rest: list[dict], header: list[dict]) -> list[dict]:
+    """``rest`` with the header cells right after its title cell (its first cell, when that is a "# " heading)."""
+    if not header:
+        return rest
+    at = 1 if rest and _is_title(rest[0]) else 0
+    return rest[:at] + header + rest[at:]
+
+
+def stamp(nb: dict, url: str, config: Config, stem: str | None = None) -> dict:
+    """``nb`` with an up-to-date badge cell and setup cell on top, and lesson ``stem``'s header after its title.
+
+    Every other cell object is kept as it is. A stamped cell whose source is
+    already right is kept too (with its execution count and outputs), so
+    stamping an up-to-date notebook returns an equal one.
+    """
+    with_id = _with_ids(nb)
+    existing = {tag: c for c in nb.get("cells", []) for tag in cell_tags(c) if tag in _STAMPED_TAGS}
+    top = _wanted_cells([(TAG_COLAB_BADGE, "markdown", badge_source(url)),
+                         (TAG_COLAB_SETUP, "code", setup_source(config))], existing, with_id)
+    header = _wanted_cells(header_cells(stem), existing, with_id)
     rest = [c for c in nb.get("cells", []) if not _is_stamped(c)]
     out = dict(nb)
-    out["cells"] = top + rest
+    out["cells"] = top + _with_header(rest, header)
     return out
 
 
@@ -328,14 +364,15 @@ def exercise_cell(cell: dict) -> dict:
 
 
 def make_exercise(solution: dict, config: Config, exercise_path: str, solution_path: str) -> dict:
-    """The exercise notebook for a solution notebook (paths are repository-relative, for the badge and metadata)."""
+    """The exercise notebook for a (stamped) solution notebook (paths are repository-relative, for the badge and metadata)."""
     with_id = _with_ids(solution)
     cells = [
         _markdown_cell(badge_source(config.colab_url(exercise_path)), TAG_COLAB_BADGE, with_id),
         _code_cell(setup_source(config), TAG_COLAB_SETUP, with_id),
     ]
     for cell in solution.get("cells", []):
-        if _is_stamped(cell) or TAG_SOLUTION_ONLY in cell_tags(cell):
+        tags = cell_tags(cell)
+        if TAG_COLAB_BADGE in tags or TAG_COLAB_SETUP in tags or TAG_SOLUTION_ONLY in tags:
             continue
         cells.append(exercise_cell(cell))
     metadata: dict[str, Any] = {}
@@ -443,6 +480,7 @@ class Outcome:
     refused: list[str] = dataclasses.field(default_factory=list)  # edited by hand
     orphans: list[str] = dataclasses.field(default_factory=list)  # exercise without solution
     unchanged: int = 0
+    unlisted: list[str] = dataclasses.field(default_factory=list)  # solutions with no entry in course_utils.lessons
 
 
 def generate(solutions_dir: Path, notebooks_dir: Path, config: Config, check: bool = False, force: bool = False) -> Outcome:
@@ -457,7 +495,9 @@ def generate(solutions_dir: Path, notebooks_dir: Path, config: Config, check: bo
     outcome = Outcome()
     for path, nb in loaded:
         solution_rel = _relative(path, config.root)
-        stamped = stamp(nb, config.colab_url(solution_rel), config)
+        if path.stem not in course_lessons.BY_STEM:
+            outcome.unlisted.append(solution_rel)
+        stamped = stamp(nb, config.colab_url(solution_rel), config, path.stem)
         if stamped != nb:
             outcome.stamped.append(solution_rel)
             if not check:
@@ -516,9 +556,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
+    for name in outcome.unlisted:
+        print(f"warning: {name} has no entry in course_utils/lessons.py, so no \"What this lesson needs\" box and "
+              f"no map at its top: add a Lesson(...) for it there", file=sys.stderr)
     if args.check:
         for name in outcome.stamped:
-            print(f"out of date: {name} (its Colab badge/setup cells need refreshing)")
+            print(f"out of date: {name} (its Colab badge/setup cells, or its needs/map cells, need refreshing)")
         for name in outcome.written:
             print(f"out of date: {name}")
         for name in outcome.refused:

@@ -39,7 +39,12 @@ RUNTIME = (
     "course_utils.solutions",
     "course_utils.contracts",
     "course_utils.colab",
+    "course_utils.model_map",
+    "course_utils.shapes",
+    "course_utils.measured",
 )
+#: plain data that both halves read (the generator stamps each lesson's header from it, the map draws from it)
+SHARED_DATA = ("course_utils.lessons",)
 TOOLS = ("course_utils.generate", "course_utils.progress")
 FORBIDDEN_IN_TOOLS = ("torch", "course_utils.checks")
 
@@ -187,3 +192,10 @@ def test_every_checker_has_a_test_module_that_calls_it(name: str) -> None:
 def test_the_package_describes_progress_as_a_learners_tool() -> None:
     doc = " ".join((course_utils.__doc__ or "").split())
     assert "progress" in doc and "authoring tools (``generate``)" in doc
+
+
+@pytest.mark.parametrize("name", SHARED_DATA)
+def test_the_shared_lesson_table_is_plain_data(name: str) -> None:
+    """The generator imports it: it may import neither torch nor matplotlib nor any other course module."""
+    imported = imports_of(module_path(name))
+    assert not [m for m in imported if m.split(".")[0] in ("torch", "matplotlib", "numpy", "course_utils")], imported

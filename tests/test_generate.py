@@ -24,7 +24,9 @@ from pathlib import Path
 import pytest
 
 from course_utils import _schema
-from course_utils._schema import META_HASH, META_KEY, TAG_COLAB_BADGE, TAG_COLAB_SETUP, TAG_SOLUTION_ONLY, cell_source, cell_tags
+from course_utils import lessons as course_lessons
+from course_utils._schema import (META_HASH, META_KEY, TAG_COLAB_BADGE, TAG_COLAB_SETUP, TAG_LESSON_MAP, TAG_LESSON_NEEDS,
+                                  TAG_SOLUTION_ONLY, cell_source, cell_tags)
 from course_utils.generate import dumps, fill_blanks, main, raises_when_run, strip_solutions
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -318,7 +320,7 @@ def test_check_changes_nothing_and_names_what_is_out_of_date(course: Path, capsy
     code, out, _ = generate(course, "--check", capsys=capsys)
     assert code == 1
     assert f"out of date: notebooks/{NAME}" in out
-    assert f"out of date: solutions/{NAME} (its Colab badge/setup cells need refreshing)" in out
+    assert f"out of date: solutions/{NAME} (its Colab badge/setup cells, or its needs/map cells, need refreshing)" in out
     assert solution.read_bytes() == before and not (course / "notebooks" / NAME).exists()
 
     assert generate(course)[0] == 0
@@ -629,3 +631,46 @@ def test_solution_notebooks_record_no_execution_timings() -> None:
         if "execution" in cell.get("metadata", {})
     ]
     assert not timed, "execution timings stored in: " + ", ".join(timed[:5])
+
+
+# ---------------------------------------------------------------------------
+# The lesson header: "What this lesson needs" and the map, from course_utils.lessons
+
+
+def test_a_listed_lesson_gets_its_needs_and_map_right_after_its_title(course: Path) -> None:
+    solution = put(course, "default_region", "05_transformer.ipynb")
+    assert generate(course)[0] == 0
+    for path in (solution, course / "notebooks" / "05_transformer.ipynb"):
+        cells = load(path)["cells"]
+        assert [cell_tags(c) for c in cells[:2]] == [[TAG_COLAB_BADGE], [TAG_COLAB_SETUP]]
+        assert cell_source(cells[2]).startswith("# A golden notebook"), path
+        assert cell_tags(cells[3]) == [TAG_LESSON_NEEDS] and cells[3]["cell_type"] == "markdown"
+        assert cell_source(cells[3]) == course_lessons.needs_markdown("05_transformer")
+        assert cell_tags(cells[4]) == [TAG_LESSON_MAP] and cells[4]["cell_type"] == "code"
+        assert cell_source(cells[4]) == course_lessons.map_source("05_transformer")
+        assert 'lesson_map("05_transformer")' in cell_source(cells[4])
+    assert generate(course, "--check")[0] == 0
+
+
+def test_a_stale_or_edited_header_is_out_of_date_and_restamped_in_place(course: Path, capsys) -> None:
+    solution = put(course, "default_region", "05_transformer.ipynb")
+    generate(course)
+    nb = load(solution)
+    nb["cells"][4]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "the map\n"}]  # executed
+    nb["cells"][3]["source"] = "> **What this lesson needs**\n>\n> - an old list"
+    solution.write_text(dumps(nb))
+    code, out, _ = generate(course, "--check", capsys=capsys)
+    assert code == 1 and "out of date: solutions/05_transformer.ipynb" in out
+    assert generate(course)[0] == 0
+    cells = load(solution)["cells"]
+    assert cell_source(cells[3]) == course_lessons.needs_markdown("05_transformer")
+    assert cells[4]["outputs"], "an up-to-date map cell keeps its outputs"
+    assert [cell_tags(c) for c in cells].count([TAG_LESSON_NEEDS]) == 1
+
+
+def test_a_notebook_not_in_the_lessons_table_gets_no_header_and_a_warning(course: Path, capsys) -> None:
+    put(course, "default_region", "42_unlisted.ipynb")
+    code, _, err = generate(course, capsys=capsys)
+    assert code == 0 and "42_unlisted.ipynb has no entry in course_utils/lessons.py" in err
+    tags = [t for c in load(course / "solutions" / "42_unlisted.ipynb")["cells"] for t in cell_tags(c)]
+    assert TAG_LESSON_NEEDS not in tags and TAG_LESSON_MAP not in tags

@@ -103,3 +103,42 @@ def test_the_readme_lesson_table_names_every_exercise() -> None:
         assert path.stem in rows, f"README.md's lesson table has no row for {path.stem}"
         for exercise, _, _ in _exercises_with_hints(path):
             assert f"`{exercise}`" in rows[path.stem], f"README.md's row for {path.stem} does not name `{exercise}`"
+
+
+# --------------------------------------------------------------------------
+# Each lesson's header comes from course_utils.lessons, and says what the notebook really does.
+
+
+def test_every_solution_notebook_has_an_entry_in_the_lessons_table() -> None:
+    from course_utils import lessons
+
+    missing = [path.stem for path in SOLUTIONS if path.stem not in lessons.BY_STEM]
+    assert not missing, f"add a Lesson(...) to course_utils/lessons.py for {missing}"
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
+def test_the_notebooks_a_lesson_says_it_loads_are_the_ones_its_code_loads(path: Path) -> None:
+    from course_utils import lessons
+
+    entry = lessons.BY_STEM.get(path.stem)
+    if entry is None:
+        pytest.skip("not in the lessons table (the test above fails)")
+    code = "\n".join(cell_source(cell) for _, cell in _code_cells(path))
+    loaded = set(re.findall(r"load_exercises\(\s*\"(\d\d_\w+)\.ipynb\"", code))
+    assert loaded == set(entry.loads) | set(entry.optional_loads), (
+        f"{path.stem} loads {sorted(loaded)}; course_utils/lessons.py says {sorted(entry.loads + entry.optional_loads)}")
+    wants_checkpoint = "06_transformer.pt" in code
+    assert wants_checkpoint == ("06_transformer.pt" in entry.checkpoint), (
+        f"{path.stem}: its code {'uses' if wants_checkpoint else 'does not use'} lesson 06's checkpoint; "
+        "say so in its entry's `checkpoint`")
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
+def test_every_lesson_starts_with_its_title_needs_and_map(path: Path) -> None:
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    tags = [cell_tags(c) for c in cells[:5]]
+    assert cell_source(cells[2]).startswith(f"# Lesson {path.stem[:2]}"), f"{path.name}: the title comes after the setup cell"
+    assert tags[3:5] == [["lesson-needs"], ["lesson-map"]], f"{path.name}: run `python -m course_utils.generate`"
+    assert any("image/png" in o.get("data", {}) for o in cells[4].get("outputs", [])), (
+        f"{path.name}: its map cell has no stored picture; re-run the notebook as the README says")
+    assert "**Prerequisites:**" not in cell_source(cells[2]), f"{path.name}: the needs box says what it needs"
