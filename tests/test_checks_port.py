@@ -95,6 +95,21 @@ def test_configurations_no_other_test_uses(size: Size) -> None:
     assert error < (1e-4 if size.dtype == torch.float32 else 1e-10), error
 
 
+@pytest.mark.parametrize("config", [dict(share_encoder_decoder_embeddings=False, decoder_vocab_size=47),
+                                    dict(scale_embedding=False), dict(decoder_start_token_id=1, pad_token_id=38)],
+                         ids=["unshared embeddings", "no embedding scale", "start id not the pad id"])
+def test_other_marian_configurations(config: dict) -> None:
+    """Configurations opus-mt-en-de does not have: the reference port still gives Marian's logits."""
+    size = Size(40, 16, 2, 4, 24, 32, torch.float32)
+    marian = tiny_marian(size, seed=8, **config)
+    model = reference(marian)
+    src, tgt = _batch(size.vocab, seed=9)
+    tgt[:, 0] = marian.config.decoder_start_token_id
+    with torch.no_grad():
+        error = (model(src, tgt) - marian_logits(marian, src, tgt)).abs().max().item()
+    assert error < 1e-4, error
+
+
 @pytest.mark.parametrize("size", [SIZES[0], SIZES[1], Size(40, 16, 2, 2, 32, 40, torch.float64)],
                          ids=lambda s: s.label)
 def test_greedy_decode_picks_marians_tokens(size: Size) -> None:

@@ -74,24 +74,33 @@ def _check_from_marian(check: Check, from_marian: Callable) -> None:
     check.ok("gives Marian's logits through model(src, tgt) and decode(tgt, encode(src), src), on padded batches "
              f"of {len(SIZES)} tiny Marians (float32 and float64)")
     _pad_can_be_forbidden(check, model, marian, src, tgt)
+    if torch.cuda.is_available():  # Marian on the GPU, as the lesson puts it there: the model must follow
+        marian = tiny_marian(SIZES[0], seed=7).to("cuda")
+        model = _ported(check, from_marian, marian, SIZES[0])
+        src, tgt = (t.to("cuda") for t in _batch(SIZES[0], seed=17))
+        _logits_agree(check, model, marian, SIZES[0], src, tgt)
+        check.ok("with Marian on the GPU, your model is built there and gives Marian's logits")
 
 
 # --------------------------------------------------------------------------
 # The oracle and its inputs
 
 
-def tiny_marian(size: Size, seed: int = 0) -> nn.Module:
-    """A MarianMTModel with opus-mt-en-de's quirks, in ``size``, every weight random (layer norms and biases too)."""
+def tiny_marian(size: Size, seed: int = 0, **config: Any) -> nn.Module:
+    """A MarianMTModel with opus-mt-en-de's quirks, in ``size``, every weight random (layer norms and biases too).
+
+    ``config`` overrides MarianConfig's arguments (the tests try unshared embeddings, no embedding scale).
+    """
     from transformers import MarianConfig, MarianMTModel
 
     pad = size.vocab - 1  # as in opus-mt-en-de: the pad id is the last id, end of sentence is 0
-    config = MarianConfig(
+    config = MarianConfig(**{**dict(
         vocab_size=size.vocab, decoder_vocab_size=size.vocab, d_model=size.d_model, encoder_layers=size.layers,
         decoder_layers=size.layers, encoder_attention_heads=size.heads, decoder_attention_heads=size.heads,
         encoder_ffn_dim=size.d_ff, decoder_ffn_dim=size.d_ff, max_position_embeddings=size.positions,
         activation_function="swish", scale_embedding=True, share_encoder_decoder_embeddings=True,
         pad_token_id=pad, decoder_start_token_id=pad, eos_token_id=0, forced_eos_token_id=None,
-        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0)
+        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0), **config})
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)  # MarianMTModel draws its initial weights from the global generator
