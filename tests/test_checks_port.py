@@ -236,7 +236,8 @@ def explicit_assignments_tied(marian):
         ff = ours.feed_forward
         ff.linear1.weight, ff.linear1.bias = own(theirs.fc1.weight), own(theirs.fc1.bias)
         ff.linear2.weight, ff.linear2.bias = own(theirs.fc2.weight), own(theirs.fc2.bias)
-        ours.norm1.weight, ours.norm1.bias = own(theirs.self_attn_layer_norm.weight), own(theirs.self_attn_layer_norm.bias)
+        norm = theirs.self_attn_layer_norm
+        ours.norm1.weight, ours.norm1.bias = own(norm.weight), own(norm.bias)
         ours.norm2.weight, ours.norm2.bias = own(theirs.final_layer_norm.weight), own(theirs.final_layer_norm.bias)
         ours.feed_forward = SiLUFeedForward(ff)
     for ours, theirs in zip(model.decoder_layers, m.decoder.layers):
@@ -305,7 +306,8 @@ def _without(kind):
             if kind == "relu":
                 for layer in [*model.encoder_layers, *model.decoder_layers]:
                     ff = layer.feed_forward
-                    layer.feed_forward = COURSE["FeedForward"](c.d_model, c.encoder_ffn_dim).to(ff.linear1.weight).eval()
+                    relu = COURSE["FeedForward"](c.d_model, c.encoder_ffn_dim)  # lesson 05's, with its ReLU
+                    layer.feed_forward = relu.to(ff.linear1.weight).eval()
                     layer.feed_forward.linear1, layer.feed_forward.linear2 = ff.linear1, ff.linear2
             elif kind in ("scaled twice", "not scaled"):
                 factor = math.sqrt(c.d_model) if kind == "scaled twice" else 1 / math.sqrt(c.d_model)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,10 @@ def saved_marian(tmp_path_factory) -> Path:
     vocab["<pad>"] = len(vocab)
     (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
     saved = folder / "opus-mt-tiny"
-    MarianTokenizer(str(folder / "en.model"), str(folder / "de.model"), str(folder / "vocab.json")).save_pretrained(saved)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")  # not needed for German
+        tokenizer = MarianTokenizer(str(folder / "en.model"), str(folder / "de.model"), str(folder / "vocab.json"))
+    tokenizer.save_pretrained(saved)
     size, pad = len(vocab), len(vocab) - 1
     config = MarianConfig(vocab_size=size, decoder_vocab_size=size, d_model=16, encoder_layers=2, decoder_layers=2,
                           encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,

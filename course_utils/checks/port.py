@@ -299,7 +299,8 @@ def named_slip(marian: nn.Module, src: torch.Tensor, tgt: torch.Tensor, out: tor
         mutant = copy.deepcopy(marian)
         slip.mutate(mutant)
         wrong = slip.run(mutant, src, tgt)
-        if out.shape == wrong.shape and close_enough(out[:, slip.from_position:], wrong[:, slip.from_position:], atol, rtol):
+        start = slip.from_position
+        if out.shape == wrong.shape and close_enough(out[:, start:], wrong[:, start:], atol, rtol):
             return slip
     return None
 
