@@ -406,6 +406,15 @@ def returning_marian(marian):
     return marian
 
 
+def one_output_projection_transposed(marian):
+    """Not a slip of the table (only one weight): named by the search for Marian's weights in the model."""
+    model = reference(marian)
+    with torch.no_grad():
+        w_o = model.decoder_layers[0].cross_attn.W_o.weight
+        w_o.copy_(w_o.t().clone())
+    return model
+
+
 @pytest.mark.parametrize("from_marian, phrases", [
     (sharing_marians_embedding, ("shares storage with Marian", "src_embed.weight")),
     (changing_marian, ("from_marian changed Marian",)),
@@ -414,6 +423,8 @@ def returning_marian(marian):
     (forgetting_the_cross_attention_biases, ("The encoder's output is Marian's",
                                              "model.decoder.layers.0.encoder_attn.k_proj.bias")),
     (returning_marian, ("lesson-05 Transformer",)),
+    (one_output_projection_transposed, ("The encoder's output is Marian's",
+                                        "holds Marian's `model.decoder.layers.0.encoder_attn.out_proj.weight` transposed")),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_other_wrong_ports_fail_with_their_cause(from_marian, phrases) -> None:
     expect(check_from_marian(from_marian), Status.FAILED, *phrases)
