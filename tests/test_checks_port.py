@@ -423,8 +423,8 @@ def one_output_projection_transposed(marian):
     (forgetting_the_cross_attention_biases, ("The encoder's output is Marian's",
                                              "model.decoder.layers.0.encoder_attn.k_proj.bias")),
     (returning_marian, ("lesson-05 Transformer",)),
-    (one_output_projection_transposed, ("The encoder's output is Marian's",
-                                        "holds Marian's `model.decoder.layers.0.encoder_attn.out_proj.weight` transposed")),
+    (one_output_projection_transposed, ("The encoder's output is Marian's", "holds Marian's "
+                                        "`model.decoder.layers.0.encoder_attn.out_proj.weight` transposed")),
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_other_wrong_ports_fail_with_their_cause(from_marian, phrases) -> None:
     expect(check_from_marian(from_marian), Status.FAILED, *phrases)
