@@ -3,6 +3,7 @@
     python -m course_utils.grading build DIR               # every lesson
     python -m course_utils.grading build DIR 01 05         # only these lessons
     python -m course_utils.grading build DIR --seed 1234   # a chosen hidden seed (default: a random one)
+    python -m course_utils.grading build DIR --cpu-torch   # grading images with torch's CPU build
 
 For every ``solutions/NN_topic.ipynb`` it writes ``DIR/NN_topic/master/NN_topic.ipynb``, an otter master
 notebook (otter assign's format), and runs ``otter assign`` on it, which writes
@@ -223,9 +224,14 @@ def _copy_course(root: Path, dest: Path) -> None:
                                     encoding="utf-8")
 
 
-def requirements() -> str:
+#: Where pip finds torch's CPU-only builds (``--cpu-torch``: a far smaller grading image than PyPI's CUDA build).
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def requirements(cpu_torch: bool = False) -> str:
     """The autograder's requirements: the course package it carries (with its own dependencies)."""
-    return f"{AUTOGRADER_DIR}/source/files/{COURSE_FOLDER}\n"
+    index = f"--extra-index-url {CPU_TORCH_INDEX}\n" if cpu_torch else ""
+    return f"{index}{AUTOGRADER_DIR}/source/files/{COURSE_FOLDER}\n"
 
 
 @dataclasses.dataclass
@@ -255,7 +261,7 @@ def _inside(folder: Path) -> Iterator[None]:
         os.chdir(before)
 
 
-def build_lesson(solution_path: Path, out: Path, seed: int, root: Path) -> Built:
+def build_lesson(solution_path: Path, out: Path, seed: int, root: Path, cpu_torch: bool = False) -> Built:
     """Write one lesson's master notebook under ``out/NN_topic/master`` and run ``otter assign`` on it."""
     try:
         from otter.assign import main as otter_assign
@@ -271,7 +277,7 @@ def build_lesson(solution_path: Path, out: Path, seed: int, root: Path) -> Built
         shutil.rmtree(folder / sub, ignore_errors=True)
     master.mkdir(parents=True, exist_ok=True)
     _copy_course(root, master / COURSE_FOLDER)
-    (master / "requirements.txt").write_text(requirements(), encoding="utf-8")
+    (master / "requirements.txt").write_text(requirements(cpu_torch), encoding="utf-8")
     (master / f"{lesson}.ipynb").write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     try:
         with _inside(master):
@@ -281,7 +287,8 @@ def build_lesson(solution_path: Path, out: Path, seed: int, root: Path) -> Built
     return Built(lesson, folder, exercises)
 
 
-def build(out: Path, lessons: Sequence[str] = (), seed: int | None = None, root: Path | None = None) -> list[Built]:
+def build(out: Path, lessons: Sequence[str] = (), seed: int | None = None, root: Path | None = None,
+          cpu_torch: bool = False) -> list[Built]:
     """Build the assignment of every lesson (or of those whose number or name is in ``lessons``)."""
     root = root or find_root()
     if root is None:
@@ -293,7 +300,7 @@ def build(out: Path, lessons: Sequence[str] = (), seed: int | None = None, root:
         if not paths:
             raise GenerateError(f"no lesson matches {', '.join(lessons)}")
     out.mkdir(parents=True, exist_ok=True)
-    return [build_lesson(path, out, seed, root) for path in paths]
+    return [build_lesson(path, out, seed, root, cpu_torch) for path in paths]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -305,9 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--seed", type=int, default=None,
                    help="the hidden seed of the checkers' cases (default: a random one; it is written only into "
                         "the autograder's tests)")
+    b.add_argument("--cpu-torch", action="store_true",
+                   help=f"grading images take torch's CPU build ({CPU_TORCH_INDEX}), gigabytes smaller")
     args = parser.parse_args(argv)
     try:
-        built = build(args.dir, args.lessons, args.seed)
+        built = build(args.dir, args.lessons, args.seed, cpu_torch=args.cpu_torch)
     except GenerateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
