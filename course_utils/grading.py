@@ -45,7 +45,6 @@ import sys
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from . import contracts
 from ._schema import NOTEBOOK_NAME, TAG_CHECKER_DEMO, TAG_COLAB_BADGE, TAG_SOLUTION_ONLY, cell_source, cell_tags, find_regions, names_defined, parse_cell
 from .generate import GenerateError, check_markers, find_root, read_json
 
@@ -95,22 +94,23 @@ def _checker_calls(nb: dict) -> dict[str, str]:
 
 
 def lesson_exercises(nb: dict, lesson: str) -> list[Exercise]:
-    """The exercises of one lesson (its contracts), in notebook order, each with its checker and defining cell."""
-    wanted = [c.exercise for c in contracts.CONTRACTS.values() if c.lesson == lesson]
+    """The exercises of one lesson, in notebook order: each name that a checker cell checks and a solution cell defines.
+
+    (``tests/test_grading.py`` checks that these are the lesson's contracts, one each.)
+    """
     checkers = _checker_calls(nb)
-    where: dict[str, int] = {}
+    found: dict[str, Exercise] = {}
     for index, cell in enumerate(nb.get("cells", [])):
         if cell.get("cell_type") != "code" or not find_regions(cell_source(cell)):
             continue
         tree = parse_cell(cell_source(cell))
         for node in tree.body if tree is not None else ():
             for name in names_defined(node):
-                if name in wanted:
-                    where.setdefault(name, index)
-    missing = [n for n in wanted if n not in where or n not in checkers]
-    if missing:
-        raise GenerateError(f"{lesson}: no solution cell with a checker cell for {', '.join(missing)}")
-    return sorted((Exercise(n, checkers[n], lesson, where[n]) for n in wanted), key=lambda e: (e.cell, wanted.index(e.name)))
+                if name in checkers and name not in found:
+                    found[name] = Exercise(name, checkers[name], lesson, index)
+    if not found:
+        raise GenerateError(f"{lesson}: no solution cell defines what a checker cell checks")
+    return list(found.values())
 
 
 # ---------------------------------------------------------------------------
@@ -155,7 +155,8 @@ def question_test(exercise: Exercise, seed: int) -> str:
         '""" # END TEST CONFIG',
         f"def test_{exercise.name}():",
         "    from course_utils.autograde import grade",
-        f"    grade({exercise.lesson!r}, {exercise.name!r}, {exercise.checker!r}, seed={seed})",
+        f"    seed = {seed}",  # on a line of its own: otter's report quotes the line that failed, the call below
+        f"    grade({exercise.lesson!r}, {exercise.name!r}, {exercise.checker!r}, seed=seed)",
     ])
 
 
@@ -177,6 +178,8 @@ def assignment_config(lesson: str) -> str:
         f"  - {PLUGIN}",
         "generate:",
         "  show_stdout: true",
+        "  show_hidden: true",  # the checkers' messages reach learners once grades are published
+        "  force_public_test_summary: false",  # (there are no public tests to sum up)
     ])
 
 

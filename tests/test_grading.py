@@ -84,7 +84,7 @@ def test_the_master_notebook_holds_one_hidden_test_per_exercise_with_the_seed() 
     tests = [s for s in sources if "course_utils.autograde import grade" in s]
     assert len(tests) == len(found) == 3
     for exercise, test in zip(found, tests):
-        assert "hidden: true" in test and f"seed={HIDDEN}" in test and repr(exercise.checker) in test
+        assert "hidden: true" in test and f"seed = {HIDDEN}\n" in test and repr(exercise.checker) in test
     assert not any("### BEGIN SOLUTION" in s for s in sources), "the course's markers became otter's"
 
 

@@ -106,7 +106,7 @@ def test_the_build_writes_an_otter_assignment_for_every_lesson(built) -> None:
             names = set(z.namelist())
             for e in found:
                 test = z.read(f"tests/{e.name}.py").decode()
-                assert f"grade({lesson!r}, {e.name!r}, {e.checker!r}, seed={HIDDEN})" in test
+                assert f"seed = {HIDDEN}\n" in test and f"grade({lesson!r}, {e.name!r}, {e.checker!r}, seed=seed)" in test
                 assert "hidden=True" in test
             assert {"files/course/course_utils/autograde.py", "files/course/pyproject.toml",
                     "files/course/solutions/00_setup_and_data.ipynb"} <= names
@@ -150,3 +150,4 @@ def test_an_answer_tuned_to_the_checker_cell_scores_nothing_in_the_autograder(ru
     assert run["returncode"] == 0, run["log"][-3000:]
     score, possible, output = run["scores"]["scaled_dot_product_attention"]
     assert (score, possible) == (0, 1) and "FAILED" in output, output
+    assert str(HIDDEN) not in output, "the report learners see after publication does not show the hidden seed"
