@@ -212,7 +212,7 @@ def _input_dropout(check: Check, theirs: nn.Module, first_enc: nn.Module, first_
 def _layers_drop(check: Check, theirs: nn.Module, enc: list, dec: list) -> None:
     """In training mode every dropout of the nn.Transformer layers runs and drops at the model's rate (measured
     on its input and output): a copy whose forward switches its layers to eval mode trains without it."""
-    g = torch.Generator().manual_seed(10)
+    g = generator(10)
     src = torch.randint(1, SRC_VOCAB, (16, 12), generator=g)  # no padding: every entry counts
     tgt = torch.randint(1, TGT_VOCAB, (16, 10), generator=g)
     places = [(f"the {side} layer {i}'s `{name}`", module) for side, layers in (("encoder", enc), ("decoder", dec))

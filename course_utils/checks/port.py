@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ._core import Check, CheckResult, close_enough, describe, fmt_shape, generator, run_check
+from ._core import Check, CheckResult, close_enough, describe, fmt_shape, generator, run_check, seed_offset
 
 _NAME = "from_marian"
 #: Tolerances against Marian's logits, by dtype (the lesson's promise: 1e-4 in float32, far closer in float64).
@@ -103,7 +103,7 @@ def tiny_marian(size: Size, seed: int = 0, **config: Any) -> nn.Module:
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0), **config})
     state = torch.random.get_rng_state()
     try:
-        torch.manual_seed(seed)  # MarianMTModel draws its initial weights from the global generator
+        torch.manual_seed(seed + seed_offset())  # MarianMTModel draws its initial weights from the global generator
         marian = MarianMTModel(config)
     finally:
         torch.random.set_rng_state(state)
