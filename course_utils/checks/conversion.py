@@ -258,7 +258,7 @@ def _shares_nothing(check: Check, model: nn.Module, theirs: nn.Module) -> None:
               if t.untyped_storage().data_ptr() in ours]
     if shared:
         shown = ", ".join(f"`{n}`" for n in dict.fromkeys(shared[:4]))
-        check.fail(f"The module shares {len(set(shared))} tensors with your model ({shown}...): it holds your model's "
+        check.fail(f"The module shares {len(set(shared))} tensor{'s' * (len(set(shared)) > 1)} with your model ({shown}...): it holds your model's "
                    f"own tensors, not copies, so one optimizer step on it would change your model too. Copy them: "
                    f"`copy.deepcopy(model.src_embed)` for the modules you keep around nn.Transformer, and `.copy_()` "
                    f"into PyTorch's own parameters.")
