@@ -171,8 +171,13 @@ def test_a_type_error_names_the_signature_only_when_the_call_itself_failed():
     def inside(x):
         return x.argsort(1, stable=True)
 
+    try:  # torch's own message is the oracle: its list of signatures differs between releases
+        inside(torch.zeros(2, 3))
+    except TypeError as error:
+        signatures = [line.strip() for line in str(error).splitlines() if line.strip().startswith("* (")]
+    assert signatures, "this torch accepts the call: the test needs another failing torch call"
     result = run_check("x", body, inside)
-    expect(result, "error", "expected one of", "* (*, bool stable, int dim = -1, bool descending = False)")
+    expect(result, "error", "expected one of", *signatures)
     assert "match the signature the exercise gives" not in str(result)
     expect(run_check("x", body, lambda: None), "error", "match the signature the exercise gives")
 

@@ -81,6 +81,7 @@ import io
 import math
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -893,6 +894,15 @@ def _error_message(name: str, exc: BaseException, named: list[tuple[str, Any]]) 
             "has its own table: the source ids go through src_embed (src_vocab_size rows), the target ids through "
             "tgt_embed (tgt_vocab_size rows), and the checker's two vocabularies differ in size to show which is "
             "which. In a table of positions, every position must be below max_len."
+        )
+    half = re.search(r"not implemented for '(Half|BFloat16)'", first)
+    if isinstance(exc, RuntimeError) and half:  # older PyTorch releases lack many half-precision CPU kernels
+        dtype = {"Half": "float16", "BFloat16": "bfloat16"}[half.group(1)]
+        lines.append(
+            f"Likely cause: your code converts to {dtype} (`.{'half' if dtype == 'float16' else 'bfloat16'}()`), "
+            f"and this PyTorch ({torch.__version__}) has no {dtype} version of that operation on this device. "
+            f"Keep the computation in the dtype of the input; to train in lower precision, leave the choice of "
+            f"dtype to `torch.autocast`."
         )
     if named:
         lines.append("It was called with:")
