@@ -116,6 +116,8 @@ PYTHON_FLOOR = (3, 10)
 TORCH_FLOOR = (2, 2, 2)
 #: The first torch built for NumPy 2 as well as NumPy 1; older ones fail with "Numpy is not available" next to NumPy 2.
 TORCH_FOR_NUMPY_2 = (2, 3)
+#: The first pyarrow (the datasets library's) that needs NumPy 2; it does not say so to pip.
+PYARROW_NEEDS_NUMPY_2 = (26,)
 
 
 class EnvironmentProblem(RuntimeError):
@@ -188,6 +190,13 @@ def environment_problem(
         return (
             f"PyTorch {torch_version} was built for NumPy 1 and cannot work with the NumPy {numpy_version} installed "
             f"next to it: run `{fix_command(root)}` in a cell (it installs the versions that work together), {restart}."
+        )
+    pyarrow_version = installed("pyarrow")
+    if (numpy_version is not None and pyarrow_version is not None and _release(numpy_version) < (2,)
+            and _release(pyarrow_version) >= PYARROW_NEEDS_NUMPY_2):
+        return (
+            f"pyarrow {pyarrow_version} (what the datasets library stores data with) needs NumPy 2, and NumPy "
+            f"{numpy_version} is installed: run `{fix_command(root)}` in a cell, {restart}."
         )
     return None
 

@@ -62,6 +62,26 @@ def test_a_torch_below_the_floor_is_named_even_with_numpy_1():
     )
 
 
+def test_a_pyarrow_that_needs_numpy_2_next_to_numpy_1_is_named():
+    """pyarrow 26 needs NumPy 2 without declaring it, so pip keeps NumPy 1 beside it (on an Intel Mac, say)."""
+    message = problem(torch="2.2.2", numpy="1.26.4", pyarrow="26.0.1")
+    assert message is not None and message.startswith("pyarrow 26.0.1 (what the datasets library stores data with) "
+                                                      "needs NumPy 2, and NumPy 1.26.4 is installed")
+    assert problem(torch="2.2.2", numpy="1.26.4", pyarrow="25.0.1") is None
+    assert problem(torch="2.13.0", numpy="2.4.1", pyarrow="26.0.1") is None
+
+
+def test_the_pyarrow_bound_is_pyproject_tomls():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert f"pyarrow<{colab.PYARROW_NEEDS_NUMPY_2[0]};" in "".join(project["dependencies"]).replace(" ", "")
+
+
+def test_on_colab_a_missing_requirement_keeps_its_marker_for_pip():
+    """pip skips a requirement whose marker does not hold; without the marker it would install it everywhere."""
+    line = "no-such-package-xyz<2; sys_platform == 'darwin' and platform_machine == 'x86_64'"
+    assert colab.missing_requirements([line, "torch>=2.3", "numpy>=2"]) == [line]
+
+
 def test_no_torch_and_an_old_python_are_named():
     assert problem(torch=None, numpy="2.0.0").startswith("PyTorch is not installed for this notebook's Python")
     message = problem(python=(3, 9, 18), torch="2.4.0", numpy="2.0.0")
