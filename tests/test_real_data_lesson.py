@@ -40,7 +40,7 @@ def lesson(tmp_path_factory) -> dict:
 def test_gpu_configuration_trains_in_mixed_precision_on_the_cpu(lesson: dict, dtype, tmp_path: Path) -> None:
     if dtype == torch.float16 and not hasattr(torch.amp, "GradScaler"):
         pytest.skip("PyTorch 2.2 (Intel Macs' last) has a gradient scaler for CUDA only: float16 with a scaler "
-                    "on the CPU cannot be run here; test_the_scaler_is_a_disabled_one_off_cuda covers it")
+                    "on the CPU cannot be run here; test_the_scaler_is_a_disabled_one_off_cuda_on_pytorch_2_2_and_a_real_one_since_2_3 covers the scaler")
     ns = lesson
     assert ns["GPU"].mixed_precision
     config = dataclasses.replace(ns["GPU"], d_model=32, num_heads=2, num_layers=1, d_ff=64, batch_size=16,
