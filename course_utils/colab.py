@@ -157,7 +157,9 @@ def _dotted(numbers: Sequence[int]) -> str:
 
 def fix_command(root: Optional[Path] = None) -> str:
     """The one command that installs the course's requirements into this notebook's Python, as pyproject.toml declares them."""
-    return f'%pip install -e "{root or course_root()}[dev]"'
+    root = root or course_root()
+    folder = root if (root / "pyproject.toml").is_file() else "PATH-TO-YOUR-CLONE-OF-THE-COURSE"  # installed, not cloned
+    return f'%pip install -e "{folder}[dev]"'
 
 
 def environment_problem(

@@ -32,8 +32,23 @@ def fake(**versions):
     return lambda name: versions.get(name)
 
 
+COURSE = Path("/course")
+
+
 def problem(python=(3, 11, 7), **versions):
-    return colab.environment_problem(fake(**versions), python=python, root=Path("/course"))
+    return colab.environment_problem(fake(**versions), python=python, root=COURSE)
+
+
+@pytest.fixture(autouse=True)
+def _course_is_a_clone(monkeypatch):
+    """/course stands for a clone of the course (with its pyproject.toml)."""
+    is_file = Path.is_file
+    monkeypatch.setattr(Path, "is_file", lambda self: self == COURSE / "pyproject.toml" or is_file(self))
+
+
+def test_the_command_installs_the_clone_the_package_comes_from():
+    assert colab.fix_command(ROOT) == f'%pip install -e "{ROOT}[dev]"'
+    assert colab.fix_command(ROOT / "course_utils") == '%pip install -e "PATH-TO-YOUR-CLONE-OF-THE-COURSE[dev]"'
 
 
 def test_a_supported_pair_has_no_problem():
