@@ -210,6 +210,30 @@ def test_a_sleep_and_a_swallowed_limit_are_stopped_too():
         assert time.monotonic() - start < 10  # 60 s without the limit
 
 
+def test_an_import_is_never_cut_short_by_the_limit(tmp_path, monkeypatch):
+    """A slow first import inside learner code (torch imports sympy so) ends whole; the limit stops the call after it."""
+    package = tmp_path / "slow_package_for_the_limit"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .first import VALUE\nfrom . import slow\n")  # as sympy imports .core
+    (package / "first.py").write_text("VALUE = 1\n")
+    (package / "slow.py").write_text("import time\ntime.sleep(1.5)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def imports_then_loops(x, y):
+        import slow_package_for_the_limit  # noqa: F401
+        while True:
+            pass
+
+    try:
+        expect(run_check("add", _fast_body, imports_then_loops), "error", "did not return within")
+        import slow_package_for_the_limit as imported
+
+        assert imported.first.VALUE == 1  # cut short, `first` would stay loaded but no attribute of the package
+    finally:
+        for name in ("slow_package_for_the_limit", "slow_package_for_the_limit.first", "slow_package_for_the_limit.slow"):
+            sys.modules.pop(name, None)
+
+
 def test_the_total_time_of_a_check_is_bounded():
     def body(check, fn):
         check.total_time = 0.6

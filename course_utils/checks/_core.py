@@ -398,8 +398,22 @@ _deadlines: list[_Deadline] = []  # innermost last
 def _alarm(signum: int, frame: Any) -> None:
     if _deadlines:
         earliest = min(_deadlines, key=lambda d: d.at)
-        if time.monotonic() >= earliest.at - 1e-3:
+        if time.monotonic() >= earliest.at - 1e-3 and not _importing(frame):
             raise _TimeLimit(earliest)
+
+
+def _importing(frame: Any) -> bool:
+    """True while a module is being imported: the limit waits for the import to end (the alarm re-fires).
+
+    Stopped halfway, a module stays half made: ``import sympy`` cut short (torch imports it lazily, and slowly on a
+    busy machine, the first time a call validates a key_padding_mask) leaves ``sympy.core`` loaded but no longer an
+    attribute of ``sympy``, and every later call that needs it fails, the learner's and the checkers' alike.
+    """
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _can_use_signal() -> bool:
