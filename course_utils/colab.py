@@ -185,7 +185,8 @@ def environment_problem(
     torch_release = _release(torch_version)
     if torch_release < TORCH_FLOOR:
         return (
-            f"PyTorch {torch_version} is older than this course supports ({_dotted(TORCH_FLOOR)} or newer): "
+            f"PyTorch {torch_version} is older than this course supports ({_dotted(TORCH_FOR_NUMPY_2)} or newer; "
+            f"{_dotted(TORCH_FLOOR)} on Intel Macs): "
             f"run `{fix_command(root)}` in a cell, {restart}."
         )
     if numpy_version is not None and torch_release < TORCH_FOR_NUMPY_2 and _release(numpy_version) >= (2,):

@@ -72,7 +72,7 @@ def test_an_old_torch_next_to_numpy_2_is_named_with_the_command(torch_version):
 def test_a_torch_below_the_floor_is_named_even_with_numpy_1():
     message = problem(torch="2.1.2+cu121", numpy="1.26.4")
     assert message == (
-        "PyTorch 2.1.2+cu121 is older than this course supports (2.2.2 or newer): "
+        "PyTorch 2.1.2+cu121 is older than this course supports (2.3 or newer; 2.2.2 on Intel Macs): "
         'run `%pip install -e "/course[dev]"` in a cell, then restart the kernel and run this cell again.'
     )
 
