@@ -234,6 +234,22 @@ def test_an_import_is_never_cut_short_by_the_limit(tmp_path, monkeypatch):
             sys.modules.pop(name, None)
 
 
+def test_an_import_that_never_ends_is_stopped_after_the_grace(tmp_path, monkeypatch):
+    import course_utils.checks._core as core
+
+    (tmp_path / "endless_module_for_the_limit.py").write_text("while True:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(core, "IMPORT_GRACE", 0.5)
+
+    def imports(x, y):
+        import endless_module_for_the_limit  # noqa: F401
+
+    start = time.monotonic()
+    expect(run_check("add", _fast_body, imports), "error", "did not return within")
+    assert time.monotonic() - start < 10
+    sys.modules.pop("endless_module_for_the_limit", None)
+
+
 def test_the_total_time_of_a_check_is_bounded():
     def body(check, fn):
         check.total_time = 0.6

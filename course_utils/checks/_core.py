@@ -398,8 +398,13 @@ _deadlines: list[_Deadline] = []  # innermost last
 def _alarm(signum: int, frame: Any) -> None:
     if _deadlines:
         earliest = min(_deadlines, key=lambda d: d.at)
-        if time.monotonic() >= earliest.at - 1e-3 and not _importing(frame):
+        now = time.monotonic()
+        if now >= earliest.at - 1e-3 and (now >= earliest.at + IMPORT_GRACE or not _importing(frame)):
             raise _TimeLimit(earliest)
+
+
+#: Seconds past a time limit that an import may take to finish (an endless loop at a module's top level still stops).
+IMPORT_GRACE = 30.0
 
 
 def _importing(frame: Any) -> bool:
