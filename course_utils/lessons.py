@@ -41,6 +41,7 @@ class Lesson:
     builds: tuple[str, ...] = ()  # map parts the lesson adds to the model
     focus: tuple[str, ...] | None = None  # map parts highlighted as the lesson's own (default: builds)
     marks: Mapping[str, str] = dataclasses.field(default_factory=dict)  # map part -> a numbered note on the map
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)  # map part -> its boxes' text, not the paper's
 
     @property
     def number(self) -> str:
@@ -122,6 +123,7 @@ LESSONS: tuple[Lesson, ...] = (
                 "still proves the port, but the translations are noise.",
            focus=("feed_forward_activation", "positional_encoding", "output_projection", "start_token",
                   "target_mask"),
+           labels={"feed_forward_activation": "Linear · SiLU · Linear"},
            marks={"feed_forward_activation": "SiLU, not ReLU",
                   "positional_encoding": "all the sines first, then all the cosines (not interleaved)",
                   "output_projection": "a bias of its own on the logits (final_logits_bias)",
