@@ -122,7 +122,7 @@ LESSONS: tuple[Lesson, ...] = (
                 "still proves the port, but the translations are noise.",
            focus=("feed_forward_activation", "positional_encoding", "output_projection", "start_token",
                   "target_mask"),
-           labels={"feed_forward_activation": "Linear · SiLU · Linear"},
+           labels={"feed_forward_activation": "Linear · SiLU · Linear", "start_token": "<pad>\nstart"},
            marks={"feed_forward_activation": "SiLU, not ReLU",
                   "positional_encoding": "all the sines first, then all the cosines (not interleaved)",
                   "output_projection": "a bias of its own on the logits (final_logits_bias)",

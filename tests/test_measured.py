@@ -46,7 +46,7 @@ def test_the_fast_notice_says_the_figures_mean_nothing():
 
 
 def _outputs(cell: dict) -> str:
-    return json.dumps(cell.get("outputs", []))
+    return json.dumps(cell.get("outputs", []), ensure_ascii=False)
 
 
 def test_lesson_08_shows_the_courses_figures_as_the_courses_and_says_once_that_a_fast_run_means_nothing():
@@ -58,7 +58,7 @@ def test_lesson_08_shows_the_courses_figures_as_the_courses_and_says_once_that_a
     measured = [c for c in code if "levers-15min.jsonl" in cell_source(c)]
     assert measured and all("CourseMeasurement(" in cell_source(c) for c in measured)
     assert any(f"> {COURSE_HEADER} · {COURSE_CPU}" in _outputs(c) for c in measured)
-    assert not any("The course&#x27;s measurement" in _outputs(c) for c in code), "one style: no HTML box"
+    assert not any("The course&#x27;s measurement:" in _outputs(c) for c in code), "one style: no HTML box"
     quotes = [c for c in cells if c["cell_type"] == "markdown" and COURSE_HEADER in cell_source(c)]
     assert len(quotes) >= 2 and all(cell_source(c).startswith(f"> {COURSE_HEADER}") or f"\n> {COURSE_HEADER}" in cell_source(c)
                                     for c in quotes)

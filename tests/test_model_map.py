@@ -146,13 +146,14 @@ def test_a_label_relabels_every_box_of_its_part_and_nothing_else():
 
 
 def test_lesson_10_draws_marians_feed_forward_as_it_is():
-    """The lesson's callout says SiLU, not ReLU: the boxes it points at must not say ReLU."""
+    """The lesson's callouts say SiLU, not ReLU, and the pad token, not <bos>: the boxes they point at say so too."""
     entry = lessons.lesson("10_real_translator")
-    assert entry.labels == {"feed_forward_activation": "Linear · SiLU · Linear"}
+    assert entry.labels == {"feed_forward_activation": "Linear · SiLU · Linear", "start_token": "<pad>\nstart"}
     fig = lesson_map(entry.stem, show=False)
     try:
         texts = _texts(fig)
         assert texts.count("Linear · SiLU · Linear") == 2 and "Linear · ReLU · Linear" not in texts
+        assert "<pad> start" in texts and "<bos> start" not in texts
     finally:
         plt.close(fig)
     fig = lesson_map("05_transformer", show=False)
