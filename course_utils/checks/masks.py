@@ -71,8 +71,8 @@ def _check_make_padding_mask(check: Check, make_padding_mask: Callable) -> None:
         _padding_case(check, make_padding_mask, tokens, pad_id, _BATCHES)
     check.ok("returns a bool mask of shape (B, 1, 1, L)")
     check.ok("True at real tokens, False at padding, for any pad id (also when real tokens equal 0)")
-    check.ok("works for several batch sizes and lengths, from a single token to 70, on batches drawn at random, "
-             "and for a new batch of an earlier batch's shape")
+    check.ok("works for several batch sizes and lengths, from a single token to 70, and for a new batch of an "
+             "earlier batch's shape")
     _device_stage(check, make_padding_mask, "make_padding_mask", *_BATCHES[0])
     check.ok("tokens on a GPU give a mask on that GPU")
 
@@ -85,8 +85,7 @@ def _check_make_causal_mask(check: Check, make_causal_mask: Callable) -> None:
         _causal_case(check, make_causal_mask, size, _SIZES)
     check.ok("returns a bool mask of shape (size, size)")
     check.ok("True on and below the diagonal (each position sees itself and the past)")
-    check.ok(f"works for sizes {', '.join(str(n) for n in sorted(_SIZES))} and two drawn at random, called one after "
-             f"the other")
+    check.ok(f"works for sizes {', '.join(str(n) for n in sorted(_SIZES))}, called one after the other")
     stages.fixed_device(check, lambda: make_causal_mask(5), "make_causal_mask", "", code=make_causal_mask, advice=(
         "Create it on the CPU, with no `device=` (`torch.ones(size, size, dtype=torch.bool)`), and let the caller "
         "move it: `make_causal_mask(L).to(tokens.device)`, as make_target_mask does."))
@@ -101,8 +100,7 @@ def _check_make_target_mask(check: Check, make_target_mask: Callable) -> None:
         _target_case(check, make_target_mask, tokens, pad_id, _BATCHES)
     check.ok("returns a bool mask of shape (B, 1, L, L)")
     check.ok("padding on the key axis AND causal, for any pad id (also when real tokens equal 0)")
-    check.ok("works for lengths from 1 to 70, on batches drawn at random, and for a new batch of an earlier batch's "
-             "shape")
+    check.ok("works for lengths from 1 to 70, and for a new batch of an earlier batch's shape")
     _device_stage(check, make_target_mask, "make_target_mask", *_BATCHES[0])
     check.ok("tokens on a GPU give a mask on that GPU")
 
