@@ -424,6 +424,21 @@ _ALL = (
              by_name_where="lesson 05 passes it so, and your Transformer may too: lesson 09 puts this layer in a "
                            "DecoderLayer's place",
              used_by=("09: the pre-LN rows put one in place of every DecoderLayer of model.decoder_layers",)),
+    # -- lesson 10 ---------------------------------------------------------------
+    Contract("from_marian", "10_real_translator", "function", "from_marian(marian) -> Transformer",
+             promises=(
+                 "returns your lesson-05 Transformer, built with Marian's sizes (vocab_size on both sides, d_model, "
+                 "heads, layers, d_ff, max_position_embeddings, pad_token_id), in eval mode, on Marian's device and "
+                 "in its dtype",
+                 "model(src, tgt) and model.decode(tgt, model.encode(src), src) give Marian's logits at every target "
+                 "position (1e-4 in float32), src padded with Marian's pad id, tgt starting with its decoder start "
+                 "token (the pad id too)",
+                 "generator.bias holds final_logits_bias, so that setting its pad entry to -inf forbids the pad token "
+                 "and changes no other logit",
+                 "shares no storage with Marian, and leaves Marian as it was",
+             ),
+             used_by=("10: the logits and greedy decoding compared with Marian's; beam_search and BLEU with the "
+                      "real weights",)),
 )
 
 #: exercise name -> its contract

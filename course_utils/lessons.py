@@ -67,7 +67,7 @@ LESSONS: tuple[Lesson, ...] = (
            data="Nothing: random tensors and toy sentences.", builds=("positional_encoding",)),
     Lesson("04_multi_head_attention", "multi-head attention", person="about an hour", loads=("01_attention",),
            data="Nothing: random tensors and toy sentences.", builds=("multi_head_attention",)),
-    Lesson("05_transformer", "the whole model", person="about 1 hour 30 minutes (twelve exercises)", loads=_BEFORE_05,
+    Lesson("05_transformer", "the whole model", person="about 1 hour 30 minutes (five exercises, twelve methods to write)", loads=_BEFORE_05,
            data="Nothing: random tensors and toy sentences.",
            builds=("embedding", "encoder_layer", "decoder_layer", "add_norm", "feed_forward", "feed_forward_activation",
                    "output_projection")),

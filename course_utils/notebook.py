@@ -588,9 +588,10 @@ def loaded_summary() -> None:
         it = "it (see the note above)" if len(labels) == 1 else "all of them (see the notes above)"
         print(f"Loaded {_lessons(labels)}: the course's reference solution stands in for {it}.")
     else:
+        yours = [label for label in labels if label not in reference]
         print(
-            f"Loaded {_lessons(labels)}: your code, except {_in_words(reference)}, where the course's reference "
-            f"solution stands in (see the note{'s' if len(reference) > 1 else ''} above)."
+            f"Loaded {_lessons(labels)}: your code for {_in_words(yours)}; the course's reference solution for "
+            f"{_in_words(reference)} (see the note{'s' if len(reference) > 1 else ''} above)."
         )
     if unfinished:
         print(f"Not finished in the saved notebooks yet: {_in_words(unfinished)}. The cells that use "

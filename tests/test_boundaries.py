@@ -3,8 +3,8 @@
 * The learner runtime (what notebooks import: the checkers, data, plots,
   notebook helpers, solutions, contracts, the Colab setup) never imports the
   authoring tool ``generate``.
-* ``generate`` and ``progress`` (run with ``python -m``, outside any kernel)
-  never import torch or the checkers: they read notebooks, and ``progress``
+* ``generate``, ``progress`` and ``grading`` (run with ``python -m``, outside any
+  kernel), and the otter plugin, never import torch or the checkers: they read notebooks, and ``progress``
   reads checker results as JSON.
 * Every ``check_*`` defined in ``course_utils/checks/`` is registered in
   ``_TOPICS`` under its own module, and has a test module that calls it.
@@ -42,10 +42,13 @@ RUNTIME = (
     "course_utils.model_map",
     "course_utils.shapes",
     "course_utils.measured",
+    "course_utils.autograde",
 )
 #: plain data that both halves read (the generator stamps each lesson's header from it, the map draws from it)
 SHARED_DATA = ("course_utils.lessons",)
-TOOLS = ("course_utils.generate", "course_utils.progress")
+TOOLS = ("course_utils.generate", "course_utils.progress", "course_utils.grading")
+#: Tools that need the grading extra (otter-grader): read from source only, never imported here.
+GRADING_TOOLS = ("course_utils.otter_plugin",)
 FORBIDDEN_IN_TOOLS = ("torch", "course_utils.checks")
 
 
@@ -122,7 +125,7 @@ def test_the_runtime_never_imports_the_authoring_tools(start: str) -> None:
         assert not crosses(imported, "course_utils.generate"), f"{module} (reached from {start}) imports the authoring tool generate"
 
 
-@pytest.mark.parametrize("start", TOOLS)
+@pytest.mark.parametrize("start", TOOLS + GRADING_TOOLS)
 def test_the_tools_never_import_torch_or_the_checkers(start: str) -> None:
     for module, imported in closure(start).items():
         for forbidden in FORBIDDEN_IN_TOOLS:

@@ -383,7 +383,7 @@ def test_the_summary_says_which_lessons_the_reference_stands_in_for(on_colab: Pa
     capsys.readouterr()
     loaded_summary()
     assert capsys.readouterr().out == (
-        "Loaded lessons 01 to 04: your code, except 02 and 03, where the course's reference solution stands in "
+        "Loaded lessons 01 to 04: your code for 01 and 04; the course's reference solution for 02 and 03 "
         "(see the notes above).\n"
     )
     load_exercises(LESSON, ["scaled_dot_product_attention"])

@@ -65,7 +65,8 @@ def shrink_training(ns: dict[str, Any]) -> None:
 
 #: The lessons that run, in order.
 LESSONS = ("00_setup_and_data", "01_attention", "02_masks", "03_positional_encoding", "04_multi_head_attention",
-           "05_transformer", "06_training", "07_inference", "08_real_data", "09_ablations")
+           "05_transformer", "06_training", "07_inference", "08_real_data", "09_ablations",
+           "10_real_translator")
 #: A lesson that reads what an earlier one wrote (07 loads the model lesson 06 saved): in an own-lesson
 #: round, that earlier lesson runs first, with the same variants.
 PREREQUISITES = {"07_inference": "06_training"}

@@ -57,6 +57,8 @@ _TOPICS = {
     "check_learned_positional_encoding": "ablation",
     "check_pre_ln_encoder_layer": "ablation",
     "check_pre_ln_decoder_layer": "ablation",
+    # lesson 10: a real translator
+    "check_from_marian": "port",
 }
 
 __all__ = ["CheckResult", "Status", *_TOPICS]

@@ -14,6 +14,8 @@ import weakref
 import torch
 from torch import nn
 
+from ._core import generator
+
 _PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 
 
@@ -41,7 +43,7 @@ def _behaves_like_norm(module: nn.Module, d_model: int) -> bool:
         and len(params) <= 2
         and all(tuple(p.shape) == (d_model,) for p in params)
     ):
-        z = torch.randn(2, 3, d_model, generator=torch.Generator().manual_seed(11))
+        z = torch.randn(2, 3, d_model, generator=generator(11))
         try:
             with torch.no_grad():
                 a, b = module(z), module(3.0 * z + 2.0)

@@ -57,7 +57,9 @@ Formatting
     ``fmt_shape``, ``fmt_number``, ``fmt_values`` and ``describe`` write
     shapes, numbers and values the same way in every message, with no memory
     addresses or timings. ``generator(seed)`` is a private RNG for a
-    checker's inputs.
+    checker's inputs; its seed (and the global seed that ``preserved_state``
+    sets) is shifted by ``seed_offset()``, which a grading run sets through
+    ``$COURSE_CHECK_SEED`` so that its cases are ones the learner never saw.
 
 Time limits
     Every call into learner code has a limit: ``DEFAULT_TIME_LIMIT`` seconds
@@ -951,8 +953,8 @@ def preserved_state(seed: int = 0) -> Iterator[None]:
         torch.set_num_threads(1)
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
-        torch.manual_seed(seed)
-        random.seed(seed)
+        torch.manual_seed(seed + seed_offset())
+        random.seed(seed + seed_offset())
         yield
     finally:
         torch.set_rng_state(torch_state)
@@ -1061,9 +1063,30 @@ def last_result(exercise: str, implementation: Any = _ANY) -> CheckResult | None
     return results.get(id(implementation))
 
 
+#: Environment variable that shifts every seed the checkers draw their inputs with (see :func:`seed_offset`).
+SEED_ENV = "COURSE_CHECK_SEED"
+
+
+def seed_offset() -> int:
+    """How far a grading run shifts the checkers' seeds: the integer in ``$COURSE_CHECK_SEED``, else 0.
+
+    Every random input a checker draws comes from :func:`generator` or from the global RNG as
+    :func:`preserved_state` seeds it, and both add this offset. A learner's session leaves it at 0, so a
+    checker cell shows the same cases every time; an autograder (``python -m course_utils.grading``) sets
+    it, for the length of one check, to a number that only the autograder holds, so that an answer tuned
+    to the cases the learner saw meets others there. A correct answer passes under any offset
+    (``tests/test_grading.py`` runs the checker tests under other ones). Read at every call.
+    """
+    value = os.environ.get(SEED_ENV, "").strip()
+    try:
+        return int(value) % 2**62 if value else 0
+    except ValueError:
+        return 0
+
+
 def generator(seed: int) -> torch.Generator:
-    """A private RNG for a checker's inputs, so the global RNG is never consumed."""
-    return torch.Generator().manual_seed(seed)
+    """A private RNG for a checker's inputs, so the global RNG is never consumed (``seed`` shifted by :func:`seed_offset`)."""
+    return torch.Generator().manual_seed(seed + seed_offset())
 
 
 __all__ = [
@@ -1071,6 +1094,7 @@ __all__ = [
     "DEFAULT_TIME_LIMIT",
     "DEFAULT_TOTAL_TIME",
     "RTOL",
+    "SEED_ENV",
     "Check",
     "CheckResult",
     "RESULT_MIME_TYPE",
@@ -1086,4 +1110,5 @@ __all__ = [
     "last_result",
     "preserved_state",
     "run_check",
+    "seed_offset",
 ]

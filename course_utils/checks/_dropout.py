@@ -17,6 +17,8 @@ from typing import Callable, TypeVar
 
 import torch
 
+from ._core import seed_offset
+
 T = TypeVar("T")
 
 
@@ -141,7 +143,7 @@ def seeded(seed: int | None, fn: Callable[..., T], *args, **kwargs) -> T:
     Only inside a checker, whose run restores the learner's RNG afterwards.
     """
     if seed is not None:
-        torch.manual_seed(seed)
+        torch.manual_seed(seed + seed_offset())
     return fn(*args, **kwargs)
 
 

@@ -17,6 +17,8 @@ import math
 import torch
 from torch import nn
 
+from ._core import generator
+
 # d_k (6) differs from the number of heads (4), and d_ff from d_model: a size read from the wrong attribute shows.
 D_MODEL, HEADS, LAYERS, D_FF, SRC_VOCAB, TGT_VOCAB, MAX_POS = 24, 4, 2, 40, 11, 13, 40
 #: the rate of every dropout (the model is used in eval mode, where they do nothing)
@@ -102,7 +104,7 @@ class CourseTransformer(nn.Module):
         self.encoder_layers = nn.ModuleList(_EncoderLayer(D_MODEL, HEADS, D_FF) for _ in range(LAYERS))
         self.decoder_layers = nn.ModuleList(_DecoderLayer(D_MODEL, HEADS, D_FF) for _ in range(LAYERS))
         self.generator = nn.Linear(D_MODEL, TGT_VOCAB)
-        g = torch.Generator().manual_seed(seed)
+        g = generator(seed)
         with torch.no_grad():
             for name, p in self.named_parameters():
                 if "norm" in name:  # LayerNorm gains and shifts away from 1 and 0, so that a skipped norm shows

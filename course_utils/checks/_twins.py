@@ -17,6 +17,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ._core import generator
 from ._anatomy import attention_modules, feed_forward_linears, layer_norms
 
 _PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
@@ -24,7 +25,7 @@ _PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 
 def prepared_norm(norm: nn.Module, d_model: int) -> nn.Module:
     """A float64 stand-in for a layer norm of the learner's own, to sit in a PyTorch layer's norm slot."""
-    z = torch.randn(2, 3, d_model, generator=torch.Generator().manual_seed(12))
+    z = torch.randn(2, 3, d_model, generator=generator(12))
     try:
         twin = copy.deepcopy(norm).double()
         with torch.no_grad():

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from . import _gpu, stages
-from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, run_check
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, generator, run_check
 from ._hooks import WeightUses
 from ._standins import D_MODEL, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
 
@@ -34,7 +34,7 @@ _CACHE_PAD = 2  # not 0: decode_step must read the model's pad_id, not assume on
 def _cache_case(seed: int):
     """A model, a padded source batch with its memory, and the target tokens to feed (no padding among them)."""
     model = CourseTransformer(seed, _CACHE_PAD)
-    g = torch.Generator().manual_seed(seed + 1)
+    g = generator(seed + 1)
     lengths = [5, 2, 4]
     src = torch.full((3, 5), _CACHE_PAD, dtype=torch.long)
     for b, n in enumerate(lengths):

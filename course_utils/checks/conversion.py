@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from . import stages
-from ._core import Check, CheckResult, close_enough, describe, fmt_values, run_check
+from ._core import Check, CheckResult, close_enough, describe, fmt_values, generator, run_check
 from ._dropout import drop_pattern, dropout_problem
 from ._standins import DROPOUT, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer
 
@@ -173,7 +173,7 @@ _BATCH_FIRST = ("Our tensors are (B, L, d_model): build nn.Transformer with batc
 
 def _input_dropout(check: Check, theirs: nn.Module, first_enc: nn.Module, first_dec: nn.Module) -> None:
     """In training mode the first layers' inputs show the positional encoding's dropout, at the model's rate."""
-    g = torch.Generator().manual_seed(9)
+    g = generator(9)
     src = torch.randint(1, SRC_VOCAB, (16, 12), generator=g)  # no padding: every entry counts
     tgt = torch.randint(1, TGT_VOCAB, (16, 10), generator=g)
     inputs: dict[bool, dict[str, torch.Tensor]] = {True: {}, False: {}}  # training? -> side -> first layer's input
@@ -212,7 +212,7 @@ def _input_dropout(check: Check, theirs: nn.Module, first_enc: nn.Module, first_
 def _layers_drop(check: Check, theirs: nn.Module, enc: list, dec: list) -> None:
     """In training mode every dropout of the nn.Transformer layers runs and drops at the model's rate (measured
     on its input and output): a copy whose forward switches its layers to eval mode trains without it."""
-    g = torch.Generator().manual_seed(10)
+    g = generator(10)
     src = torch.randint(1, SRC_VOCAB, (16, 12), generator=g)  # no padding: every entry counts
     tgt = torch.randint(1, TGT_VOCAB, (16, 10), generator=g)
     places = [(f"the {side} layer {i}'s `{name}`", module) for side, layers in (("encoder", enc), ("decoder", dec))
@@ -258,7 +258,7 @@ def _shares_nothing(check: Check, model: nn.Module, theirs: nn.Module) -> None:
               if t.untyped_storage().data_ptr() in ours]
     if shared:
         shown = ", ".join(f"`{n}`" for n in dict.fromkeys(shared[:4]))
-        check.fail(f"The module shares {len(set(shared))} tensors with your model ({shown}...): it holds your model's "
+        check.fail(f"The module shares {len(set(shared))} tensor{'s' * (len(set(shared)) > 1)} with your model ({shown}...): it holds your model's "
                    f"own tensors, not copies, so one optimizer step on it would change your model too. Copy them: "
                    f"`copy.deepcopy(model.src_embed)` for the modules you keep around nn.Transformer, and `.copy_()` "
                    f"into PyTorch's own parameters.")
@@ -327,7 +327,7 @@ def _copied_layers(check: Check, model: nn.Module, theirs: nn.Module) -> tuple[l
 
 def _traced_run(check: Check, model: nn.Module, theirs: nn.Module, enc: list, dec: list) -> tuple:
     """Both models on a padded batch, with every layer's input and output recorded."""
-    g = torch.Generator().manual_seed(5)
+    g = generator(5)
     src = torch.randint(1, SRC_VOCAB, (3, 6), generator=g)
     src[1, 4:], src[2, 2:] = _PAD, _PAD
     tgt = torch.randint(1, TGT_VOCAB, (3, 5), generator=g)

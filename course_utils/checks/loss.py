@@ -47,7 +47,8 @@ def _check_label_smoothing_loss(check: Check, label_smoothing_loss: Callable) ->
 
 
 def _cases() -> list[dict]:
-    """Inputs with N != V, pad ids other than 0, and real targets equal to 0; the first lacks the last class."""
+    """Inputs with N != V (and real tokens neither N nor V), pad ids other than 0, and real targets equal to 0; the first
+    lacks the last class."""
     g = generator(6)
     cases = []
     for n, v, pad_id, smoothing in [(7, 5, 3, 0.1), (9, 6, 1, 0.0), (13, 8, 6, 0.3)]:
@@ -58,6 +59,9 @@ def _cases() -> list[dict]:
         target[2] = 0 if pad_id != 0 else 2
         if not cases:  # the largest class never occurs: F.one_hot(target) is then too narrow
             target[target == v - 1] = 0
+        real = (target != pad_id).nonzero().flatten()
+        if len(real) == v:  # as many real tokens as classes: dividing by V would be right by accident
+            target[real[-1]] = pad_id  # the last real one: with v >= 5 real tokens, never the real 0s at 0 and 2
         cases.append({"logits": logits, "target": target, "smoothing": smoothing, "pad_id": pad_id})
     return cases
 

@@ -39,7 +39,11 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
             module.bias.copy_(torch.randn(_D, generator=g))
     constant = torch.randn(2, 3, _D, generator=g)
     constant[1, 2] = 1.5  # one vector with every feature equal: variance 0
-    cases = [stages.Case(label, (module, x, 0.1 if module is wide else 1e-5)) for label, module, x in [
+    # Around 100, float32 holds x to about 4e-6, so a correct float32 LayerNorm (PyTorch's own included) is off by up
+    # to about 4e-5 there; computing the variance as E[x²] - E[x]² is off by 1e-3 or more (measured over 300 draws).
+    far_atol = {"an x of mean 100 and spread 1, (2, 5, 20)": 2e-4}
+    cases = [stages.Case(label, (module, x, 0.1 if module is wide else 1e-5), far_atol.get(label))
+             for label, module, x in [
         ("x of shape (2, 5, 20)", norm, torch.randn(2, 5, _D, generator=g)),
         ("x of shape (7, 20), without a batch axis", norm, torch.randn(7, _D, generator=g)),
         ("x of shape (2, 3, 4, 20)", norm, torch.randn(2, 3, 4, _D, generator=g)),

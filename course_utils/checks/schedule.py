@@ -23,7 +23,7 @@ import torch
 
 from ..contracts import contract
 from . import stages
-from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_number, run_check
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_number, generator, run_check
 
 _RTOL = 1e-4  # relative: learning rates are tiny, so an absolute tolerance would accept anything
 
@@ -392,9 +392,9 @@ _SCHEDULER_CASES = [
 
 
 def _optimizer(kind: str, lrs: tuple[float, float]) -> torch.optim.Optimizer:
-    generator = torch.Generator().manual_seed(0)
-    first = torch.nn.Parameter(torch.randn(3, 2, generator=generator))
-    second = torch.nn.Parameter(torch.randn(2, generator=generator))
+    g = generator(0)
+    first = torch.nn.Parameter(torch.randn(3, 2, generator=g))
+    second = torch.nn.Parameter(torch.randn(2, generator=g))
     groups = [{"params": [first], "lr": lrs[0]}, {"params": [second], "lr": lrs[1]}]
     return torch.optim.SGD(groups) if kind == "SGD" else torch.optim.Adam(groups)
 
