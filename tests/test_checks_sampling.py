@@ -9,18 +9,19 @@ from course_utils.checks.sampling import SLIPS, check_sample_decode
 from helpers import expect
 
 
-def loop(draw, position=-1):
-    """A sample_decode whose next tokens (B,) are ``draw(logits (B, V), temperature, top_k, generator, step)``."""
+def loop(draw, position=-1, source=lambda generator: generator):
+    """A sample_decode whose next tokens (B,) are ``draw(logits (B, V), temperature, top_k, rng, step)``, with
+    ``rng = source(generator)`` once per call."""
     @torch.no_grad()
     def sample_decode(model, src, max_len, bos_id, eos_id, pad_id, temperature=1.0, top_k=None, generator=None):
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
-        memory = model.encode(src)
+        memory, rng = model.encode(src), source(generator)
         ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
         finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)
         while ys.size(1) < max_len and not finished.all():
             logits = model.decode(ys, memory, src)[:, position]  # (B, V)
-            next_token = draw(logits, temperature, top_k, generator, ys.size(1)).masked_fill(finished, pad_id)
+            next_token = draw(logits, temperature, top_k, rng, ys.size(1)).masked_fill(finished, pad_id)
             ys = torch.cat([ys, next_token[:, None]], dim=1)  # (B, T + 1)
             finished |= next_token == eos_id
         return ys
@@ -65,8 +66,8 @@ def test_every_correct_way_of_drawing_is_accepted(sample_decode):
 
 @pytest.mark.parametrize("slip", SLIPS, ids=lambda slip: slip.name)
 def test_each_known_slip_fails_with_its_own_message(slip):
-    answer = loop(lambda l, t, k, g, step: torch.multinomial(slip.probs(l, t, k, step), 1, generator=slip.source(g))
-                  .squeeze(1))
+    answer = loop(lambda l, t, k, g, step: torch.multinomial(slip.probs(l, t, k, step), 1, generator=g).squeeze(1),
+                  source=slip.source)
     expect(check_sample_decode(answer), "failed", slip.message)
 
 

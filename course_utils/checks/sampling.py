@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from ._core import Check, CheckResult, Raised, describe, generator, run_check
+from ._core import Check, CheckResult, Raised, describe, generator, run_check, seed_offset
 from ._scripted import ScriptedModel, run_decoder
 from .decoding import greedy_stages
 
@@ -114,7 +114,7 @@ SLIPS: tuple[Slip, ...] = (
          "draws the same tokens: pass generator=None on to torch.multinomial (or torch.rand), which then draws "
          "from the global generator, the one torch.manual_seed seeds.", source=lambda g: g or torch.Generator()),
     Slip("reseeds", "Your sample_decode reseeds the generator it is given, so every seed draws the same tokens: "
-         "draw from it as it comes.", source=lambda g: g and g.manual_seed(0)),
+         "draw from it as it comes.", source=lambda g: g and g.set_state(generator(0).get_state())),
 )
 
 
@@ -204,11 +204,11 @@ def _signature(draw: Callable[[torch.Generator | None], Any]) -> tuple[bool, ...
     first, state = draw(g), g.get_state()
     kept = [not torch.equal(state, generator(1).get_state()), torch.equal(torch.get_rng_state(), outside),
             _same(draw(generator(1)), first), not _same(draw(generator(2)), first)]
-    torch.manual_seed(3)  # the check runs in preserved_state: the learner's own seed comes back afterwards
+    torch.manual_seed(3 + seed_offset())  # the check runs in preserved_state: the learner's seed comes back after
     seeded = torch.get_rng_state()
     alone = draw(None)
     kept.append(not torch.equal(torch.get_rng_state(), seeded))
-    torch.manual_seed(3)
+    torch.manual_seed(3 + seed_offset())
     return (*kept, _same(draw(None), alone))
 
 
