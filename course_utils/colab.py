@@ -19,6 +19,13 @@ is not the notebook next to this one. When none has it,
 and :func:`announce_reference` says so loudly. Every call looks again and
 says again what it used: mounting Drive and running the cell again works.
 
+Before anything else :func:`setup` checks, everywhere, that this Python and
+its torch and NumPy can run the course (:func:`environment_problem`): the
+versions are read from the installed packages' metadata, without importing
+torch, since an old torch next to NumPy 2 prints a traceback on import. When
+they cannot, the cell stops with one sentence and the one command that fixes
+it (:class:`EnvironmentProblem`), no traceback.
+
 The setup cell's clone can be cut short (a disconnected runtime, an
 interrupted cell): :func:`setup` restores the files it left out, or says how
 to start afresh (:func:`repair_clone`). :func:`find_saved_file` finds a file
@@ -31,6 +38,7 @@ module before the missing packages are installed.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import re
@@ -38,7 +46,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 #: Where Colab mounts Google Drive (``drive.mount("/content/drive")``); tests point it at a fake folder.
 DRIVE_ROOT = Path("/content/drive")
@@ -95,12 +103,118 @@ def missing_requirements(reqs: Iterable[str]) -> list[str]:
             continue
         module = MODULE_NAMES.get(name, name.replace("-", "_").replace(".", "_"))
         if importlib.util.find_spec(module) is None:
-            missing.append(requirement.split(";")[0].strip().replace(" ", ""))
+            # pip itself skips a requirement whose environment marker does not hold here
+            # ("numpy<2; sys_platform == 'darwin' and ...").
+            missing.append(requirement.strip())
     return missing
 
 
+# The floors pyproject.toml declares (it says why); CI's lowest environment tests them.
+#: The oldest Python the course runs on.
+PYTHON_FLOOR = (3, 10)
+#: The oldest torch the course runs on anywhere: Intel Macs' last release (elsewhere pip installs 2.3 or newer).
+TORCH_FLOOR = (2, 2, 2)
+#: The first torch built for NumPy 2 as well as NumPy 1; older ones fail with "Numpy is not available" next to NumPy 2.
+TORCH_FOR_NUMPY_2 = (2, 3)
+#: The first pyarrow (the datasets library's) that needs NumPy 2; it does not say so to pip.
+PYARROW_NEEDS_NUMPY_2 = (26,)
+
+
+class EnvironmentProblem(RuntimeError):
+    """This Python environment cannot run the course; the message says what to run.
+
+    In a notebook IPython shows only the message (``_render_traceback_``), not a traceback.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The leading numbers of a version string: ``"2.2.2+cu121"`` -> ``(2, 2, 2)``, ``"2.4.0rc1"`` -> ``(2, 4, 0)``."""
+    numbers = []
+    for part in version.split("+")[0].split("."):
+        digits = re.match(r"\d+", part)
+        if not digits:
+            break
+        numbers.append(int(digits.group()))
+        if digits.group() != part:
+            break
+    return tuple(numbers)
+
+
+def _installed(name: str) -> Optional[str]:
+    """The installed version of distribution ``name``, or None (read from its metadata; nothing is imported)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _dotted(numbers: Sequence[int]) -> str:
+    return ".".join(str(n) for n in numbers)
+
+
+def fix_command(root: Optional[Path] = None) -> str:
+    """The one command that installs the course's requirements into this notebook's Python, as pyproject.toml declares them."""
+    root = root or course_root()
+    folder = root if (root / "pyproject.toml").is_file() else "PATH-TO-YOUR-CLONE-OF-THE-COURSE"  # installed, not cloned
+    return f'%pip install -e "{folder}[dev]"'
+
+
+def environment_problem(
+    installed: Callable[[str], Optional[str]] = _installed,
+    python: Sequence[int] = sys.version_info[:3],
+    root: Optional[Path] = None,
+) -> Optional[str]:
+    """Why this Python environment cannot run the course, in one sentence with the command that fixes it; None if it can.
+
+    ``installed(name)`` gives a distribution's version or None (tests pass fakes); ``python`` is the running
+    Python's version. Decided from versions alone: torch and NumPy are not imported.
+    """
+    restart = "then restart the kernel and run this cell again"
+    if tuple(python[:2]) < PYTHON_FLOOR:
+        return (
+            f"This course needs Python {_dotted(PYTHON_FLOOR)} or newer, and this notebook runs Python {_dotted(python)}: "
+            f"in the course's folder run `python3.11 -m venv .venv && .venv/bin/pip install -e \".[dev]\"` "
+            f"(any Python from {_dotted(PYTHON_FLOOR)} on will do), then open the course with `.venv/bin/jupyter lab`."
+        )
+    torch_version, numpy_version = installed("torch"), installed("numpy")
+    if torch_version is None:
+        return f"PyTorch is not installed for this notebook's Python ({sys.executable}): run `{fix_command(root)}` in a cell, {restart}."
+    torch_release = _release(torch_version)
+    if torch_release < TORCH_FLOOR:
+        return (
+            f"PyTorch {torch_version} is older than this course supports ({_dotted(TORCH_FOR_NUMPY_2)} or newer; "
+            f"{_dotted(TORCH_FLOOR)} on Intel Macs): "
+            f"run `{fix_command(root)}` in a cell, {restart}."
+        )
+    if numpy_version is not None and torch_release < TORCH_FOR_NUMPY_2 and _release(numpy_version) >= (2,):
+        return (
+            f"PyTorch {torch_version} was built for NumPy 1 and cannot work with the NumPy {numpy_version} installed "
+            f"next to it: run `{fix_command(root)}` in a cell (it installs the versions that work together), {restart}."
+        )
+    pyarrow_version = installed("pyarrow")
+    if (numpy_version is not None and pyarrow_version is not None and _release(numpy_version) < (2,)
+            and _release(pyarrow_version) >= PYARROW_NEEDS_NUMPY_2):
+        return (
+            f"pyarrow {pyarrow_version} (what the datasets library stores data with) needs NumPy 2, and NumPy "
+            f"{numpy_version} is installed: run `{fix_command(root)}` in a cell, {restart}."
+        )
+    return None
+
+
+def check_environment(root: Optional[Path] = None) -> None:
+    """Raise :class:`EnvironmentProblem` (shown without a traceback) when :func:`environment_problem` finds one."""
+    problem = environment_problem(root=root)
+    if problem is not None:
+        raise EnvironmentProblem(problem)
+
+
 def setup() -> None:
-    """On Colab, install what the course needs and Colab lacks, and say where the course is. Elsewhere: nothing."""
+    """Check that this Python environment can run the course (everywhere); on Colab, also install what the course
+    needs and Colab lacks, and say where the course is. Locally it prints nothing when all is well."""
+    check_environment()
     if not on_colab():
         return
     root = course_root()
@@ -309,7 +423,7 @@ def announce_reference(notebook: str | os.PathLike, names: Sequence[str], refere
 
 
 __all__ = [
-    "CONTENT", "DRIVE_ROOT", "IncompleteCourse", "announce_found", "announce_reference", "course_root", "drive_folders",
+    "CONTENT", "DRIVE_ROOT", "EnvironmentProblem", "IncompleteCourse", "check_environment", "environment_problem", "announce_found", "announce_reference", "course_root", "drive_folders",
     "drive_roots", "find_in_drive", "find_learner_notebook", "find_saved_file", "locate_learner_notebook",
     "missing_requirements", "on_colab", "reference_notebook", "repair_clone", "requirements", "setup",
 ]

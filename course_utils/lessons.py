@@ -35,12 +35,12 @@ class Lesson:
     person: str  # about how long it takes a person, reading and exercises
     machine: str = ""  # what the computer spends on top, when it is more than a minute or two
     loads: tuple[str, ...] = ()  # earlier notebooks whose code it runs (they must be in the same folder)
-    optional_loads: tuple[str, ...] = ()  # earlier notebooks it uses when they are there
     checkpoint: str = ""  # the trained model it wants, and what happens without it ("" = none)
     data: str = "The bundled corpus, which ships with the course: no network needed."
     builds: tuple[str, ...] = ()  # map parts the lesson adds to the model
     focus: tuple[str, ...] | None = None  # map parts highlighted as the lesson's own (default: builds)
     marks: Mapping[str, str] = dataclasses.field(default_factory=dict)  # map part -> a numbered note on the map
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)  # map part -> its boxes' text, not the paper's
 
     @property
     def number(self) -> str:
@@ -92,7 +92,7 @@ LESSONS: tuple[Lesson, ...] = (
     Lesson("08_real_data", "real data", person="about 2 hours",
            machine="15 minutes of training on a laptop CPU (about 5 on a GPU); with `COURSE_FAST=1` or without "
                    "Multi30k, a tiny model for a minute or two",
-           loads=(*_BEFORE_05, "05_transformer", "06_training"), optional_loads=("07_inference",),
+           loads=(*_BEFORE_05, "05_transformer", "06_training", "07_inference"),
            data="Multi30k: from a local clone of the multi30k/dataset repository (set `MULTI30K_DIR`), or from the "
                 "Hugging Face hub with a network. Offline and without the files it says so at once and trains a tiny "
                 "model on the bundled corpus, so that every cell runs; its numbers are then not about real text.",
@@ -123,6 +123,7 @@ LESSONS: tuple[Lesson, ...] = (
                 "still proves the port, but the translations are noise.",
            focus=("feed_forward_activation", "positional_encoding", "output_projection", "start_token",
                   "target_mask"),
+           labels={"feed_forward_activation": "Linear · SiLU · Linear", "start_token": "<pad>\nstart"},
            marks={"feed_forward_activation": "SiLU, not ReLU",
                   "positional_encoding": "all the sines first, then all the cosines (not interleaved)",
                   "output_projection": "a bias of its own on the logits (final_logits_bias)",
@@ -167,8 +168,7 @@ def needs_markdown(stem: str) -> str:
     if entry.loads:
         loads = _listed(entry.loads)
         rows.append(f"- **Earlier notebooks:** it runs your code from {loads}, so keep them in this folder "
-                    "(a missing one is replaced by the course's solution, and the lesson says so)."
-                    + (f" It also uses {_listed(entry.optional_loads)} when it is there." if entry.optional_loads else ""))
+                    "(a missing one is replaced by the course's solution, and the lesson says so).")
     else:
         rows.append("- **Earlier notebooks:** none.")
     rows.append(f"- **Trained model:** {entry.checkpoint}" if entry.checkpoint else "- **Trained model:** none.")

@@ -9,10 +9,12 @@ check the data and the boxes drawn, not pixels.
 
     from course_utils.model_map import draw_model_map, lesson_map
     lesson_map("05_transformer")                              # the map at the top of lesson 05
-    draw_model_map(built="all", marks={"feed_forward_activation": "SiLU, not ReLU"})
+    draw_model_map(built="all", marks={"feed_forward_activation": "SiLU, not ReLU"},
+                   labels={"feed_forward_activation": "Linear · SiLU · Linear"})
 
 States: ``"todo"`` (outlined: a later lesson), ``"built"`` (filled),
-``"focus"`` (highlighted: this lesson's). A mark is a numbered note on every
+``"focus"`` (highlighted: this lesson's). ``labels`` writes another text in
+every box of a part (a model that departs from the paper). A mark is a numbered note on every
 box of its part, listed beside the map. ``shapes`` writes a tensor shape on
 the arrow that leaves a box (``trace_shapes`` fills them from a real model).
 """
@@ -154,15 +156,20 @@ def _as_set(parts: Iterable[str] | str | None, name: str) -> set[str]:
 
 
 def layout(built: Iterable[str] | str | None = None, focus: Iterable[str] | str | None = None,
-           marks: Mapping[str, str] | None = None, shapes: Mapping[str, str] | None = None) -> tuple[MapBox, ...]:
+           marks: Mapping[str, str] | None = None, shapes: Mapping[str, str] | None = None,
+           labels: Mapping[str, str] | None = None) -> tuple[MapBox, ...]:
     """The boxes of the map with their states, marks and shapes: the data that ``draw_model_map`` draws.
 
     ``built`` and ``focus`` are parts (or ``"all"``); a focused part counts as built. ``marks`` maps a part to a
     note; marks are numbered in the order of ``PARTS``. ``shapes`` maps a box name (``BOXES``) to a shape.
+    ``labels`` maps a part to the text written in every box of it, in place of the paper's (a model that
+    departs from the paper: ``{"feed_forward_activation": "Linear · SiLU · Linear"}``).
     """
     built_parts, focus_parts = _as_set(built, "built"), _as_set(focus, "focus")
     marks = dict(marks or {})
     _as_set(marks, "marks")
+    labels = dict(labels or {})
+    _as_set(labels, "labels")
     shapes = dict(shapes or {})
     names = {b.name for b in BOXES}
     unknown = sorted(set(shapes) - names)
@@ -172,7 +179,8 @@ def layout(built: Iterable[str] | str | None = None, focus: Iterable[str] | str 
     out = []
     for box in BOXES:
         state = "focus" if box.part in focus_parts else "built" if box.part in built_parts else "todo"
-        out.append(dataclasses.replace(box, state=state, mark=numbers.get(box.part), shape=shapes.get(box.name)))
+        out.append(dataclasses.replace(box, state=state, mark=numbers.get(box.part), shape=shapes.get(box.name),
+                                       text=labels.get(box.part, box.text)))
     return tuple(out)
 
 
@@ -300,12 +308,14 @@ def _draw_legend(ax: Axes, marks: Mapping[str, str] | None, notes: Iterable[str]
 
 def draw_model_map(built: Iterable[str] | str | None = "all", focus: Iterable[str] | str | None = None,
                    marks: Mapping[str, str] | None = None, shapes: Mapping[str, str] | None = None,
-                   title: str | None = "The Transformer", notes: Iterable[str] = (), key: bool = True) -> Figure:
+                   title: str | None = "The Transformer", notes: Iterable[str] = (), key: bool = True,
+                   labels: Mapping[str, str] | None = None) -> Figure:
     """Draw the map (see the module's docstring) and return its figure; each box's patch has the box's name as gid.
 
-    ``notes`` are lines written under the legend; ``key=False`` leaves out the key to the states.
+    ``notes`` are lines written under the legend; ``key=False`` leaves out the key to the states; ``labels``
+    relabels parts (see :func:`layout`).
     """
-    boxes = layout(built, focus, marks, shapes)
+    boxes = layout(built, focus, marks, shapes, labels)
     by_name = {b.name: b for b in boxes}
     side = key or bool(marks)  # a column beside the map for the key and the marks; else notes under the title
     with plt.rc_context({"figure.dpi": 100, "font.size": 9}):
@@ -335,7 +345,7 @@ def lesson_map(stem: str, show: bool = True) -> Figure | None:
     """
     entry = _lessons.lesson(stem)
     built = set(_lessons.built_before(entry.stem))
-    fig = draw_model_map(built=built, focus=entry.highlighted, marks=entry.marks,
+    fig = draw_model_map(built=built, focus=entry.highlighted, marks=entry.marks, labels=entry.labels,
                          title=f"Lesson {entry.number}, {entry.title}: where it sits in the Transformer")
     if not show:
         return fig

@@ -1,9 +1,11 @@
-"""Tools around a training run: checkpoint averaging, the machine's matrix-product peak, and honest GPU timing.
+"""Tools around a training run: checkpoint averaging, the machine's matrix-product peak, honest GPU timing,
+and the gradient scaler of float16 training on any PyTorch the course supports.
 
-    from course_utils.training import average_checkpoints, matmul_peak_flops, synchronize
+    from course_utils.training import average_checkpoints, grad_scaler, matmul_peak_flops, synchronize
     model.load_state_dict(average_checkpoints(paths[-5:]))   # section 6.1 of the paper
     peak = matmul_peak_flops()                                # FLOP/s of a large float32 matmul here
     synchronize(device)                                       # before reading a clock: a GPU works asynchronously
+    scaler = grad_scaler(device, enabled=True)                # torch.amp.GradScaler(device.type, enabled=True)
 
 None is an exercise of the course: lesson 08 uses them to improve and to
 measure its training run, lessons 07 and 09 to time code on a GPU.
@@ -68,6 +70,19 @@ def average_checkpoints(sources: Sequence[str | os.PathLike | Mapping[str, Any]]
         else:
             averaged[name] = tensors[-1].clone()
     return averaged
+
+
+def grad_scaler(device: str | torch.device, enabled: bool = True) -> Any:
+    """``torch.amp.GradScaler(device.type, enabled=enabled)``: the gradient scaler of float16 training.
+
+    That device-generic scaler is PyTorch 2.3's. PyTorch 2.2, Intel Macs' last release, has only CUDA's
+    (``torch.cuda.amp.GradScaler``); there a scaler for any other device is a disabled one, which passes the loss,
+    the gradients and the step through unchanged.
+    """
+    device = torch.device(device)
+    if hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler(device.type, enabled=enabled)
+    return torch.cuda.amp.GradScaler(enabled=enabled and device.type == "cuda")  # pragma: no cover - torch 2.2
 
 
 def synchronize(device: str | torch.device) -> None:

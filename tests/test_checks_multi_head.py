@@ -127,11 +127,24 @@ class MHAPrescaledAdditive(MHA):
     """Scales the query first, then the fused kernel with scale=1 and an additive float mask."""
 
     def attend(self, q, k, v, mask):
-        bias = None if mask is None else torch.zeros(mask.shape, device=q.device).masked_fill(~mask, float("-inf"))
+        bias = None if mask is None else self.additive(mask, q)
         q = q / math.sqrt(self.d_k)
         self.attention_weights = ((q @ k.transpose(-2, -1)) + (0 if bias is None else bias)).softmax(-1).detach()
         p = self.dropout.p if self.training else 0.0
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=1.0, dropout_p=p)
+
+    @staticmethod
+    def additive(mask, q):
+        """0 where attending is allowed, -inf elsewhere, (B, 1, L_q, L_k), in the query's dtype."""
+        return torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill(~mask, float("-inf"))
+
+
+class MHAAdditiveMaskInFloat32(MHAPrescaledAdditive):
+    """The same, its additive mask made in the default dtype (float32) whatever the query's."""
+
+    @staticmethod
+    def additive(mask, q):
+        return torch.zeros(mask.shape, device=q.device).masked_fill(~mask, float("-inf"))
 
 
 class MHAInFloat64(MHA):
@@ -160,6 +173,26 @@ def test_accepts_a_renamed_dropout_parameter_which_the_course_passes_by_position
 def test_accepts_correct_variants(cls):
     result = check_multi_head_attention(cls)
     assert result.passed, str(result)
+
+
+def _sdpa_takes_a_float32_mask_for_float64_queries() -> bool:
+    q = torch.zeros(1, 1, 2, 4, dtype=torch.float64)
+    try:
+        F.scaled_dot_product_attention(q, q, q, attn_mask=torch.zeros(1, 1, 2, 2))
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_an_additive_mask_in_float32_passes_where_pytorch_takes_it_and_is_named_where_it_does_not():
+    """PyTorch 2.3 and older reject a float mask whose dtype is not the query's; newer releases take it. The checker
+    runs the learner's code on the learner's PyTorch: on an old one the model fails after `.double()`, and says why."""
+    result = check_multi_head_attention(MHAAdditiveMaskInFloat32)
+    if _sdpa_takes_a_float32_mask_for_float64_queries():
+        assert result.passed, str(result)
+    else:
+        expect(result, "failed", "no longer computes in float64", "create new tensors with the dtype and device of an input",
+               "attn_mask dtype")
 
 
 class MHAStub(nn.Module):

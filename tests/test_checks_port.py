@@ -430,6 +430,95 @@ def test_other_wrong_ports_fail_with_their_cause(from_marian, phrases) -> None:
     expect(check_from_marian(from_marian), Status.FAILED, *phrases)
 
 
+def the_output_bias_left_as_built(marian):
+    """Every step of the reference but the output layer's bias: lesson 05's nn.Linear keeps its random initial one."""
+    model = reference(marian)
+    c = marian.config
+    fresh = Transformer(c.vocab_size, c.vocab_size, c.d_model, c.encoder_attention_heads, c.encoder_layers,
+                        c.encoder_ffn_dim, c.dropout, c.max_position_embeddings, c.pad_token_id)
+    with torch.no_grad():
+        model.generator.bias.copy_(fresh.generator.bias)
+    return model
+
+
+def a_second_bias_after_the_generator(marian):
+    """final_logits_bias in generator.bias, and added once more by a hook: one constant too many per column."""
+    model = reference(marian)
+    extra = marian.final_logits_bias[0].detach().clone()
+    model.generator.register_forward_hook(lambda module, inputs, out: out + extra)
+    return model
+
+
+def test_an_output_bias_not_copied_is_named() -> None:
+    """The logits are Marian's plus one constant per column: named as the bias, not as 'the decoder or output'."""
+    result = check_from_marian(the_output_bias_left_as_built)
+    expect(result, Status.FAILED, "one constant per vocabulary column", "final_logits_bias was not copied",
+           "model.generator.bias.copy_(marian.final_logits_bias[0])")
+    assert "The encoder's output is Marian's" not in str(result)
+    expect(check_from_marian(a_second_bias_after_the_generator), Status.FAILED,
+           "one constant per vocabulary column", "a second bias is added")
+
+
+def _copying(transposed: str):
+    """The reference port, then one weight copied again in the learner's style, transposed."""
+    def inline(marian):
+        model = reference(marian)
+        with torch.no_grad():
+            for ours, marians in zip(model.encoder_layers, marian.model.encoder.layers):
+                ours.feed_forward.linear1.weight.copy_(marians.fc1.weight.T)
+        return model
+
+    def helper(marian):
+        def linear(ours, marians):
+            ours.weight.copy_(marians.weight.t())
+            ours.bias.copy_(marians.bias)
+        model = reference(marian)
+        with torch.no_grad():
+            linear(model.decoder_layers[0].feed_forward.linear2, marian.model.decoder.layers[0].fc2)
+        return model
+
+    def swapped(marian):
+        model = reference(marian)
+        with torch.no_grad():
+            model.encoder_layers[0].feed_forward.linear1.weight.copy_(marian.model.encoder.layers[0].fc2.weight)
+        return model
+
+    def loaded(marian):
+        model = reference(marian)
+        state = {k: v.clone() for k, v in model.state_dict().items()}
+        state["encoder_layers.0.feed_forward.linear2.weight"] = marian.model.encoder.layers[0].fc2.weight.T.clone()
+        model.load_state_dict(state)
+        return model
+
+    return {"inline": inline, "helper": helper, "swapped": swapped, "loaded": loaded}[transposed]
+
+
+@pytest.mark.parametrize("style, phrases", [
+    ("inline", ("copied transposed (`.T`)", "`model.encoder.layers.0.fc1.weight`", "without `.T`")),
+    ("helper", ("copied transposed (`.T`)", "`model.decoder.layers.0.fc2.weight`")),
+    ("swapped", ("`model.encoder.layers.0.fc2.weight`", "is its transpose", "fc1 goes into linear1")),
+    ("loaded", ("`encoder_layers.0.feed_forward.linear2.weight`", "copied transposed (`.T`)")),
+])
+def test_a_weight_copied_transposed_is_named_not_blamed_on_the_sizes(style: str, phrases) -> None:
+    """A non-square weight copied as its transpose makes copy_ (or load_state_dict) raise a size mismatch."""
+    result = check_from_marian(_copying(style))
+    expect(result, Status.ERROR, *phrases)
+    assert "Marian's sizes" not in str(result)
+
+
+def built_with_the_wrong_d_ff(marian):
+    c = marian.config
+    model = Transformer(c.vocab_size, c.vocab_size, c.d_model, c.encoder_attention_heads, c.encoder_layers,
+                        2 * c.encoder_ffn_dim, c.dropout, c.max_position_embeddings, c.pad_token_id)
+    with torch.no_grad():
+        model.encoder_layers[0].feed_forward.linear1.weight.copy_(marian.model.encoder.layers[0].fc1.weight)
+    return model
+
+
+def test_a_size_mismatch_that_is_no_transpose_still_points_at_the_sizes() -> None:
+    expect(check_from_marian(built_with_the_wrong_d_ff), Status.ERROR, "Marian's sizes", "encoder_ffn_dim")
+
+
 def test_a_bias_the_lesson_cannot_reach_fails() -> None:
     expect(check_from_marian(bias_added_outside_the_generator), Status.FAILED, "generator.bias")
 

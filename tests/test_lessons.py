@@ -125,8 +125,7 @@ def test_the_notebooks_a_lesson_says_it_loads_are_the_ones_its_code_loads(path: 
         pytest.skip("not in the lessons table (the test above fails)")
     code = "\n".join(cell_source(cell) for _, cell in _code_cells(path))
     loaded = set(re.findall(r"load_exercises\(\s*\"(\d\d_\w+)\.ipynb\"", code))
-    assert loaded == set(entry.loads) | set(entry.optional_loads), (
-        f"{path.stem} loads {sorted(loaded)}; course_utils/lessons.py says {sorted(entry.loads + entry.optional_loads)}")
+    assert loaded == set(entry.loads), f"{path.stem} loads {sorted(loaded)}; course_utils/lessons.py says {sorted(entry.loads)}"
     wants_checkpoint = "06_transformer.pt" in code
     assert wants_checkpoint == ("06_transformer.pt" in entry.checkpoint), (
         f"{path.stem}: its code {'uses' if wants_checkpoint else 'does not use'} lesson 06's checkpoint; "

@@ -135,9 +135,37 @@ def test_the_figure_draws_every_box_in_its_state_with_its_mark_and_shape():
 # -- the lessons table ---------------------------------------------------------------------------------------------
 
 
+def test_a_label_relabels_every_box_of_its_part_and_nothing_else():
+    labels = {"feed_forward_activation": "Linear · SiLU · Linear"}
+    plain, relabelled = layout(built="all"), layout(built="all", labels=labels)
+    changed = [(a.name, a.text, b.text) for a, b in zip(plain, relabelled) if a.text != b.text]
+    assert changed == [(b.name, "Linear · ReLU · Linear", "Linear · SiLU · Linear") for b in plain
+                       if b.part == "feed_forward_activation"] and len(changed) == 2
+    with pytest.raises(ValueError, match="labels: no part named 'ffn'"):
+        layout(labels={"ffn": "x"})
+
+
+def test_lesson_10_draws_marians_feed_forward_as_it_is():
+    """The lesson's callouts say SiLU, not ReLU, and the pad token, not <bos>: the boxes they point at say so too."""
+    entry = lessons.lesson("10_real_translator")
+    assert entry.labels == {"feed_forward_activation": "Linear · SiLU · Linear", "start_token": "<pad>\nstart"}
+    fig = lesson_map(entry.stem, show=False)
+    try:
+        texts = _texts(fig)
+        assert texts.count("Linear · SiLU · Linear") == 2 and "Linear · ReLU · Linear" not in texts
+        assert "<pad> start" in texts and "<bos> start" not in texts
+    finally:
+        plt.close(fig)
+    fig = lesson_map("05_transformer", show=False)
+    try:
+        assert _texts(fig).count("Linear · ReLU · Linear") == 2
+    finally:
+        plt.close(fig)
+
+
 def test_every_part_a_lesson_names_is_on_the_map():
     for entry in lessons.LESSONS:
-        named = set(entry.builds) | set(entry.highlighted) | set(entry.marks)
+        named = set(entry.builds) | set(entry.highlighted) | set(entry.marks) | set(entry.labels)
         assert named <= set(PARTS), (entry.stem, sorted(named - set(PARTS)))
 
 

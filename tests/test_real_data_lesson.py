@@ -38,6 +38,9 @@ def lesson(tmp_path_factory) -> dict:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16+scaler"])
 def test_gpu_configuration_trains_in_mixed_precision_on_the_cpu(lesson: dict, dtype, tmp_path: Path) -> None:
+    if dtype == torch.float16 and not hasattr(torch.amp, "GradScaler"):
+        pytest.skip("PyTorch 2.2 (Intel Macs' last) has a gradient scaler for CUDA only: float16 with a scaler "
+                    "on the CPU cannot be run here; test_the_scaler_is_a_disabled_one_off_cuda_on_pytorch_2_2_and_a_real_one_since_2_3 covers the scaler")
     ns = lesson
     assert ns["GPU"].mixed_precision
     config = dataclasses.replace(ns["GPU"], d_model=32, num_heads=2, num_layers=1, d_ff=64, batch_size=16,
@@ -95,3 +98,14 @@ def test_autocast_runs_only_for_a_configuration_that_asks_for_it(lesson: dict, m
         ns["loss_on"](model, src, tgt, row)
         assert seen == {wanted}, (mixed, seen)
         assert ns["new_optimizer"](model, row)[2].is_enabled() is False, "no gradient scaler for bfloat16"
+
+
+def test_the_scaler_is_a_disabled_one_off_cuda_on_pytorch_2_2_and_a_real_one_since_2_3() -> None:
+    from course_utils.training import grad_scaler
+
+    scaler = grad_scaler(torch.device("cpu"), enabled=True)
+    assert scaler.is_enabled() is hasattr(torch.amp, "GradScaler")
+    assert grad_scaler("cpu", enabled=False).is_enabled() is False
+    loss = torch.tensor(2.0, requires_grad=True)
+    scaled = scaler.scale(loss)
+    assert float(scaled) == (2.0 * scaler.get_scale() if scaler.is_enabled() else 2.0)

@@ -83,6 +83,7 @@ import io
 import math
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -399,8 +400,27 @@ _deadlines: list[_Deadline] = []  # innermost last
 def _alarm(signum: int, frame: Any) -> None:
     if _deadlines:
         earliest = min(_deadlines, key=lambda d: d.at)
-        if time.monotonic() >= earliest.at - 1e-3:
+        now = time.monotonic()
+        if now >= earliest.at - 1e-3 and (now >= earliest.at + IMPORT_GRACE or not _importing(frame)):
             raise _TimeLimit(earliest)
+
+
+#: Seconds past a time limit that an import may take to finish (an endless loop at a module's top level still stops).
+IMPORT_GRACE = 30.0
+
+
+def _importing(frame: Any) -> bool:
+    """True while a module is being imported: the limit waits for the import to end (the alarm re-fires).
+
+    Stopped halfway, a module stays half made: ``import sympy`` cut short (torch imports it lazily, and slowly on a
+    busy machine, the first time a call validates a key_padding_mask) leaves ``sympy.core`` loaded but no longer an
+    attribute of ``sympy``, and every later call that needs it fails, the learner's and the checkers' alike.
+    """
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _can_use_signal() -> bool:
@@ -895,6 +915,15 @@ def _error_message(name: str, exc: BaseException, named: list[tuple[str, Any]]) 
             "has its own table: the source ids go through src_embed (src_vocab_size rows), the target ids through "
             "tgt_embed (tgt_vocab_size rows), and the checker's two vocabularies differ in size to show which is "
             "which. In a table of positions, every position must be below max_len."
+        )
+    half = re.search(r"not implemented for '(Half|BFloat16)'", first)
+    if isinstance(exc, RuntimeError) and half:  # older PyTorch releases lack many half-precision CPU kernels
+        dtype = {"Half": "float16", "BFloat16": "bfloat16"}[half.group(1)]
+        lines.append(
+            f"Likely cause: your code converts to {dtype} (`.{'half' if dtype == 'float16' else 'bfloat16'}()`), "
+            f"and this PyTorch ({torch.__version__}) has no {dtype} version of that operation on this device. "
+            f"Keep the computation in the dtype of the input; to train in lower precision, leave the choice of "
+            f"dtype to `torch.autocast`."
         )
     if named:
         lines.append("It was called with:")

@@ -32,7 +32,7 @@ class DropPattern:
     """
 
     kept: torch.Tensor  # bool, the shape of the tensor: True where the entry survived
-    live: torch.Tensor  # bool: where the reference is not 0 (an entry that is 0 anyway tells nothing)
+    live: torch.Tensor  # bool: where the reference is clearly not 0 (an entry near 0 anyway tells nothing)
     rate: float
     scale: float
     exact: bool
@@ -42,7 +42,9 @@ class DropPattern:
 def drop_pattern(observed: torch.Tensor, reference: torch.Tensor, tol: float = 1e-4) -> DropPattern:
     """Measure the dropout that turns ``reference`` into ``observed`` (same shape)."""
     o, r = observed.detach().double(), reference.detach().double()
-    live = r.abs() > 1e-6
+    # An entry below 2 * tol cannot tell kept from dropped (kept, it is as near zero as a dropped one): left out,
+    # else a tiny weight that came through unchanged counts as dropped, and a correct model fails by its seed.
+    live = r.abs() > 2 * tol
     dropped = o.abs() <= tol * (1 + r.abs())
     ratios = (o / torch.where(live, r, torch.ones_like(r)))[live & ~dropped]
     scale = float(ratios.median()) if ratios.numel() else float("nan")

@@ -8,8 +8,11 @@ a padded batch.
 
 Known slips are one table of records, :data:`SLIPS`: a mutant of the oracle (a change made to a copy of
 Marian, or to how it is called) and the message that names it. They are replayed on the same inputs only
-once the learner's logits disagree with Marian's, never to accept. What no mutant explains is narrowed down
-by hand: the encoder or the decoder, and any weight of Marian's that the learner's model does not hold.
+once the learner's logits disagree with Marian's, never to accept. Two signatures are read off the mismatch
+itself: logits that are Marian's plus one constant per vocabulary column (an output bias that is not
+final_logits_bias), and a size mismatch raised inside from_marian between a weight and its transpose (a
+weight copied with ``.T``). What neither explains is narrowed down by hand: the encoder or the decoder, and
+any weight of Marian's that the learner's model does not hold.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from ._core import Check, CheckResult, close_enough, describe, fmt_shape, generator, run_check, seed_offset
+from ._core import Check, CheckResult, _is_ours, close_enough, describe, fmt_shape, generator, run_check, seed_offset
 
 _NAME = "from_marian"
 #: Tolerances against Marian's logits, by dtype (the lesson's promise: 1e-4 in float32, far closer in float64).
@@ -314,9 +318,7 @@ def _ported(check: Check, from_marian: Callable, marian: nn.Module, size: Size) 
     storage shared, Marian left as it was."""
     before = {k: v.clone() for k, v in marian.state_dict().items()}
     modes = [m.training for m in marian.modules()]
-    model = check.call(from_marian, marian, what=_NAME, hint=(
-        "Build your Transformer with Marian's sizes, read from `marian.config`: vocab_size (both sides), d_model, "
-        "encoder_attention_heads, encoder_layers, encoder_ffn_dim, max_position_embeddings and pad_token_id."))
+    model = check.call(from_marian, marian, what=_NAME, hint=lambda exc: _crash_hint(exc, marian))
     if any(not torch.equal(before[k], v) for k, v in marian.state_dict().items()) or \
             [m.training for m in marian.modules()] != modes:
         check.fail("from_marian changed Marian (its weights, or its mode): copy Marian's tensors INTO your model "
@@ -364,6 +366,9 @@ def _logits_agree(check: Check, model: nn.Module, marian: nn.Module, size: Size,
             slip = _start_probe(check, model, marian, src, tgt, atol, rtol)
         if slip is not None:
             check.fail(f"Your ported model is wrong for {size.label}: {slip.message}")
+        offset = _column_offset(model, marian, out, want, atol, rtol)
+        if offset:
+            check.fail(f"Your ported model is wrong for {size.label}: {offset}")
         check.fail(_unexplained(check, model, marian, size, src, tgt, out, want, atol, rtol))
     with torch.no_grad():
         memory = check.call(model.encode, src, what="your model.encode(src)")
@@ -372,6 +377,120 @@ def _logits_agree(check: Check, model: nn.Module, marian: nn.Module, size: Size,
         check.fail(f"model(src, tgt) gives Marian's logits, but model.decode(tgt, model.encode(src), src) does not "
                    f"({size.label}): greedy decoding and beam search use encode and decode. Change the model only "
                    f"through its submodules, which forward, encode and decode all use.")
+
+
+_SIZES_HINT = ("Build your Transformer with Marian's sizes, read from `marian.config`: vocab_size (both sides), "
+               "d_model, encoder_attention_heads, encoder_layers, encoder_ffn_dim, max_position_embeddings and "
+               "pad_token_id.")
+_TRANSPOSE = re.compile(r"\.T\b|\.mT\b|\.t\(\)|\.transpose\(|\.permute\(")
+
+
+def _crash_hint(exc: BaseException, marian: nn.Module) -> str:
+    """What a crash inside from_marian most likely means: a weight copied transposed, else wrong sizes."""
+    message = str(exc)
+    if not isinstance(exc, RuntimeError) or not ("must match the size" in message or "size mismatch" in message):
+        return _SIZES_HINT
+    loaded = re.search(r"size mismatch for (\S+): copying a param with shape torch\.Size\(\[([\d, ]*)\]\) from "
+                       r"checkpoint, the shape in current model is torch\.Size\(\[([\d, ]*)\]\)", message)
+    if loaded:  # load_state_dict: both shapes are in the message
+        given, own = (tuple(int(n) for n in g.split(",") if n.strip()) for g in loaded.group(2, 3))
+        if len(own) == 2 and own[0] != own[1] and given == own[::-1]:
+            return (f"Your `{loaded.group(1)}` has shape {fmt_shape(own)} and the tensor loaded into it has the "
+                    f"transposed shape, {fmt_shape(given)}: that weight was copied transposed (`.T`). Both models "
+                    f"use nn.Linear, which stores (out_features, in_features): copy each weight as it is.")
+        return _SIZES_HINT
+    frames = [tb for tb in _tracebacks(exc) if not _is_ours(tb.tb_frame.f_code.co_filename)]
+    line = _line(frames[-1]) if frames else ""
+    dims = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", message)
+    if dims is None:
+        return _SIZES_HINT
+    a, b = int(dims.group(1)), int(dims.group(2))  # the last size of the tensor written into, of the one copied
+    theirs = {id(p): name for name, p in marian.named_parameters()}
+    for tb in reversed(frames):  # the innermost of the learner's frames first
+        here = _line(tb)
+        dotted = re.sub(r"\[(\d+)\]", r".\1", here)  # layers[0] as named_parameters() writes it, layers.0
+        pairs = [(int(own_name in dotted) + int(local in dotted), own_name, own, marian_name, their)
+                 for own_name, own, local, marian_name, their in _transposed_pairs(tb.tb_frame.f_locals, theirs, a, b)]
+        pairs = [pair for pair in pairs if pair[0]]  # named on the line that raised
+        if pairs:
+            _, own_name, own, marian_name, their = max(pairs, key=lambda pair: pair[0])
+            if tuple(their.shape) == tuple(own.shape):  # the same shape: it went in as its transpose
+                return (f"This is a weight copied transposed (`.T`): Marian's `{marian_name}` has shape "
+                        f"{fmt_shape(their.shape)}, as your `{own_name}` does, and the line `{here}` copies its "
+                        f"transpose, {fmt_shape(their.shape[::-1])}. Both models use nn.Linear, which stores "
+                        f"(out_features, in_features): copy each weight as it is, without `.T`.")
+            return (f"Your `{own_name}` has shape {fmt_shape(own.shape)}, and the line `{here}` copies Marian's "
+                    f"`{marian_name}` into it, whose shape {fmt_shape(their.shape)} is its transpose: either that is "
+                    f"the wrong weight (fc1 goes into linear1, fc2 into linear2; W_q takes q_proj), or your "
+                    f"module was built with in_features and out_features swapped.")
+    if _TRANSPOSE.search(line):
+        return (f"Copying raised a size mismatch on the line `{line}`, which copies a transpose: a weight copied "
+                f"transposed (`.T`)? Both models use nn.Linear, which stores (out_features, in_features): copy "
+                f"each weight as it is.")
+    return _SIZES_HINT
+
+
+def _tracebacks(exc: BaseException) -> list:
+    out, tb = [], exc.__traceback__
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out
+
+
+def _line(tb) -> str:
+    import linecache
+    return linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno).strip()
+
+
+def _transposed_pairs(names: dict, theirs: dict, a: int, b: int):
+    """Pairs of tensors in a frame's locals, (local name, tensor) of the learner's, then (local name, name in Marian,
+    tensor) of Marian's: the learner's of shape (b, a), a != b, and Marian's of that shape (copied as ``.T``) or
+    of its transpose (the wrong weight, or a module built with its sizes swapped)."""
+    if a == b:
+        return
+    ours, marians = [], []
+    for local, value in list(names.items()):
+        if isinstance(value, nn.Module):
+            tensors = list(value.named_parameters(prefix=local))
+        elif isinstance(value, torch.Tensor):
+            tensors = [(local, value)]
+        else:
+            continue
+        for name, t in tensors:
+            if id(t) in theirs:
+                marians.append((name, theirs[id(t)], t))
+            elif t.dim() == 2 and tuple(t.shape) == (b, a):
+                ours.append((name, t))
+    for own_name, own in ours:
+        for local, marian_name, their in marians:
+            if their.dim() == 2 and tuple(their.shape) in ((b, a), (a, b)):
+                yield own_name, own, local, marian_name, their
+
+
+def _column_offset(model: nn.Module, marian: nn.Module, out: torch.Tensor, want: torch.Tensor, atol: float,
+                   rtol: float) -> str:
+    """The learner's logits are Marian's plus one constant per vocabulary column: the output layer's bias is not
+    final_logits_bias (lesson 05's random initial bias left in place, say)."""
+    if not bool(torch.isfinite(out).all()):
+        return ""
+    difference = out.double() - want.double()  # (B, L_tgt, V)
+    offset = difference[:1, :1]  # (1, 1, V): the first position's
+    if not close_enough(difference, offset.expand_as(difference), atol, rtol):
+        return ""
+    bias = getattr(getattr(model, "generator", None), "bias", None)
+    final = marian.final_logits_bias[0]
+    figures = f"(the offset ranges from {offset.min().item():.3g} to {offset.max().item():.3g})"
+    if isinstance(bias, torch.Tensor) and bias.shape == final.shape and close_enough(bias.detach(), final, atol, rtol):
+        return (f"your logits are Marian's plus one constant per vocabulary column, the same at every position of "
+                f"every sentence {figures}, although your `generator.bias` holds final_logits_bias: a second bias "
+                f"is added to your logits somewhere. Marian adds exactly one, final_logits_bias, in the output "
+                f"layer.")
+    return (f"your logits are Marian's plus one constant per vocabulary column, the same at every position of every "
+            f"sentence {figures}: the bias of your output layer is not Marian's. final_logits_bias was not copied "
+            f"into it, so `model.generator.bias` still holds what it had (nn.Linear's random initial values). Copy "
+            f"it: `model.generator.bias.copy_(marian.final_logits_bias[0])` (final_logits_bias has shape "
+            f"(1, vocab_size)).")
 
 
 def _start_probe(check: Check, model: nn.Module, marian: nn.Module, src: torch.Tensor, tgt: torch.Tensor,
