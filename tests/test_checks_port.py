@@ -80,7 +80,7 @@ def test_the_reference_port_gives_marians_logits(size: Size) -> None:
     error = (ours - theirs).abs().max().item()
     assert error < (1e-4 if size.dtype == torch.float32 else 1e-10), error
     assert torch.allclose(again, ours, atol=1e-12, rtol=0)
-    assert error > 0 or size.dtype == torch.float64  # float32 arithmetic in another order: not a copy of Marian's
+    assert not any(isinstance(m, transformers.MarianMTModel) for m in model.modules())  # the learner's modules, not Marian's
 
 
 @pytest.mark.parametrize("size", [Size(73, 24, 3, 6, 52, 40, torch.float32), Size(23, 8, 2, 1, 8, 20, torch.float32),
@@ -102,6 +102,10 @@ def test_other_marian_configurations(config: dict) -> None:
     """Configurations opus-mt-en-de does not have: the reference port still gives Marian's logits."""
     size = Size(40, 16, 2, 4, 24, 32, torch.float32)
     marian = tiny_marian(size, seed=8, **config)
+    sizes = {marian.final_logits_bias.shape[-1], marian.lm_head.out_features, marian.config.decoder_vocab_size}
+    if len(sizes) > 1:  # transformers before 5
+        pytest.skip(f"transformers {transformers.__version__}'s own MarianMTModel cannot run this configuration: its "
+                    f"output layer and final_logits_bias disagree on the target vocabulary's size")
     model = reference(marian)
     src, tgt = _batch(size.vocab, seed=9)
     tgt[:, 0] = marian.config.decoder_start_token_id

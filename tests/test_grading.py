@@ -252,3 +252,118 @@ def test_an_exercise_that_changes_global_settings_leaves_them_unchanged(tmp_path
     autograde.check("02_masks", "make_causal_mask", "check_causal_mask", seed=HIDDEN)
     assert torch.get_default_dtype() is torch.float32 and torch.is_grad_enabled()
     assert autograde.check("02_masks", "make_padding_mask", "check_padding_mask", seed=HIDDEN).passed
+
+
+# ---------------------------------------------------------------------------
+# Tuned answers against the checkers that also keep hand-written cases: each of them draws a case with
+# generator(seed), so an answer that memorised every input its checker cell gave fails under the hidden seed.
+
+
+def _key(value) -> object:
+    """A hashable fingerprint of one argument (a tensor by its values, an optimizer by its lrs, a model by type)."""
+    if isinstance(value, torch.Tensor):
+        plain = torch.Tensor.as_subclass(value.detach(), torch.Tensor)
+        return ("tensor", tuple(plain.shape), str(plain.dtype), tuple(plain.cpu().flatten().tolist()))
+    if isinstance(value, torch.optim.Optimizer):
+        return ("optimizer", type(value).__name__, tuple(float(g["lr"]) for g in value.param_groups))
+    if isinstance(value, torch.nn.Module):
+        return ("model", type(value).__name__)
+    if isinstance(value, dict):
+        return ("dict", tuple((_key(k), _key(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return ("seq", tuple(_key(v) for v in value))
+    return repr(value)
+
+
+def memorising(correct, wrong):
+    """An answer that records every input while ``recording`` is set, then gives ``correct``'s result on those
+    inputs only and ``wrong``'s on any other: the sharpest answer a learner could tune to the checker cell."""
+    import functools
+    import inspect
+
+    signature = inspect.signature(correct)
+    seen: set = set()
+
+    def answer(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        key = _key(tuple(bound.arguments.values()))
+        if answer.recording:
+            seen.add(key)
+        return (correct if key in seen else wrong)(*args, **kwargs)
+
+    answer.recording = True
+    answer.__signature__ = signature
+    answer.__name__ = correct.__name__
+    return answer
+
+
+_HELPERS = {"beam_search": ["gnmt_length_penalty"]}  # defined in a cell of its own
+
+
+def _reference(name: str):
+    from course_utils.notebook import load_exercises
+
+    if name not in _REFERENCES:
+        lesson = next(e.lesson for e in exercises() if e.name == name)
+        path = ROOT / "solutions" / f"{lesson}.ipynb"
+        _REFERENCES[name] = load_exercises(path, [*_HELPERS.get(name, []), name])[name]
+    return _REFERENCES[name]
+
+
+_REFERENCES: dict = {}
+
+
+def _wrong_decoder(name: str):
+    """The reference's output with column 0 changed from bos_id to eos_id."""
+    def wrong(model, src, *args, **kwargs):
+        out = _reference(name)(model, src, *args, **kwargs).clone()
+        out[:, 0] = kwargs["eos_id"] if "eos_id" in kwargs else args[-2 if name == "greedy_decode" else 3]
+        return out
+    return wrong
+
+
+def _wrong_scheduler(optimizer, d_model, warmup_steps):
+    noam = _reference("noam_lr")
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.1 * noam(step + 1, d_model, warmup_steps))
+
+
+#: exercise -> a wrong answer (wrong on every input the checker gives)
+WRONG = {
+    "build_vocab": lambda token_lists, min_freq=1: {**(v := _reference("build_vocab")(token_lists, min_freq)),
+                                                    "<zzz>": len(v)},
+    "encode": lambda tokens, vocab: _reference("encode")(tokens, vocab)[:-1],
+    "decode": lambda ids, vocab: list(_reference("decode")(ids, vocab)) + ["<eos>"],
+    "pad_batch": lambda sequences, pad_id: torch.nn.functional.pad(_reference("pad_batch")(sequences, pad_id), (0, 1),
+                                                                   value=pad_id),
+    "make_padding_mask": lambda tokens, pad_id: ~_reference("make_padding_mask")(tokens, pad_id),
+    "make_causal_mask": lambda size: torch.ones(size, size, dtype=torch.bool),
+    "make_target_mask": lambda tokens, pad_id: ~_reference("make_target_mask")(tokens, pad_id),
+    "sinusoidal_positional_encoding": lambda max_len, d_model: _reference("sinusoidal_positional_encoding")(
+        max_len, d_model).view(max_len, -1, 2).flip(-1).reshape(max_len, d_model),  # sin and cos swapped
+    "noam_lr": lambda step, d_model, warmup_steps: 1.1 * _reference("noam_lr")(step, d_model, warmup_steps),
+    "make_noam_scheduler": _wrong_scheduler,
+    "greedy_decode": _wrong_decoder("greedy_decode"),
+    "beam_search": _wrong_decoder("beam_search"),
+    "learn_bpe": lambda word_counts, num_merges: list(_reference("learn_bpe")(word_counts, num_merges)) + [("x", "y")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRONG))
+def test_an_answer_that_memorised_the_checker_cell_fails_under_the_hidden_seed(name, monkeypatch) -> None:
+    """These checkers keep their hand-written cases and add one drawn with generator(seed): the hidden seed
+    draws one the memorising answer never met."""
+    from course_utils import checks
+
+    checker = getattr(checks, next(e.checker for e in exercises() if e.name == name))
+    monkeypatch.delenv(SEED_ENV, raising=False)
+    tuned = memorising(_reference(name), WRONG[name])
+    assert checker(tuned).passed, "recording: the reference answer passes"
+    tuned.recording = False
+    first = checker(tuned)
+    assert first.passed, f"the learner's checker cell says PASSED:\n{first}"
+    monkeypatch.setenv(SEED_ENV, str(HIDDEN))
+    result = checker(tuned)
+    assert result.status is Status.FAILED, str(result)
+    monkeypatch.delenv(SEED_ENV)
+    assert checker(WRONG[name]).status is Status.FAILED, "the wrong half is wrong on the visible cases too"

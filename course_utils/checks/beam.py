@@ -38,7 +38,7 @@ from typing import Any, Callable
 import torch
 
 from . import stages
-from ._core import Check, CheckResult, fmt_shape, run_check
+from ._core import Check, CheckResult, fmt_shape, generator, run_check
 from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder, second_batch, training_mode_problem
 
 
@@ -257,6 +257,54 @@ _CASES = [
 ]
 
 
+def _margin(language: _Language, sentence: tuple[int, ...], beam_size: int, max_len: int, alpha: float) -> float:
+    """How close the contract's search for one sentence comes to a tie: the smallest gap, at any step, between the
+    last candidate kept and the first one left out (all candidates, and those not ending in EOS), between the best
+    finished score and the stopping bound, and between the two best finished hypotheses."""
+    beams, finished, gap = [((language.bos_id,), 0.0)], [], math.inf
+    for t in range(1, max_len):
+        candidates = sorted(((score + lp, prefix + (w,)) for prefix, score in beams
+                             for w, lp in enumerate(language.log_probs(sentence, prefix))), key=lambda c: -c[0])
+        others = [c for c in candidates if c[1][-1] != language.eos_id]
+        for ranked in (candidates, others):
+            if len(ranked) > beam_size:
+                gap = min(gap, ranked[beam_size - 1][0] - ranked[beam_size][0])
+        finished += [(score / _penalty(t, alpha), seq) for score, seq in candidates[:beam_size]
+                     if seq[-1] == language.eos_id]
+        beams = [(seq, score) for score, seq in others[:beam_size]]
+        if finished:
+            best, reach = max(f[0] for f in finished), max(b[1] for b in beams) / _penalty(max_len - 1, alpha)
+            gap = min(gap, abs(best - reach))
+            if best >= reach:
+                break
+    else:
+        finished += [(score / _penalty(len(seq) - 1, alpha), seq) for seq, score in beams]
+    scores = sorted((f[0] for f in finished), reverse=True)
+    return min(gap, scores[0] - scores[1]) if len(scores) > 1 else gap
+
+
+def _drawn_case(seed: int) -> dict:
+    """A case drawn at random (``generator(seed)``: a grading run's hidden seed draws another): vocabulary, special
+    ids, beam size, max_len, length penalty and one to three sentences, redrawn until no step of the contract's
+    search comes within 1e-3 of a tie (float32 and float64 answers agree)."""
+    g = generator(seed)
+    for _ in range(50):
+        k = int(torch.randint(2, 5, (), generator=g))
+        V = int(torch.randint(k + 5, 12, (), generator=g))
+        bos_id, eos_id, pad_id = (int(t) for t in torch.randperm(V, generator=g)[:3])
+        B = int(torch.randint(1, 4, (), generator=g))
+        sentences = [(0, int(torch.randint(1, 60, (), generator=g)), int(torch.randint(2, 9, (), generator=g)))
+                     for _ in range(B)]
+        case = {"vocab_size": V, "bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id, "beam_size": k,
+                "max_len": int(torch.randint(4, 11, (), generator=g)),
+                "alpha": round(float(torch.rand((), generator=g)) * 2, 2), "sentences": sentences}
+        language = _Language(V, bos_id, eos_id, pad_id)
+        rows = [tuple(t for t in row if t != pad_id) for row in _source(case).tolist()]
+        if all(_margin(language, row, k, case["max_len"], case["alpha"]) > 1e-3 for row in rows):
+            return case
+    return _CASES[1]
+
+
 def _source(case: dict) -> torch.Tensor:
     rows = []
     for b, sentence in enumerate(case["sentences"]):
@@ -400,6 +448,12 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
         _compare(check, *run, evidence=runs)
     for run in runs:
         _stopping(check, *run, evidence=runs)
+    drawn = _drawn_case(51)  # a case the learner never saw under a grading run's hidden seed
+    model, src, out, k, alpha, max_len = _run(check, beam_search, drawn)
+    run = (model, src, _output(check, out, drawn, src, max_len), drawn, k, alpha, max_len)
+    _mechanics(check, *run)
+    _compare(check, *run, evidence=runs + [run])
+    _stopping(check, *run, evidence=runs + [run])
     check.ok("finds the contract's best hypothesis for every sentence of a batch, with other special ids")
     _second_batch(check, beam_search, _CASES[1])
 

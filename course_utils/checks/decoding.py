@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 
 from . import stages
-from ._core import Check, CheckResult, fmt_shape, fmt_values, run_check
+from ._core import Check, CheckResult, fmt_shape, fmt_values, generator, run_check
 from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder, second_batch, training_mode_problem
 _NO_GRAD = (
     "Decoding needs no gradients: decorate {name} with `@torch.no_grad()` (or run its body inside "
@@ -59,6 +59,10 @@ def greedy_stages(check: Check, greedy_decode: Callable, **extra: Any) -> None:
         # what held is recorded on the last case only: it held on every case before it too
         _diagnose(check, model, src, out, case, ok=check.ok if i == len(cases) - 1 else _unrecorded)
         models.append(model)
+    drawn = dict(_drawn_case(41), extra=extra)
+    model, src, out = _decode(check, greedy_decode, drawn)
+    _diagnose(check, model, src, _output(check, out, drawn, src), drawn, ok=_unrecorded)
+    models.append(model)
     check.ok("returns a LongTensor (B, T)")  # recorded once every case returned one
     check.ok("decodes a batch of sentences that end at different steps, with special ids other than 0, 1, 2")
     _check_second_batch(check, greedy_decode, cases[1])
@@ -119,7 +123,30 @@ _CASES = [
 ]
 
 
+def _drawn_case(seed: int) -> dict:
+    """A case drawn at random (``generator(seed)``: a grading run's hidden seed draws another): vocabulary size,
+    special ids, max_len, and one to four sentences of random tokens, right-padded to random lengths, that end at
+    random steps (each after two tokens or more, some never within max_len)."""
+    g = generator(seed)
+    V = int(torch.randint(8, 17, (), generator=g))
+    bos_id, eos_id, pad_id = (int(t) for t in torch.randperm(V, generator=g)[:3])
+    max_len = int(torch.randint(4, 14, (), generator=g))
+    B = int(torch.randint(1, 5, (), generator=g))
+    stops, rows = [], []
+    for b in range(B):
+        stop = int(torch.randint(2, max_len + 2, (), generator=g))  # EOS after a prefix of `stop` tokens
+        stop = 0 if stop > max_len or stop == pad_id else stop  # 0: never within max_len
+        stops.append(stop)
+        words = (V + b + 40 * torch.randint(0, 8, (4,), generator=g)).tolist()  # never pad_id; rows differ
+        real = 1 + int(torch.randint(2, 5, (), generator=g))  # 3 to 5 real tokens, the stop first
+        rows.append(([stop or 99] + words)[:real] + [pad_id] * (5 - real))  # (S,) with S = 5
+    return {"vocab_size": V, "bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id, "max_len": max_len,
+            "stops": stops, "src": rows}
+
+
 def _source(case: dict) -> torch.Tensor:
+    if "src" in case:  # a drawn case brings its own
+        return torch.tensor(case["src"])  # (B, S)
     rows = []
     for b, stop in enumerate(case["stops"]):
         row = [stop if stop else 99, 3 + b, 6 + b * b, 2 * b + 1, 4]  # (S,) with S = 5

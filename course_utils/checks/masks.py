@@ -67,6 +67,8 @@ def _check_make_padding_mask(check: Check, make_padding_mask: Callable) -> None:
     check.callable_(make_padding_mask, "make_padding_mask")
     for i, (tokens, pad_id) in enumerate(_BATCHES):
         _padding_case(check, make_padding_mask, tokens.clone(), pad_id, _BATCHES[:i])
+    for tokens, pad_id in _drawn_batches(11):
+        _padding_case(check, make_padding_mask, tokens, pad_id, _BATCHES)
     check.ok("returns a bool mask of shape (B, 1, 1, L)")
     check.ok("True at real tokens, False at padding, for any pad id (also when real tokens equal 0)")
     check.ok("works for several batch sizes and lengths, from a single token to 70, and for a new batch of an "
@@ -79,6 +81,8 @@ def _check_make_causal_mask(check: Check, make_causal_mask: Callable) -> None:
     check.callable_(make_causal_mask, "make_causal_mask")
     for i, size in enumerate(_SIZES):
         _causal_case(check, make_causal_mask, size, _SIZES[:i])
+    for size in _drawn_sizes(12):
+        _causal_case(check, make_causal_mask, size, _SIZES)
     check.ok("returns a bool mask of shape (size, size)")
     check.ok("True on and below the diagonal (each position sees itself and the past)")
     check.ok(f"works for sizes {', '.join(str(n) for n in sorted(_SIZES))}, called one after the other")
@@ -92,6 +96,8 @@ def _check_make_target_mask(check: Check, make_target_mask: Callable) -> None:
     _components_first(check, make_target_mask)
     for i, (tokens, pad_id) in enumerate(_BATCHES):
         _target_case(check, make_target_mask, tokens.clone(), pad_id, _BATCHES[:i])
+    for tokens, pad_id in _drawn_batches(13):
+        _target_case(check, make_target_mask, tokens, pad_id, _BATCHES)
     check.ok("returns a bool mask of shape (B, 1, L, L)")
     check.ok("padding on the key axis AND causal, for any pad id (also when real tokens equal 0)")
     check.ok("works for lengths from 1 to 70, and for a new batch of an earlier batch's shape")
@@ -124,6 +130,32 @@ _BATCHES = [
     (torch.tensor([[1, 7, 4, 0, 0, 0], [1, 5, 2, 9, 9, 2], [1, 0, 0, 0, 0, 0]]), 0),  # the first batch's shape
     (_long_batch(), 0),
 ]
+
+
+def _drawn_batches(seed: int) -> list[tuple[torch.Tensor, int]]:
+    """Two batches drawn at random (``generator(seed)``: a grading run's hidden seed draws others): random sizes,
+    pad id and tokens, pads at random positions (left, right and inside), one batch padded on the right only."""
+    g = generator(seed)
+    batches = []
+    for right_only in (False, True):
+        B, L = int(torch.randint(2, 7, (), generator=g)), int(torch.randint(3, 25, (), generator=g))
+        pad_id = int(torch.randint(0, 6, (), generator=g))
+        tokens = torch.randint(0, 12, (B, L), generator=g)  # (B, L)
+        tokens[tokens == pad_id] = pad_id + 6  # no real token equal to the pad id; some equal to 0
+        if right_only:
+            lengths = torch.randint(1, L + 1, (B, 1), generator=g)  # (B, 1) real tokens per sentence
+            pads = torch.arange(L)[None, :] >= lengths  # (B, L)
+        else:
+            pads = torch.rand(B, L, generator=g) < 0.35  # (B, L)
+        tokens[pads] = pad_id
+        batches.append((tokens, pad_id))
+    return batches
+
+
+def _drawn_sizes(seed: int) -> list[int]:
+    """Two causal-mask sizes drawn at random, other than the fixed ones (a grading run's hidden seed draws others)."""
+    pool = torch.tensor([n for n in range(2, 100) if n not in _SIZES])
+    return [int(n) for n in pool[torch.randperm(len(pool), generator=generator(seed))[:2]]]
 
 
 def _prefix(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:

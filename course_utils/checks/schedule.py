@@ -99,6 +99,10 @@ def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
         _check_methods(check, scheduler, setup)
         _check_last_lr(check, optimizer, scheduler, setup)
         _check_round_trip(check, make_noam_scheduler, _SCHEDULER_CASES[1])
+        drawn = _drawn_scheduler_case(32)
+        optimizer, scheduler, setup = _build_scheduler(check, make_noam_scheduler, drawn)
+        observed = _observe(check, optimizer, scheduler, drawn[4], setup)
+        _diagnose_scheduler(check, observed, drawn[1], drawn[2], drawn[3], setup, built=(optimizer, scheduler))
 
 
 def _schedulers_independent(check: Check, make_noam_scheduler: Callable) -> None:
@@ -206,6 +210,20 @@ _GRIDS = [
 ]
 
 
+def _drawn_grid(seed: int) -> tuple[int, int, list[int]]:
+    """A (d_model, warmup_steps, steps) grid drawn at random (``generator(seed)``: a grading run's hidden seed draws
+    another): step 1, a step during warmup, warmup_steps itself, the step after it, and one far beyond."""
+    g = generator(seed)
+    while True:
+        d_model = int(torch.randint(8, 1025, (), generator=g))
+        warmup_steps = int(torch.randint(3, 6001, (), generator=g))
+        if (d_model, warmup_steps) not in {(d, w) for d, w, _s in _GRIDS}:
+            break
+    during = int(torch.randint(2, warmup_steps, (), generator=g))
+    after = int(torch.randint(warmup_steps + 2, 30 * warmup_steps, (), generator=g))
+    return d_model, warmup_steps, [1, during, warmup_steps, warmup_steps + 1, after]
+
+
 def _number(check: Check, value: Any, where: str) -> tuple[float, bool]:
     """The learner's learning rate as a float, and whether it came out as an integer."""
     if isinstance(value, (list, tuple)):
@@ -287,7 +305,7 @@ def _step_zero_problem(check: Check, noam_lr: Callable, expected_zero: float) ->
 def _noam_grid(check: Check, noam_lr: Callable, zero_problem: str) -> list[tuple]:
     """(d_model, warmup_steps, step, learner's value, expected value) on every grid; integers fail here."""
     rows, ints = [], False
-    for d_model, warmup_steps, steps in _GRIDS:
+    for d_model, warmup_steps, steps in _GRIDS + [_drawn_grid(31)]:
         for step in steps:
             out = check.call(noam_lr, step, d_model, warmup_steps, what="noam_lr")
             value, is_int = _number(check, out, f"at step={step}, d_model={d_model}, warmup_steps={warmup_steps}")
@@ -389,6 +407,16 @@ _SCHEDULER_CASES = [
     ("SGD", (0.5, 2.0), 64, 4, 9),
     ("Adam", (0.3, 1.5), 16, 6, 10),
 ]
+
+
+def _drawn_scheduler_case(seed: int) -> tuple:
+    """A scheduler case drawn at random (``generator(seed)``: a grading run's hidden seed draws another): the
+    optimizer, two initial lrs, d_model and warmup_steps, and enough steps to pass the warmup."""
+    g = generator(seed)
+    kind = ("SGD", "Adam")[int(torch.randint(0, 2, (), generator=g))]
+    lrs = tuple(round(float(x), 3) for x in 0.1 + 2.9 * torch.rand(2, generator=g))
+    d_model, warmup_steps = int(torch.randint(4, 1025, (), generator=g)), int(torch.randint(2, 13, (), generator=g))
+    return kind, lrs, d_model, warmup_steps, warmup_steps + int(torch.randint(2, 7, (), generator=g))
 
 
 def _optimizer(kind: str, lrs: tuple[float, float]) -> torch.optim.Optimizer:

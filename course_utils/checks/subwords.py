@@ -36,7 +36,9 @@ import copy
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from ._core import Check, CheckResult, run_check
+import torch
+
+from ._core import Check, CheckResult, generator, run_check
 
 Pair = tuple[str, str]
 
@@ -239,6 +241,19 @@ _CORPORA: list[tuple[str, dict[str, int], int]] = [
 ]
 
 
+def _drawn_corpus(seed: int) -> tuple[str, dict[str, int], int]:
+    """A corpus drawn at random (``generator(seed)``: a grading run's hidden seed draws another): four to eight words
+    of one to seven letters from a small alphabet (so pairs repeat, and tie), their counts, and num_merges."""
+    g = generator(seed)
+    alphabet = "abcdeü▁"
+    words: dict[str, int] = {}
+    for n in torch.randint(1, 8, (int(torch.randint(4, 9, (), generator=g)),), generator=g).tolist():
+        word = "".join(alphabet[i] for i in torch.randint(0, len(alphabet), (n,), generator=g).tolist())
+        words[word] = words.get(word, 0) + int(torch.randint(1, 11, (), generator=g))
+    num_merges = int(torch.randint(3, 11, (), generator=g))
+    return f"a corpus drawn at random, {_describe_words(words)} with num_merges={num_merges}", words, num_merges
+
+
 def _describe_words(words: dict[str, int]) -> str:
     return "{" + ", ".join(f"{w!r}: {c}" for w, c in words.items()) + "}"
 
@@ -356,6 +371,11 @@ def _check_learn_bpe(check: Check, learn_bpe: Callable) -> None:
     _replay(check, _as_pairs(check, value, "the same words in another order"), reordered, num_merges,
             f"{where}, in another order")
     check.ok("does not depend on the order of the words, and leaves word_counts unchanged")
+
+    # A corpus the learner never saw under a grading run's hidden seed, once everything above holds.
+    where, word_counts, num_merges = _drawn_corpus(71)
+    value = _call_on_a_copy(check, learn_bpe, word_counts, num_merges, where)
+    _replay(check, _as_pairs(check, value, where), word_counts, num_merges, where)
 
 
 __all__ = ["check_learn_bpe"]

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 import torch
 
-from ._core import Check, CheckResult, Raised, describe, fmt_shape, run_check
+from ._core import Check, CheckResult, Raised, describe, fmt_shape, generator, run_check
 
 _PAD, _BOS, _EOS, _UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 _SPECIAL_IDS = {_PAD: 0, _BOS: 1, _EOS: 2, _UNK: 3}
@@ -206,10 +206,36 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
     _ids_contiguous(check, vocab, " (without min_freq)")
     check.ok("without min_freq, every token is kept (min_freq defaults to 1)")
     _check_literal_specials(check, build_vocab)
+    _check_drawn_corpus(check, build_vocab)
     # recorded last: every call above could still have broken them
     check.ok("the four special tokens have ids 0, 1, 2, 3 (<pad>, <bos>, <eos>, <unk>)")
     check.ok("ids are 0..n-1, each used once")
     check.ok("leaves the sentences it is given unchanged")
+
+
+# Words the drawn cases pick from: the data's, and others that no fixed case holds.
+_WORDS = sorted({t for s in _SENTENCES for t in s}) + ["vogel", "baum", "haus", "Rhein", "singt", "am", ",", "ein"]
+
+
+def _drawn_corpus(seed: int) -> tuple[list[list[str]], int]:
+    """Sentences and a min_freq drawn at random (``generator(seed)``: a grading run's hidden seed draws others)."""
+    g = generator(seed)
+    sentences = [[_WORDS[int(i)] for i in torch.randint(0, len(_WORDS), (int(n),), generator=g)]
+                 for n in torch.randint(1, 13, (int(torch.randint(4, 10, (), generator=g)),), generator=g)]
+    return sentences, int(torch.randint(1, 4, (), generator=g))
+
+
+def _check_drawn_corpus(check: Check, build_vocab: Callable) -> None:
+    """Sentences drawn at random, with a random min_freq: the same rules hold."""
+    sentences, min_freq = _drawn_corpus(61)
+    call = f"build_vocab(token_lists, min_freq={min_freq}) on {len(sentences)} sentences drawn at random"
+    raw = _guarded(check, build_vocab, (copy.deepcopy(sentences), min_freq), "build_vocab")
+    vocab = _vocab_result(check, raw, call)
+    when = f" (on sentences drawn at random, min_freq={min_freq}: {_show(sentences, 3)})"
+    _specials_in_place(check, vocab, when)
+    _token_set(check, vocab, min_freq, Counter(t for s in sentences for t in s),
+               Counter(t for s in sentences for t in set(s)), sentences=sentences)
+    _ids_contiguous(check, vocab, when, filtered=min_freq > 1)
 
 
 def _check_literal_specials(check: Check, build_vocab: Callable) -> None:
@@ -369,8 +395,9 @@ def _ids_contiguous(check: Check, vocab: dict, when: str = "", filtered: bool = 
         )
 
 
-def _token_set(check: Check, vocab: dict, min_freq: int, counts: Counter, sentence_counts: Counter, default_call: bool = False) -> None:
-    expected = _expected_tokens(min_freq)
+def _token_set(check: Check, vocab: dict, min_freq: int, counts: Counter, sentence_counts: Counter, default_call: bool = False,
+               sentences: list[list[str]] = _SENTENCES) -> None:
+    expected = _expected_tokens(min_freq, sentences)
     actual = set(vocab) - set(_SPECIAL_IDS)
     missing = expected - actual
     extra = actual - expected
@@ -561,7 +588,30 @@ def _check_encode(check: Check, encode: Callable) -> None:
     _encode_second_vocabulary(check, encode, tokens)
     _encode_unknown_tokens(check, encode)
     _encode_edge_cases(check, encode)
+    _encode_drawn(check, encode)
     check.ok("leaves its inputs (tokens, vocab) unchanged")
+
+
+def _drawn_vocab(g: torch.Generator) -> dict[str, int]:
+    """The specials at 0..3, then the words of _VOCAB and a few others under ids in a random order."""
+    words = [t for t in _VOCAB if t not in _SPECIAL_IDS] + ["vogel", "baum", "Rhein"]
+    order = torch.randperm(len(words), generator=g).tolist()
+    return {**_SPECIAL_IDS, **{words[i]: 4 + n for n, i in enumerate(order)}}
+
+
+def _encode_drawn(check: Check, encode: Callable) -> None:
+    """A vocabulary and a sentence drawn at random (``generator``: a grading run's hidden seed draws others), with
+    unknown words."""
+    g = generator(62)
+    v = _drawn_vocab(g)
+    tokens = [_WORDS[int(i)] for i in torch.randint(0, len(_WORDS), (int(torch.randint(1, 20, (), generator=g)),),
+                                                     generator=g)]
+    want = [v[_BOS]] + [v.get(t, v[_UNK]) for t in tokens] + [v[_EOS]]
+    got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
+    if got != want:
+        check.fail(f"encode gave the wrong ids for a sentence and a vocabulary drawn at random.\n  tokens:   {tokens}\n"
+                   f"  vocab:    {v}\n  expected: {want}\n  actual:   {got}\nExpected [vocab['<bos>']] + "
+                   f"[vocab[t] for each token, vocab['<unk>'] for a token not in vocab] + [vocab['<eos>']].")
 
 
 def _encode_second_vocabulary(check: Check, encode: Callable, tokens: list[str]) -> None:
@@ -731,6 +781,21 @@ def _decoded(ids: list[int], v: dict, token_of: Callable[[int], Any], by_token: 
     return out
 
 
+def _decode_drawn(check: Check, decode: Callable) -> None:
+    """Ids and a vocabulary drawn at random (``generator``: a grading run's hidden seed draws others): <bos>, <pad>,
+    <unk> and <eos> anywhere among them."""
+    g = generator(63)
+    v = _drawn_vocab(g)
+    itos = {i: t for t, i in v.items()}
+    ids = torch.randint(0, len(v), (int(torch.randint(0, 16, (), generator=g)),), generator=g).tolist()
+    want = _decoded(ids, v, itos.get, by_token=False)
+    got = _tokens_result(check, _guarded(check, decode, (list(ids), dict(v)), "decode"), f"decode({ids}, vocab)")
+    if got != want:
+        check.fail(f"decode returned the wrong tokens for ids and a vocabulary drawn at random.\n  ids:      {ids}\n"
+                   f"  vocab:    {v}\n  expected: {want}\n  actual:   {got}\nExpected: skip <bos> and <pad>, stop "
+                   f"at the first <eos>, and turn every other id into its token.")
+
+
 def _check_decode(check: Check, decode: Callable) -> None:
     check.callable_(decode, "decode")
     cases = [
@@ -808,6 +873,7 @@ def _check_decode(check: Check, decode: Callable) -> None:
         else:
             cause = "Expected: skip <bos> and <pad>, stop at the first <eos>, and turn every other id into its token."
         check.fail(f"decode returned the wrong tokens.\n{shown}\n{cause}")
+    _decode_drawn(check, decode)
     check.ok("turns ids back into tokens with the inverse of the vocabulary")
     check.ok("drops <bos> and <pad> and stops at the first <eos>")
     check.ok("keeps <unk>, and handles sentences without <bos>, without <eos>, and empty ones")
@@ -951,6 +1017,7 @@ def _check_more_batches(check: Check, pad_batch: Callable) -> None:
         ([[6]], 2, "a single sequence of length 1"),
         (long, 1, "a sequence of 70 ids"),
         (very_long, 1, "a sequence of 150 ids up to 69,586"),
+        (*_drawn_sequences(64), "a batch drawn at random"),
     ):
         out = _pad(check, pad_batch, seqs, pid, what)
         if not isinstance(out, torch.Tensor):
@@ -968,6 +1035,14 @@ def _check_more_batches(check: Check, pad_batch: Callable) -> None:
                 f"torch.tensor([]) is a float tensor: pass dtype=torch.long when you make a tensor from a sequence."
             )
         _pad_values(check, out, seqs, pid, what)
+
+
+def _drawn_sequences(seed: int) -> tuple[list[list[int]], int]:
+    """Sequences of random lengths and ids, and a pad id, drawn at random (``generator(seed)``: a grading run's
+    hidden seed draws others)."""
+    g = generator(seed)
+    lengths = torch.randint(0, 16, (int(torch.randint(1, 7, (), generator=g)),), generator=g).tolist()
+    return [torch.randint(0, 1000, (n,), generator=g).tolist() for n in lengths], int(torch.randint(0, 50, (), generator=g))
 
 
 def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, what: str = "") -> None:
