@@ -42,7 +42,7 @@ def _inverse_cdf(logits, temperature, top_k, generator, step):
 
 
 def _unnormalised(logits, temperature, top_k, generator, step):
-    """Top-k on the probabilities, not renormalised (multinomial and Categorical renormalise); Categorical if no generator."""
+    """Top-k on the probabilities, not renormalised (multinomial and Categorical do it); Categorical if no generator."""
     probs = (logits / temperature).softmax(-1)
     probs = probs if top_k is None else probs * (probs >= probs.topk(top_k).values[:, -1:])
     if generator is None:
@@ -81,8 +81,9 @@ WRONG = {  # mistakes that are not slips of the oracle: (sample_decode, status, 
     "temperature squared": (loop(lambda l, t, k, g, step: CORRECT[0].draw(l, t * t, k, g, step)), "failed",
                             "token 1 has probability 0.652, but your sample_decode draws it in"),
     "the first position": (loop(CORRECT[0].draw, position=0), "failed", "it is the argmax at the FIRST position"),
-    "the global generator too": (loop(lambda l, t, k, g, step: CORRECT[0].draw(l, t, k, g, step) + 0 * torch.rand(1, device=l.device)
-                                      .long()), "failed", "it should leave the global generator alone when given one"),
+    "the global generator too": (loop(lambda l, t, k, g, step: CORRECT[0].draw(l, t, k, g, step)
+                                      + 0 * torch.rand(1, device=l.device).long()),
+                                 "failed", "it should leave the global generator alone when given one"),
     "no ValueError": (_no_value_error, "failed", "sample_decode(..., temperature=0.0) should raise ValueError"),
 }
 

@@ -170,8 +170,9 @@ def _misfit(steps: list[torch.Tensor], probs: list[torch.Tensor], setup: str = "
         kl = torch.xlogy(q, q) - torch.xlogy(q, p) + torch.xlogy(1 - q, 1 - q) - torch.xlogy(1 - q, 1 - p)
         if (n * kl).max() > _BOUND:
             w = int((n * kl).argmax())
+            rows = [("expected", p[:_V].tolist()), ("yours", q[:_V].tolist())]
             figures = "\n".join([f"  token    {''.join(f'{t:>7}' for t in range(_V))}"] + [
-                f"  {name:<9}{''.join(f'{x:7.3f}' for x in row[:_V].tolist())}" for name, row in (("expected", p), ("yours", q))])
+                f"  {name:<9}{''.join(f'{x:7.3f}' for x in row)}" for name, row in rows])
             return (f"At step {step} {setup}, token {w if w < _V else 'ids outside the vocabulary'} has probability "
                     f"{float(p[w]):.3g}" + (" (it is not among the top_k most likely)" if p[w] == 0 else "")
                     + f", but your sample_decode draws it in {round(float(q[w]) * n)} of {n} rows "
