@@ -318,6 +318,21 @@ _ALL = (
                       "08: translate, with length_penalty passed by keyword (section 8.7 chooses it)",
                       "benchmarks/bench.py (beam4_bleu)"),
              loaded_with=("gnmt_length_penalty",)),
+    Contract("sample_decode", "07_inference", "function",
+             "sample_decode(model, src, max_len, bos_id, eos_id, pad_id, temperature=1.0, top_k=None, "
+             "generator=None) -> LongTensor (B, T)",
+             promises=(
+                 "each next token is drawn from softmax(logits / temperature) over the top_k most likely tokens "
+                 "(all of them when top_k is None), independently for every sentence; never a token outside them",
+                 "draws its random numbers from `generator`, and from nothing else, or from the global generator "
+                 "when it is None: the same seed gives the same tokens",
+                 "temperature <= 0 raises ValueError",
+                 "with top_k=1 it is greedy_decode: encode once, the whole prefix each step, column 0 is bos_id, "
+                 "T <= max_len, pad_id after eos_id, stops once every sentence has finished, no_grad, on src's "
+                 "device, nothing kept between calls",
+             ),
+             by_name=("temperature", "top_k", "generator"), by_name_where="lesson 07's sampling section",
+             used_by=("07: translations at several temperatures and top_k",)),
     Contract("decode_step", "07_inference", "function",
              "decode_step(model, y_last (B, 1), memory, src, cache) -> (logits (B, V), cache)",
              promises=(

@@ -79,14 +79,15 @@ LESSONS: tuple[Lesson, ...] = (
            checkpoint="It writes one: `checkpoints/06_transformer.pt`, which lesson 07 starts from. Run the lesson "
                       "without `COURSE_FAST=1` for a model worth keeping.",
            builds=("loss", "decoding")),
-    Lesson("07_inference", "inference", person="about 2 hours 30 minutes (the longest exercise: beam search)",
+    Lesson("07_inference", "inference", person="about 2 hours 45 minutes (the longest exercise: beam search)",
            loads=(*_BEFORE_05, "05_transformer", "06_training"), data=_BUNDLED,
            checkpoint="Yes: lesson 06's `checkpoints/06_transformer.pt`. Without it, the lesson trains lesson 06's "
                       "configuration again itself (two to three minutes) and says so. A checkpoint from a `COURSE_FAST=1` run "
                       "of lesson 06 is a tiny model that repeats words: run lesson 06 in full first for translations "
                       "worth reading.",
            builds=("kv_cache",), focus=("decoding", "kv_cache"),
-           marks={"decoding": "beam search with the GNMT length penalty", "kv_cache": "one token per step",
+           marks={"decoding": "beam search with the GNMT length penalty; sampling with a temperature and top-k",
+                  "kv_cache": "one token per step",
                   "multi_head_attention": "your weights in nn.Transformer: the same logits"}),
     Lesson("08_real_data", "real data", person="about 2 hours",
            machine="15 minutes of training on a laptop CPU (about 5 on a GPU); with `COURSE_FAST=1` or without "

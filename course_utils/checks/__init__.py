@@ -50,6 +50,7 @@ _TOPICS = {
     "check_beam_search": "beam",
     "check_decode_step": "cache",
     "check_to_torch_transformer": "conversion",
+    "check_sample_decode": "sampling",
     # lesson 08: real data
     "check_learn_bpe": "subwords",
     # lesson 09: ablations

@@ -29,7 +29,7 @@ from . import stages
 from ._core import Check, CheckResult, fmt_shape, fmt_values, generator, run_check
 from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder, second_batch, training_mode_problem
 _NO_GRAD = (
-    "Decoding needs no gradients: decorate greedy_decode with `@torch.no_grad()` (or run its body inside "
+    "Decoding needs no gradients: decorate {name} with `@torch.no_grad()` (or run its body inside "
     "`with torch.no_grad():`). With gradients on, every step keeps the whole computation graph of the decoder "
     "in memory, which on a GPU runs out of memory for long sentences or large batches."
 )
@@ -42,24 +42,32 @@ def check_greedy_decode(greedy_decode: Callable) -> CheckResult:
 
 def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
     check.callable_(greedy_decode, "greedy_decode")
-    _check_single_sentence(check, greedy_decode, _CASES[0])
-    _check_batch_runs(check, greedy_decode, _CASES[1])
+    greedy_stages(check, greedy_decode)
+
+
+def greedy_stages(check: Check, greedy_decode: Callable, **extra: Any) -> None:
+    """Every stage of greedy decoding's checker, run on ``greedy_decode(model, src, max_len, bos_id, eos_id, pad_id,
+    **extra)``: a decoding function that the arguments ``extra`` make greedy (``sample_decode`` with ``top_k=1``)
+    is held to greedy decoding's conventions. Messages name ``check.exercise`` and show ``extra``."""
+    cases = [dict(case, extra=extra) for case in _CASES]
+    _check_single_sentence(check, greedy_decode, cases[0])
+    _check_batch_runs(check, greedy_decode, cases[1])
     models = []
-    for i, case in enumerate(_CASES):
+    for i, case in enumerate(cases):
         model, src, out = _decode(check, greedy_decode, case)
         out = _output(check, out, case, src)
         # what held is recorded on the last case only: it held on every case before it too
-        _diagnose(check, model, src, out, case, ok=check.ok if i == len(_CASES) - 1 else _unrecorded)
+        _diagnose(check, model, src, out, case, ok=check.ok if i == len(cases) - 1 else _unrecorded)
         models.append(model)
-    drawn = _drawn_case(41)
+    drawn = dict(_drawn_case(41), extra=extra)
     model, src, out = _decode(check, greedy_decode, drawn)
     _diagnose(check, model, src, _output(check, out, drawn, src), drawn, ok=_unrecorded)
     models.append(model)
     check.ok("returns a LongTensor (B, T)")  # recorded once every case returned one
     check.ok("decodes a batch of sentences that end at different steps, with special ids other than 0, 1, 2")
-    _check_second_batch(check, greedy_decode, _CASES[1])
+    _check_second_batch(check, greedy_decode, cases[1])
     _check_no_grad(check, models)
-    _check_device(check, greedy_decode, _CASES[1])
+    _check_device(check, greedy_decode, cases[1])
 
 
 # --------------------------------------------------------------------------
@@ -167,7 +175,7 @@ def _expected(case: dict, src: torch.Tensor, model: ScriptedModel, stop_id: int 
 def _setup(case: dict, src: torch.Tensor) -> str:
     return (
         f"(B={src.shape[0]}, max_len={case['max_len']}, bos_id={case['bos_id']}, eos_id={case['eos_id']}, "
-        f"pad_id={case['pad_id']})"
+        f"pad_id={case['pad_id']}" + "".join(f", {k}={v}" for k, v in case.get("extra", {}).items()) + ")"
     )
 
 
@@ -185,7 +193,7 @@ def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = Fal
     model = _model(case, src.shape[0], pretend_device)
     out = run_decoder(
         check, greedy_decode, model, src, case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"],
-        what="greedy_decode", probe=probe, pretend_device=pretend_device, runaway=(
+        what=check.exercise, probe=probe, pretend_device=pretend_device, **case.get("extra", {}), runaway=(
             f"{_setup(case, src)} A sentence that never emits eos_id must stop when ys has max_len columns (BOS "
             f"included): loop `while ys.size(1) < max_len and not finished.all()`, or `for _ in range(max_len - 1)` "
             f"with a `break` once every sentence has finished."))
@@ -201,8 +209,8 @@ def _check_second_batch(check: Check, greedy_decode: Callable, case: dict) -> No
         want = _expected(case, other, model)
         return isinstance(out, torch.Tensor) and out.shape == want.shape and torch.equal(out.cpu(), want)
 
-    second_batch(check, "greedy_decode", greedy_decode, model, src, (case["max_len"], case["bos_id"], case["eos_id"],
-                 case["pad_id"]), {}, right, lambda other: _setup(case, other), "Lessons 06 to 08")
+    second_batch(check, check.exercise, greedy_decode, model, src, (case["max_len"], case["bos_id"], case["eos_id"],
+                 case["pad_id"]), case.get("extra", {}), right, lambda other: _setup(case, other), "Lessons 06 to 08")
 
 
 def _check_single_sentence(check: Check, greedy_decode: Callable, case: dict) -> None:
@@ -215,7 +223,7 @@ def _check_batch_runs(check: Check, greedy_decode: Callable, case: dict) -> None
     """A batch of three: crashing here but not on one sentence means the loop handles one sentence only."""
     _, src, out = _decode(check, greedy_decode, case, probe=True)
     crashes_on_a_batch(
-        check, "greedy_decode", out, src.shape[0],
+        check, check.exercise, out, src.shape[0],
         "It should decode the whole batch at once: keep ys as a (B, T) tensor, take the argmax for every "
         "sentence (`.argmax(dim=-1)` gives shape (B,)), and avoid `.item()`, which works only for one sentence.",
     )
@@ -223,16 +231,16 @@ def _check_batch_runs(check: Check, greedy_decode: Callable, case: dict) -> None
 
 def _output(check: Check, out, case: dict, src: torch.Tensor) -> torch.Tensor:
     n = src.shape[0]
-    out = check.tensor(out, "the output of greedy_decode", finite=False)
+    out = check.tensor(out, f"the output of {check.exercise}", finite=False)
     if out.dtype != torch.long:
         check.fail(
-            f"The output of greedy_decode has dtype {out.dtype}, but token ids should be torch.long (int64).\n"
+            f"The output of {check.exercise} has dtype {out.dtype}, but token ids should be torch.long (int64).\n"
             f"Likely cause: ys built with torch.zeros/torch.ones/torch.full without `dtype=torch.long` (or "
             f"`.float()` somewhere). `argmax` already returns long, and `torch.cat` of float and long gives float."
         )
     if out.dim() != 2 or out.shape[0] != n:
         check.fail(
-            f"The output of greedy_decode should have shape (B, T) with B = {n} (one row per source sentence), "
+            f"The output of {check.exercise} should have shape (B, T) with B = {n} (one row per source sentence), "
             f"but it has shape {fmt_shape(out.shape)} {_setup(case, src)}."
             + ("\nKeep the batch dimension, even for a single sentence." if out.dim() == 1 else "")
         )
@@ -256,7 +264,7 @@ def _diagnose(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
         wrong = _expected(case, src, model, stop_id=constant) if constant != case["eos_id"] else expected
         ended = any(a == constant and z == case["pad_id"] for row in wrong.tolist() for a, z in zip(row, row[1:]))
         if ended and not torch.equal(wrong, expected) and out.shape == wrong.shape and torch.equal(out.cpu(), wrong):
-            check.fail(f"Your greedy_decode ends a sentence when it produces the token {constant}, not eos_id = "
+            check.fail(f"Your {check.exercise} ends a sentence when it produces the token {constant}, not eos_id = "
                        f"{case['eos_id']} {setup}: the id of <eos> is written into the code. Compare with the "
                        f"`eos_id` argument, whatever the vocabulary numbers its specials.\n"
                        f"{_shown(expected, out)}")
@@ -279,7 +287,7 @@ def _check_encoding(check: Check, model: ScriptedModel, src: torch.Tensor, sente
     """The encoder runs once for the whole batch."""
     if model.encode_calls == 0:
         check.fail(
-            f"greedy_decode never called model.encode(src) {setup}. Encode the source once, before the loop, "
+            f"{check.exercise} never called model.encode(src) {setup}. Encode the source once, before the loop, "
             f"and pass the result to every model.decode(ys, memory, src)."
         )
     if model.encode_calls == 1 and sorted(model.encoded) != sorted(sentences):
@@ -289,13 +297,13 @@ def _check_encoding(check: Check, model: ScriptedModel, src: torch.Tensor, sente
         )
     if sorted(model.encoded) != sorted(sentences):
         check.fail(
-            f"greedy_decode called model.encode {model.encode_calls} times for one batch {setup}; it should call "
+            f"{check.exercise} called model.encode {model.encode_calls} times for one batch {setup}; it should call "
             f"it once. The source does not change while decoding, so compute memory = model.encode(src) before "
             f"the loop and reuse it (calling model(src, ys) in the loop runs the encoder again at every step)."
         )
     if model.encode_calls != 1:
         check.fail(
-            f"greedy_decode encodes the sentences one at a time ({model.encode_calls} calls of model.encode for a "
+            f"{check.exercise} encodes the sentences one at a time ({model.encode_calls} calls of model.encode for a "
             f"batch of {src.size(0)}) {setup}. The exercise asks for batched decoding: encode the whole batch once "
             f"with memory = model.encode(src), then extend every sentence by one token per step, all together."
         )
@@ -367,7 +375,7 @@ def _check_pad_is_a_token(check: Check, out: torch.Tensor, expected: torch.Tenso
             if mine[: j + 1] == want[: j + 1] and all(t == pad for t in mine[j + 1:]):
                 check.fail(
                     f"Sentence {b}: the model chose pad_id ({pad}) as token {j}, in mid-sentence, and your "
-                    f"greedy_decode took it as the end of the sentence {setup}. A trained model can choose pad_id; "
+                    f"{check.exercise} took it as the end of the sentence {setup}. A trained model can choose pad_id; "
                     f"only eos_id ends a sentence: keep the pad_id like any token and go on decoding (mark a "
                     f"sentence finished when it emits eos_id, `finished |= next_token == eos_id`).\n"
                     f"{_shown(expected, out, b)}"
@@ -466,7 +474,7 @@ def _check_stopping(check: Check, out: torch.Tensor, expected: torch.Tensor, see
             f"each extra step runs the whole decoder for nothing."
         )
     if not torch.equal(out, expected):
-        check.fail(f"The output of greedy_decode is not the greedy decoding of the model {setup}.\n"
+        check.fail(f"The output of {check.exercise} is not the greedy decoding of the model {setup}.\n"
                    f"  expected: {fmt_values(expected, 40)}\n  actual:   {fmt_values(out, 40)}")
     return "stops as soon as every sentence has emitted EOS (or at max_len)"
 
@@ -479,10 +487,11 @@ def _check_no_grad(check: Check, models: list[ScriptedModel]) -> None:
     calls = sum(model.grad_calls for model in models)
     if calls:
         check.fail(
-            f"greedy_decode ran the model with gradients on ({calls} calls of model.encode/model.decode).\n{_NO_GRAD}"
+            f"{check.exercise} ran the model with gradients on ({calls} calls of model.encode/model.decode).\n"
+            + _NO_GRAD.format(name=check.exercise)
         )
     check.ok("runs the model without gradients (torch.no_grad)")
-    problem = training_mode_problem("greedy_decode", models)
+    problem = training_mode_problem(check.exercise, models)
     if problem:
         check.fail(problem)
     check.ok("decodes in the mode the model was given (eval): no model.train()")
@@ -495,12 +504,12 @@ def _check_device(check: Check, greedy_decode: Callable, case: dict) -> None:
             return _decode(check, greedy_decode, case, probe=True, pretend_device=True)[2]
         src = _source(case).to(device)
         return check.call(greedy_decode, _model(case, src.shape[0]).to(device), src, case["max_len"],
-                          case["bos_id"], case["eos_id"], case["pad_id"], what="greedy_decode")
+                          case["bos_id"], case["eos_id"], case["pad_id"], what=check.exercise, **case["extra"])
 
-    stages.decoder_on_gpu(check, run, "greedy_decode", advice=(
+    stages.decoder_on_gpu(check, run, check.exercise, advice=(
         "Create every tensor on src's device: `torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)`, "
         "`torch.zeros(B, dtype=torch.bool, device=src.device)` (or `src.new_full(...)`, `src.new_zeros(...)`)."),
         code=greedy_decode, cpu_run=lambda: _decode(check, greedy_decode, case, probe=True)[2])
 
 
-__all__ = ["check_greedy_decode"]
+__all__ = ["check_greedy_decode", "greedy_stages"]
