@@ -789,7 +789,11 @@ def pe_on_the_gpu_when_there_is_one(max_len, d_model):
 
 
 def test_a_table_made_on_the_gpu_whenever_there_is_one_is_caught_without_a_gpu():
-    expect(check_positional_encoding(pe_on_the_gpu_when_there_is_one), "failed", "returns its result on the GPU",
+    result = check_positional_encoding(pe_on_the_gpu_when_there_is_one)
+    if torch.cuda.is_available():  # a real GPU: the first comparison already meets the tensor made there
+        expect(result, "failed", "returned a tensor on the GPU", "torch.cuda.is_available()")
+        return
+    expect(result, "failed", "returns its result on the GPU",
            "PositionalEncoding registers it as a buffer")
 
 

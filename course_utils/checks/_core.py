@@ -1003,6 +1003,15 @@ _FALLBACK = (
     "Compare what your code returns (its type, shape and dtype) and the attributes it defines with the "
     "exercise's description."
 )
+#: the same, when what the learner returned sits on a real GPU while the checker's inputs are on the CPU
+_ON_THE_GPU = (
+    "Your {exercise} returned a tensor on the GPU although the checker gave it inputs on the CPU, so the checker "
+    "could not compare it ({error}). A device chosen by asking `torch.cuda.is_available()`, or written as `'cuda'` "
+    "or `.cuda()`, is not the device of the inputs: on a machine with a GPU, a model or a batch kept on the CPU "
+    "then fails with \"Expected all tensors to be on the same device\".\n"
+    "Create new tensors on the device of the inputs (`device=x.device`); a function given no tensor returns its "
+    "result on the CPU, and its caller moves it."
+)
 _ANY = object()
 # exercise -> {id of an implementation: its last result}, the latest last: a lesson's demonstration of a wrong
 # version (check_x(a_wrong_x)) must not replace the result of the learner's own x
@@ -1075,7 +1084,9 @@ def _outcome(check: Check, body: Callable[..., None], args: tuple, kwargs: dict)
         raise
     except BaseException as exc:  # the body tripped over something unexpected the learner returned
         first = str(exc).splitlines()[0] if str(exc) else ""
-        check.problem(_FALLBACK.format(exercise=exercise, error=f"{type(exc).__name__}: {first}".rstrip(": ")))
+        error = f"{type(exc).__name__}: {first}".rstrip(": ")
+        fallback = _ON_THE_GPU if "same device" in first and "cuda" in first else _FALLBACK
+        check.problem(fallback.format(exercise=exercise, error=error))
     status = Status.FAILED if check.problems else Status.PASSED
     return CheckResult(exercise, status, list(check.problems), list(check.checked))
 
