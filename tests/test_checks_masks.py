@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import expect
+from helpers import expect, expect_fixed_device
 from course_utils.checks import check_causal_mask, check_padding_mask, check_target_mask
 
 
@@ -444,18 +444,10 @@ def padding_moved_to_the_gpu_when_there_is_one(tokens, pad_id):
 
 
 def test_a_causal_mask_made_on_the_gpu_whenever_there_is_one_is_caught_without_a_gpu():
-    result = check_causal_mask(causal_on_the_gpu_when_there_is_one)
-    if torch.cuda.is_available():  # a real GPU: the first comparison already meets the tensor made there
-        expect(result, "failed", "returned a tensor on the GPU", "torch.cuda.is_available()")
-        return
-    expect(result, "failed", "returns its result on the GPU",
+    expect_fixed_device(check_causal_mask(causal_on_the_gpu_when_there_is_one), "returns its result on the GPU",
            "torch.cuda.is_available()", "let the caller move it")
 
 
 def test_a_padding_mask_moved_to_the_gpu_whenever_there_is_one_is_caught_without_a_gpu():
-    result = check_padding_mask(padding_moved_to_the_gpu_when_there_is_one)
-    if torch.cuda.is_available():  # a real GPU: the first comparison already meets the tensor made there
-        expect(result, "failed", "returned a tensor on the GPU", "torch.cuda.is_available()")
-        return
-    expect(result, "failed",
+    expect_fixed_device(check_padding_mask(padding_moved_to_the_gpu_when_there_is_one),
            "puts a tensor on the GPU although the tokens are on the CPU", "torch.cuda.is_available()")
