@@ -335,7 +335,7 @@ def course_model(attention: type | None = None, pad_id: int = 0) -> nn.Module:
     """The course's own small Transformer (d_model 24, 4 heads, 2 + 2 layers, vocabularies of 11 and 13 words), in eval
     mode; with ``attention``, a class like lesson 04's ``MultiHeadAttention(d_model, num_heads)``, in every place where
     the model attends (the encoder's self-attention, the decoder's masked self-attention and cross-attention)."""
-    from .checks import _standins
+    from .checks.stages import standins as _standins
 
     model = _standins.CourseTransformer(seed=0, pad_id=pad_id)
     if attention is not None:

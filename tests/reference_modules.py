@@ -2,7 +2,7 @@
 
 They exist only to test the checkers (tests/test_checks_layers.py, tests/test_checks_model.py,
 tests/test_checks_multi_head.py); several styles of each, so that the checkers are seen to accept more
-than one way of writing it. The package's own stand-in (course_utils/checks/_standins.py) is the
+than one way of writing it. The package's own stand-in (course_utils/checks/stages/standins.py) is the
 other model of the course's layout; nothing else defines one.
 """
 

@@ -552,7 +552,7 @@ def test_messages_are_deterministic():
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where a GPU exists the checker also runs there; the CPU stands in for it here."""
-    from course_utils.checks import _gpu
+    from course_utils.checks.stages import gpu as _gpu
 
     monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check(reference), "passed")

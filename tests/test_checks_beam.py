@@ -411,7 +411,7 @@ def test_a_search_that_reads_more_of_the_model_than_the_contract_is_told_what_it
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where cuda or mps exists the search runs there too; here the CPU stands in for it, to run that code."""
-    from course_utils.checks import _gpu
+    from course_utils.checks.stages import gpu as _gpu
 
     monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     result = check_beam_search(beam_search)

@@ -674,7 +674,7 @@ def test_tensors_moved_only_if_src_is_cuda_break_on_a_mac():
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where cuda or mps exists the decoding runs there too; here the CPU stands in for it, to run that code."""
-    from course_utils.checks import _gpu
+    from course_utils.checks.stages import gpu as _gpu
 
     monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check_greedy_decode(greedy_decode), "passed")

@@ -422,7 +422,7 @@ def test_target_bare_squeeze_crash_is_named_not_blamed_on_size():
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where a GPU exists the mask checkers also run there; the CPU stands in for it here."""
-    from course_utils.checks import _gpu
+    from course_utils.checks.stages import gpu as _gpu
 
     monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check_padding_mask(padding_reference), "passed")

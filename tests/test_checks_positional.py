@@ -768,7 +768,7 @@ def test_module_diagnoses_mistakes(cls, phrases):
 
 def test_the_real_device_pass_runs(monkeypatch):
     """Where a GPU exists the module checker also runs there; the CPU stands in for it here."""
-    from course_utils.checks import _gpu
+    from course_utils.checks.stages import gpu as _gpu
 
     monkeypatch.setattr(_gpu, "real_gpu", lambda: "cpu")
     expect(check_positional_encoding_module(PEModule), "passed")

@@ -210,7 +210,7 @@ class CheckResult:
 # Signals a checker body raises. They never escape run_check.
 
 
-class _Stop(Exception):
+class Stop(Exception):
     """Ends a checker body after a problem was recorded."""
 
 
@@ -307,7 +307,7 @@ def _learner_frame(exc: BaseException) -> str | None:
     """The last line of the learner's own code in a traceback (not ours, not torch's)."""
     frames = traceback.extract_tb(exc.__traceback__)
     for frame in reversed(frames):
-        if _is_ours(frame.filename):
+        if is_ours(frame.filename):
             continue
         if frame.line:
             return f"in {frame.name}, the line `{frame.line.strip()}`"
@@ -316,10 +316,10 @@ def _learner_frame(exc: BaseException) -> str | None:
 
 def _ran_learner_code(exc: BaseException) -> bool:
     """Whether any frame of the traceback is the learner's (their code ran before it raised)."""
-    return any(not _is_ours(frame.filename) for frame in traceback.extract_tb(exc.__traceback__))
+    return any(not is_ours(frame.filename) for frame in traceback.extract_tb(exc.__traceback__))
 
 
-def _is_ours(filename: str) -> bool:
+def is_ours(filename: str) -> bool:
     """Whether a frame's file is this package's or torch's (not the learner's)."""
     path = os.path.abspath(filename)
     return path.startswith(_PACKAGE_DIR) or path.startswith(_TORCH_DIR) or path.startswith(os.path.dirname(contextlib.__file__))
@@ -507,7 +507,7 @@ def _read_settings() -> dict[str, Any]:
 def _caller_line() -> str:
     """The learner's line that called the current function (skipping this package and torch)."""
     for frame_info in inspect.stack(context=1)[2:]:
-        if _is_ours(frame_info.filename):
+        if is_ours(frame_info.filename):
             continue
         line = frame_info.code_context[0].strip() if frame_info.code_context else ""
         return f"in {frame_info.function}: {line}" if line else f"in {frame_info.function}"
@@ -583,7 +583,7 @@ def _settings_changed(check: "Check", name: str, watch: _Watch) -> None:
             f"notebook, never inside a function or `forward`."
         )
     if stop:
-        raise _Stop
+        raise Stop
 
 
 # --------------------------------------------------------------------------
@@ -616,7 +616,7 @@ class Check:
     def fail(self, message: str) -> NoReturn:
         """Record a problem and stop: what follows would not make sense."""
         self.problem(message)
-        raise _Stop
+        raise Stop
 
     def require(self, condition: bool, message: str) -> None:
         if not condition:
@@ -625,7 +625,7 @@ class Check:
     def stop_if_problems(self) -> None:
         """Stop here if any problem was recorded so far."""
         if self.problems:
-            raise _Stop
+            raise Stop
 
     def not_attempted(self, message: str) -> NoReturn:
         """Stop: the exercise (or one it builds on) is not attempted yet."""
@@ -724,7 +724,7 @@ class Check:
                     raise
                 named = named if named is not None else _bind_names(fn, args, kwargs)
                 result = Raised(TimeoutError(name), _timeout_message(name, limit, named, total_bound, self.total_time))
-            except (KeyboardInterrupt, _Stop, _Ending):
+            except (KeyboardInterrupt, Stop, _Ending):
                 raise
             except BaseException as exc:  # the learner's bug, SystemExit included: report it, never raise it
                 named = named if named is not None else _bind_names(fn, args, kwargs)
@@ -1029,13 +1029,12 @@ def _with_hint(message: str, hint: str) -> str:
 def run_check(exercise: str, body: Callable[..., None], *args: Any, time_limit: float | None = None, **kwargs: Any) -> CheckResult:
     """Run ``body(check, *args, **kwargs)`` and return its outcome; never raises (except KeyboardInterrupt).
 
-    The first argument, the learner's object, first goes through ``stages.parameter_order`` (the course
-    passes arguments by position), and after the body through ``stages.defined_where_loaded``: later
-    lessons load it from its own cell, so a name it takes from another cell is a failure.
+    The engine runs the body and nothing else: the stages every exercise runs around it (the argument order
+    later lessons use, the cell they load) are declared by :class:`~.exercise.Exercise`.
     """
     check = Check(exercise, time_limit=time_limit)
     with preserved_state():
-        result = _outcome(check, _with_loading_checked(body, exercise), args, kwargs)
+        result = _outcome(check, body, args, kwargs)
     results = _last.setdefault(exercise, {})
     key = id(args[0]) if args else 0
     results.pop(key, None)
@@ -1045,34 +1044,11 @@ def run_check(exercise: str, body: Callable[..., None], *args: Any, time_limit: 
     return result
 
 
-def _with_loading_checked(body: Callable[..., None], exercise: str) -> Callable[..., None]:
-    """``body``, then (whatever it found, unless it ended the check otherwise) what later lessons will load."""
-    def loading(check: Check, args: tuple) -> None:
-        from .stages import defined_where_loaded
-
-        if args:
-            defined_where_loaded(check, args[0], exercise)
-
-    def checked(check: Check, *args: Any, **kwargs: Any) -> None:
-        from .stages import parameter_order
-
-        try:
-            if args:
-                parameter_order(check, args[0], exercise)
-            body(check, *args, **kwargs)
-        except _Stop:
-            loading(check, args)
-            raise
-        loading(check, args)
-
-    return checked
-
-
 def _outcome(check: Check, body: Callable[..., None], args: tuple, kwargs: dict) -> CheckResult:
     exercise = check.exercise
     try:
         body(check, *args, **kwargs)
-    except _Stop:
+    except Stop:
         pass
     except _Ending as signal_:
         messages = [signal_.message] + [p for p in check.problems if p != signal_.message]
@@ -1134,6 +1110,7 @@ __all__ = [
     "DEFAULT_TIME_LIMIT",
     "DEFAULT_TOTAL_TIME",
     "RTOL",
+    "Stop",
     "SEED_ENV",
     "Check",
     "CheckResult",
@@ -1149,6 +1126,7 @@ __all__ = [
     "identical",
     "last_result",
     "preserved_state",
+    "is_ours",
     "run_check",
     "seed_offset",
 ]

@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import positional, stages
-from ._core import Check, CheckResult, close_enough, generator, run_check
+from ._core import Check, CheckResult, close_enough, generator
+from .exercise import checked as run_check
 from .layers import Pieces, Wiring, decoder_layer_stages, encoder_layer_stages
 
 _LPE = "LearnedPositionalEncoding"

@@ -38,8 +38,9 @@ from typing import Any, Callable
 import torch
 
 from . import stages
-from ._core import Check, CheckResult, fmt_shape, generator, run_check
-from ._scripted import ScriptedModel, crashes_on_a_batch, mix, run_decoder, second_batch, training_mode_problem
+from ._core import Check, CheckResult, fmt_shape, generator
+from .exercise import checked as run_check
+from .stages.decoding import ScriptedModel, crashes_on_a_batch, mix, run_decoder, second_batch, training_mode_problem
 
 
 def check_beam_search(beam_search: Callable) -> CheckResult:

@@ -17,10 +17,12 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from . import _gpu, stages
-from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, generator, run_check
-from ._hooks import WeightUses
-from ._standins import D_MODEL, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
+from . import stages
+from .stages import gpu as _gpu
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, generator
+from .exercise import checked as run_check
+from .stages.hooks import WeightUses
+from .stages.standins import D_MODEL, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
 
 
 def check_decode_step(decode_step: Callable) -> CheckResult:

@@ -15,9 +15,10 @@ import torch
 from torch import nn
 
 from . import stages
-from ._core import Check, CheckResult, close_enough, describe, fmt_values, generator, run_check
-from ._dropout import drop_pattern, dropout_problem
-from ._standins import DROPOUT, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer
+from ._core import Check, CheckResult, close_enough, describe, fmt_values, generator
+from .exercise import checked as run_check
+from .stages.measuring import drop_pattern, dropout_problem
+from .stages.standins import DROPOUT, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer
 
 
 _PAD = 0  # the padding id of the checker's model

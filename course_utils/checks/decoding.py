@@ -11,7 +11,7 @@ recorded calls name what went wrong. The batch must be encoded in one call and
 see prefixes of length 1, 2, 3, ...: the usual batched loop, a per-sentence
 loop and a batch that drops its finished sentences all qualify.
 
-The scripted model (:mod:`._scripted`) counts its calls and stops answering
+The scripted model (:mod:`.stages.decoding`) counts its calls and stops answering
 past a bound tied to ``max_len`` (a loop without its stopping condition ends
 with a message, never hangs), records whether gradients were on (decoding must
 run under ``torch.no_grad()``), and can live on a pretend GPU to catch tensors
@@ -26,8 +26,9 @@ from typing import Any, Callable
 import torch
 
 from . import stages
-from ._core import Check, CheckResult, fmt_shape, fmt_values, generator, run_check
-from ._scripted import ScriptedModel, crashes_on_a_batch, run_decoder, second_batch, training_mode_problem
+from ._core import Check, CheckResult, fmt_shape, fmt_values, generator
+from .exercise import checked as run_check
+from .stages.decoding import ScriptedModel, crashes_on_a_batch, run_decoder, second_batch, training_mode_problem
 _NO_GRAD = (
     "Decoding needs no gradients: decorate {name} with `@torch.no_grad()` (or run its body inside "
     "`with torch.no_grad():`). With gradients on, every step keeps the whole computation graph of the decoder "
@@ -188,7 +189,7 @@ def _row(values: list[int]) -> str:
 
 
 def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = False, pretend_device: bool = False):
-    """Run greedy_decode on a fresh scripted model: (model, src, output); see :func:`._scripted.run_decoder`."""
+    """Run greedy_decode on a fresh scripted model: (model, src, output); see :func:`.stages.decoding.run_decoder`."""
     src = _source(case)
     model = _model(case, src.shape[0], pretend_device)
     out = run_decoder(

@@ -24,12 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _anatomy as anatomy
-from . import _twins as twins
 from . import stages
-from ._core import Check, CheckResult, Raised, close_enough, describe, generator, run_check
-from ._dropout import drop_pattern
-from ._hooks import Recorder
+from .stages import anatomy, twins
+from ._core import Check, CheckResult, Raised, close_enough, describe, generator
+from .exercise import checked as run_check
+from .stages.measuring import drop_pattern
+from .stages.hooks import Recorder
 
 _D_MODEL, _NUM_HEADS, _D_FF = 16, 4, 24
 _ATOL, _RTOL = 1e-4, 1e-4  # layers compare float32 stacks with float64 twins

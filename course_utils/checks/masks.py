@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from . import stages
-from ._core import Check, CheckResult, fmt_shape, generator, run_check
+from ._core import Check, CheckResult, fmt_shape, generator
+from .exercise import checked as run_check
 
 _BOOL_NOTE = (
     "Masks are boolean (True = may attend): build them with comparisons such as `tokens != pad_id` "

@@ -29,12 +29,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import _anatomy as anatomy
-from . import _twins as twins
 from . import stages
-from ._core import Check, CheckResult, Raised, close_enough, fmt_shape, generator, identical, run_check
-from ._dropout import drop_pattern
-from ._hooks import Recorder
+from .stages import anatomy, twins
+from ._core import Check, CheckResult, Raised, close_enough, fmt_shape, generator, identical
+from .exercise import checked as run_check
+from .stages.measuring import drop_pattern
+from .stages.hooks import Recorder
 
 _SRC_VOCAB, _TGT_VOCAB = 11, 13
 _D_MODEL, _NUM_HEADS, _NUM_LAYERS, _D_FF = 16, 4, 2, 24

@@ -20,8 +20,9 @@ import torch
 from torch import nn
 
 from . import stages
-from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, generator, identical, run_check
-from ._dropout import drop_pattern, dropout_problem
+from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, generator, identical
+from .exercise import checked as run_check
+from .stages.measuring import drop_pattern, dropout_problem
 
 _NAMES = ("W_q", "W_k", "W_v", "W_o")
 _LOOSE = {"atol": 1e-4, "rtol": 1e-3}  # for naming a cause: a variant computed another way

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import stages
-from ._core import Check, CheckResult, close_enough, fmt_values, generator, run_check
+from ._core import Check, CheckResult, close_enough, fmt_values, generator
+from .exercise import checked as run_check
 
 _D = 20  # d_model of the checker's instances: unlike every other axis of its inputs
 

@@ -26,7 +26,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from ._core import Check, CheckResult, _is_ours, close_enough, describe, fmt_shape, generator, run_check, seed_offset
+from ._core import Check, CheckResult, is_ours, close_enough, describe, fmt_shape, generator, seed_offset
+from .exercise import checked as run_check
 
 _NAME = "from_marian"
 #: Tolerances against Marian's logits, by dtype (the lesson's promise: 1e-4 in float32, far closer in float64).
@@ -399,7 +400,7 @@ def _crash_hint(exc: BaseException, marian: nn.Module) -> str:
                     f"transposed shape, {fmt_shape(given)}: that weight was copied transposed (`.T`). Both models "
                     f"use nn.Linear, which stores (out_features, in_features): copy each weight as it is.")
         return _SIZES_HINT
-    frames = [tb for tb in _tracebacks(exc) if not _is_ours(tb.tb_frame.f_code.co_filename)]
+    frames = [tb for tb in _tracebacks(exc) if not is_ours(tb.tb_frame.f_code.co_filename)]
     line = _line(frames[-1]) if frames else ""
     dims = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", message)
     if dims is None:

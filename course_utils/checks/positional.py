@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from . import stages
-from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, fmt_shape, fmt_values, generator,
-                    run_check)
+from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, fmt_shape, fmt_values, generator)
+from .exercise import checked as run_check
 
 _LONG = (5000, 10)  # the Transformer's default max_len, a d_model that is not a power of two
 

@@ -1,6 +1,6 @@
 """Checker for lesson 07's sampling: ``sample_decode`` draws each next token at random.
 
-The oracle is the distribution itself. A scripted model (:mod:`._scripted`) gives logits the checker
+The oracle is the distribution itself. A scripted model (:mod:`.stages.decoding`) gives logits the checker
 knows, the same for 2,000 rows; every token the learner's function draws is counted, step by step, and
 each token's frequency is set against its probability, softmax(logits / temperature) over the top_k
 most likely tokens. The function may draw however it likes (``torch.multinomial``, the Gumbel-max
@@ -25,8 +25,9 @@ from typing import Any, Callable
 
 import torch
 
-from ._core import Check, CheckResult, Raised, describe, generator, run_check, seed_offset
-from ._scripted import ScriptedModel, run_decoder
+from ._core import Check, CheckResult, Raised, describe, generator, seed_offset
+from .exercise import checked as run_check
+from .stages.decoding import ScriptedModel, run_decoder
 from .decoding import greedy_stages
 
 _V, _BOS, _EOS, _PAD, _ROWS = 9, 7, 2, 4, 2000

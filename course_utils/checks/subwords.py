@@ -38,7 +38,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ._core import Check, CheckResult, generator, run_check
+from ._core import Check, CheckResult, generator
+from .exercise import checked as run_check
 
 Pair = tuple[str, str]
 

@@ -37,7 +37,8 @@ from typing import Any, Callable
 
 import torch
 
-from ._core import Check, CheckResult, Raised, describe, fmt_shape, generator, run_check
+from ._core import Check, CheckResult, Raised, describe, fmt_shape, generator
+from .exercise import checked as run_check
 
 _PAD, _BOS, _EOS, _UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 _SPECIAL_IDS = {_PAD: 0, _BOS: 1, _EOS: 2, _UNK: 3}

@@ -17,7 +17,7 @@ import math
 import torch
 from torch import nn
 
-from ._core import generator
+from .._core import generator
 
 # d_k (6) differs from the number of heads (4), and d_ff from d_model: a size read from the wrong attribute shows.
 D_MODEL, HEADS, LAYERS, D_FF, SRC_VOCAB, TGT_VOCAB, MAX_POS = 24, 4, 2, 40, 11, 13, 40

@@ -1,6 +1,6 @@
 """PyTorch's own layers carrying the learner's weights: the oracles of lessons 05, 07 and 09.
 
-:class:`LayerLayout` finds the parts of one learner layer (:mod:`._anatomy`) and
+:class:`LayerLayout` finds the parts of one learner layer (:mod:`.anatomy`) and
 yields ``nn.TransformerEncoderLayer`` / ``nn.TransformerDecoderLayer`` twins in
 float64, one per plausible wiring (which attention is self- and which
 cross-attention, which LayerNorm closes, or with ``norm_first=True`` opens, which
@@ -17,8 +17,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from ._core import generator
-from ._anatomy import attention_modules, feed_forward_linears, layer_norms
+from .._core import generator
+from .anatomy import attention_modules, feed_forward_linears, layer_norms
 
 _PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 

@@ -17,7 +17,7 @@ from typing import Callable, TypeVar
 
 import torch
 
-from ._core import seed_offset
+from .._core import seed_offset
 
 T = TypeVar("T")
 

@@ -4,7 +4,7 @@ Attention modules follow the lesson 04 contract (``W_q``, ``W_k``, ``W_v``,
 ``W_o`` linears); layer norms are ``nn.LayerNorm`` instances or modules of the
 learner's own that behave like one (scaling and shifting a row changes
 nothing); the feed-forward pair is recognised by its sizes. The checkers use
-them to build PyTorch twins (:mod:`._twins`) and to explain parameter counts.
+them to build PyTorch twins (:mod:`.twins`) and to explain parameter counts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import weakref
 import torch
 from torch import nn
 
-from ._core import generator
+from .._core import generator
 
 _PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
 

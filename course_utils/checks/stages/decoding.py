@@ -15,7 +15,7 @@ every encoded sentence and every decoded row (sentence, prefix), the calls made
 with gradients on or in training mode, and refuses, with a
 :class:`Runaway` that a learner's ``except Exception`` cannot swallow, to go
 on past a bound tied to ``max_len``. It can live on the pretend GPU of
-:mod:`._gpu`. :func:`run_decoder` runs a learner's search on it and turns a
+:mod:`.gpu`. :func:`run_decoder` runs a learner's search on it and turns a
 runaway into a failure; :func:`follow` scripts a model to emit given tokens.
 """
 
@@ -28,8 +28,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from . import _gpu
-from ._core import Check, Raised, describe, fmt_shape
+from . import gpu as _gpu
+from .._core import Check, Raised, describe, fmt_shape
 
 #: features of the scripted memory (each holds the source token)
 WIDTH = 3
