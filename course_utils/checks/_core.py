@@ -608,12 +608,14 @@ class Check:
         if description not in self.checked:
             self.checked.append(description)
 
-    def problem(self, message: str) -> None:
-        """Record a problem and keep checking (for independent mechanisms)."""
+    def problem(self, message: Any) -> None:
+        """Record a problem and keep checking (for independent mechanisms); a :class:`~.slips.Diagnosis` reads as
+        its cause, fix and figures."""
+        message = str(message)
         if message not in self.problems:
             self.problems.append(message)
 
-    def fail(self, message: str) -> NoReturn:
+    def fail(self, message: Any) -> NoReturn:
         """Record a problem and stop: what follows would not make sense."""
         self.problem(message)
         raise Stop

@@ -15,14 +15,15 @@ from torch import nn
 
 from . import stages
 from ._core import Check, CheckResult, close_enough, fmt_values, generator
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip, same_tensor
 
 _D = 20  # d_model of the checker's instances: unlike every other axis of its inputs
 
 
 def check_layer_norm(LayerNorm: type[nn.Module]) -> CheckResult:
     """Check ``LayerNorm(d_model, eps=1e-5)``: (x - mean) / sqrt(var + eps) * weight + bias over the last axis."""
-    return run_check("LayerNorm", _check_layer_norm, LayerNorm)
+    return LAYER_NORM.check(LayerNorm)
 
 
 def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
@@ -56,7 +57,7 @@ def _check_layer_norm(check: Check, LayerNorm: type[nn.Module]) -> None:
          torch.randn(2, _D, 5, generator=g).transpose(1, 2)),
     ]]
     stages.sweep(check, cases, lambda case: _run(check, *case.data[:2]), lambda case: _formula(*case.data),
-                 "LayerNorm", slips=_SLIPS)
+                 "LayerNorm", slips=SLIPS, replay=_replay)
     check.ok("matches F.layer_norm for 2-, 3- and 4-axis inputs, a long one, one of mean 100, eps=0.1, a vector "
              "of equal features and a transposed (non-contiguous) view")
 
@@ -104,27 +105,60 @@ def _formula(module: nn.Module, x: torch.Tensor, eps: float, slip: str = "") -> 
     return {"no affine": normalised, "swapped": normalised * b + w}.get(slip, normalised * w + b)
 
 
-_SLIPS = [  # (what the slip computes, what the message says); the d_model - 1 variance is named earlier
-    (lambda case: _formula(*case.data, slip="moments"), "it computes the variance as E[x²] - E[x]², which "
-     "subtracts two large, nearly equal numbers when the mean is large compared with the spread, and loses the "
-     "digits that matter (it can even go negative, and give NaN). Compute it from the deviations: `((x - mean) ** "
-     "2).mean(-1, keepdim=True)`, or `x.var(-1, keepdim=True, unbiased=False)`."),
-    (lambda case: _formula(*case.data, slip="uncentred"), "its variance is the mean of x², the squares of the "
-     "features themselves: the variance is the mean of the squared deviations from the mean, "
-     "`((x - mean) ** 2).mean(-1, keepdim=True)`, or `x.var(-1, keepdim=True, unbiased=False)`."),
-    (lambda case: _formula(*case.data, slip="eps outside"),
-     "eps is added to the standard deviation, `(x - mean) / (std + eps)`; it belongs inside the square root, "
-     "`(x - mean) / torch.sqrt(var + eps)`, as in nn.LayerNorm."),
-    (lambda case: _formula(*case.data[:2], 1e-5), "it uses eps = 1e-5 whatever it was built with: store the "
-     "constructor's argument, `self.eps = eps`, and add `self.eps` to the variance."),
-    (lambda case: _formula(*case.data[:2], 0.0), "it ignores eps: add `self.eps` to the variance, inside the "
-     "square root."),
-    (lambda case: _formula(*case.data, slip="no affine"), "it normalises but then ignores weight and bias. "
-     "Multiply by `self.weight` and add `self.bias`: they start at ones and zeros, so only trained values show "
-     "the difference."),
-    (lambda case: _formula(*case.data, slip="swapped"), "weight and bias are swapped: the normalised vector is "
-     "multiplied by `self.weight` (the gain), then `self.bias` is added."),
-]
+def _slipped(module: nn.Module, x: torch.Tensor, eps: float, slip: str = "") -> torch.Tensor:
+    """The oracle with one known slip (``_formula``'s flag), as a slip record replays it."""
+    return _formula(module, x, eps, slip)
+
+
+#: the known slips, tried once the values differ; the d_model - 1 variance is named earlier, by its own invariant
+SLIPS = (
+    Slip("moments", Diagnosis(
+        "Your LayerNorm computes the variance as E[x²] - E[x]², which subtracts two large, nearly equal numbers when "
+        "the mean is large compared with the spread, and loses the digits that matter (it can even go negative, and "
+        "give NaN).", "Compute it from the deviations: `((x - mean) ** 2).mean(-1, keepdim=True)`, or "
+        "`x.var(-1, keepdim=True, unbiased=False)`."), dict(slip="moments")),
+    Slip("uncentred", Diagnosis(
+        "Your LayerNorm's variance is the mean of x², the squares of the features themselves.",
+        "The variance is the mean of the squared deviations from the mean, `((x - mean) ** 2).mean(-1, "
+        "keepdim=True)`, or `x.var(-1, keepdim=True, unbiased=False)`."), dict(slip="uncentred")),
+    Slip("eps outside", Diagnosis(
+        "Your LayerNorm adds eps to the standard deviation, `(x - mean) / (std + eps)`.",
+        "It belongs inside the square root, `(x - mean) / torch.sqrt(var + eps)`, as in nn.LayerNorm."),
+        dict(slip="eps outside")),
+    Slip("eps fixed", Diagnosis(
+        "Your LayerNorm uses eps = 1e-5 whatever it was built with.",
+        "Store the constructor's argument, `self.eps = eps`, and add `self.eps` to the variance."),
+        lambda module, x, eps: _formula(module, x, 1e-5)),
+    Slip("no eps", Diagnosis("Your LayerNorm ignores eps.", "Add `self.eps` to the variance, inside the square root."),
+         lambda module, x, eps: _formula(module, x, 0.0)),
+    Slip("no affine", Diagnosis(
+        "Your LayerNorm normalises but then ignores weight and bias.",
+        "Multiply by `self.weight` and add `self.bias`: they start at ones and zeros, so only trained values show "
+        "the difference."), dict(slip="no affine")),
+    Slip("swapped", Diagnosis(
+        "Your LayerNorm has weight and bias swapped.",
+        "The normalised vector is multiplied by `self.weight` (the gain), then `self.bias` is added."),
+        dict(slip="swapped")),
+)
+
+
+def _replay(slip: Slip, case: stages.Case) -> torch.Tensor:
+    return slip.replay(_slipped, *case.data)
+
+
+def _as_answer(slip: Slip) -> type[nn.Module]:
+    """The slip made into a learner's LayerNorm class (for the generated catalogue tests)."""
+    class SlippedLayerNorm(nn.Module):
+        def __init__(self, d_model: int, eps: float = 1e-5):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(d_model))
+            self.bias = nn.Parameter(torch.zeros(d_model))
+            self.eps = eps
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return slip.replay(_slipped, self, x, self.eps).to(x.dtype)
+
+    return SlippedLayerNorm
 
 
 def _starts_as_identity(check: Check, norm: nn.Module) -> None:
@@ -144,9 +178,9 @@ def _normalises_each_vector(check: Check, norm: nn.Module, x: torch.Tensor) -> N
     out = _run(check, norm, x).detach().double()
     if close_enough(out, _formula(norm, x, 1e-5)):
         return check.ok("with weight ones and bias zeros, every vector has mean 0 and variance 1 along the last axis")
-    for slip, message in _SLIPS:
-        if close_enough(out, slip(stages.Case("", (norm, x, 1e-5)))):
-            check.fail(f"Your LayerNorm is wrong: {message}")
+    slip = matching_slip(SLIPS, lambda s: s.replay(_slipped, norm, x, 1e-5), same_tensor(out))
+    if slip is not None:
+        check.fail(slip.says)
     v = x.double().var(-1, unbiased=False)  # (2, 5): each vector's own variance
     mean = out.mean(-1)
     if not close_enough(mean, torch.zeros_like(mean), atol=1e-4):
@@ -173,3 +207,11 @@ def _normalises_each_vector(check: Check, norm: nn.Module, x: torch.Tensor) -> N
                 atol=1e-4, rtol=1e-3, hint="Each vector should have variance var / (var + eps), about 1: divide "
                 "the centred vector by `torch.sqrt(var + self.eps)`, var the mean of its squared deviations.")
     check.ok("with weight ones and bias zeros, every vector has mean 0 and variance 1 along the last axis")
+
+
+LAYER_NORM = Exercise(
+    "LayerNorm", _check_layer_norm,
+    oracle="F.layer_norm, in float64",
+    cases="d_model 20: 2-, 3- and 4-axis inputs, a long one, one of mean 100, eps=0.1, a vector of equal features and a "
+          "transposed view, drawn from the check's seed; trained-looking weight and bias",
+    slips=SLIPS, answer=_as_answer)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .._core import ATOL, RTOL, Check, close_enough, generator
+from ..slips import Slip, matching_slip, same_tensor
 
 
 @dataclasses.dataclass
@@ -26,13 +27,13 @@ class Case:
 def sweep(check: Check, cases: Sequence[Case], run: Callable[[Case], torch.Tensor],
           expected: Callable[[Case], torch.Tensor], what: str, atol: float = ATOL, rtol: float = RTOL,
           hint: str = "", fresh: Callable[[Case], Any] | None = None,
-          slips: Sequence[tuple[Callable[[Case], torch.Tensor], str]] = ()) -> None:
+          slips: Sequence[Slip] = (), replay: Callable[[Slip, Case], Any] | None = None) -> None:
     """Each case in turn against the oracle, on the same function or module.
 
     A wrong answer that belongs to an earlier case, or that a fresh instance (``fresh(case)``, for a module
     that already ran) gets right, is named as state kept between calls. ``slips`` are the exercise's known
-    mistakes, ``(what it would compute for a case, the message that names it)``, tried only once the values
-    differ (never to accept).
+    mistakes (:class:`~..slips.Slip`), ``replay(slip, case)`` what one computes for a case (by default its
+    mutant called with the case); they are tried only once the values differ (never to accept).
     """
     kept = ("something is kept between calls (a global, a default argument, a cache or an attribute set in "
             "forward that ignores some argument). Compute everything from each call's own arguments.")
@@ -51,10 +52,10 @@ def sweep(check: Check, cases: Sequence[Case], run: Callable[[Case], torch.Tenso
             before = expected(earlier)
             if isinstance(out, torch.Tensor) and out.shape == before.shape and close_enough(out, before, atol, rtol):
                 check.fail(f"For {case.label}, your {what} returns the answer for {earlier.label}, an earlier call: {kept}")
-        for slip, message in slips:
-            wrong = slip(case)
-            if isinstance(out, torch.Tensor) and out.shape == wrong.shape and close_enough(out, wrong, atol, rtol):
-                check.fail(f"Your {what} is wrong for {case.label}: {message}")
+        slip = matching_slip(slips, lambda s: replay(s, case) if replay else s.replay(None, case),
+                             same_tensor(out, atol, rtol))
+        if slip is not None:
+            check.fail(f"{slip.message}\nSeen for {case.label}.")
         first = cases[0].label
         check.close(out, want, f"your {what} for {case.label}", atol=atol, rtol=rtol, hint=hint or (
             f"It works for {first}, but not for {case.label}: is a size fixed somewhere, or something kept from "
