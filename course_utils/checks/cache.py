@@ -5,6 +5,11 @@ the checker's own model, with the course's layout (lesson 05's names, lesson 04'
 positional_encoding.pe), its recomputation written with PyTorch's own F.scaled_dot_product_attention. Forward
 hooks on every projection count the positions each one sees per step, so that a cache that is not used, or a
 projection run again over the whole prefix, is named. Caches are reordered between steps, as beam search does.
+
+Known slips are one table of records, :data:`SLIPS`: each a flag of ``_slipped_step`` (decode_step written out,
+with that slip made) and the message that names it. When a step's logits differ, every slip is replayed on the
+same inputs and named if it gives the learner's logits; else the first linear map whose input departs from
+model.decode's is found, and a slip that feeds it the learner's input is named, or where it goes wrong is said.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ The copy must compute the model's logits with ``nn.Transformer``'s layers (the s
 same dropout rate in training mode), share no tensor with the learner's model, and leave it as it was. When the
 logits differ, the layers are compared one by one and the first that departs is named, with the weight that
 was copied wrongly where it can be told.
+
+Known slips are records (:data:`SLIPS`): each a mutant of what the copy should hold or pass (in_proj_weight's
+blocks transposed or in another order, out_proj transposed, a norm holding another, an inverted mask), matched
+on the copy's own tensors; the sizes, rates and options read off the copy are named by their own checks.
 """
 
 from __future__ import annotations

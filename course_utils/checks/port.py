@@ -6,8 +6,8 @@ and cosines in two halves of the positional table, a ``final_logits_bias``, the 
 and as the last id, end of sentence 0), every weight random. The learner's model must give Marian's logits on
 a padded batch.
 
-Known slips are one table of records, :data:`SLIPS`: a mutant of the oracle (a change made to a copy of
-Marian, or to how it is called) and the message that names it. They are replayed on the same inputs only
+Known slips are one table of records, :data:`SLIPS`: a mutant of the oracle (the flags of ``_slipped_logits``: a
+change made to a copy of Marian, or to how it is called) and the message that names it. They are replayed on the same inputs only
 once the learner's logits disagree with Marian's, never to accept. Two signatures are read off the mismatch
 itself: logits that are Marian's plus one constant per vocabulary column (an output bias that is not
 final_logits_bias), and a size mismatch raised inside from_marian between a weight and its transpose (a
