@@ -37,18 +37,19 @@ def check_decode_step(decode_step: Callable) -> CheckResult:
 
 
 _CACHE_PAD = 2  # not 0: decode_step must read the model's pad_id, not assume one
+_SOURCE_LENGTHS = (5, 2, 4)  # the check's batch: its sentences' real lengths, padded to 5
+_ROWS = len(_SOURCE_LENGTHS)
 
 
 def _cache_case(seed: int):
     """A model, a padded source batch with its memory, and the target tokens to feed (no padding among them)."""
     model = CourseTransformer(seed, _CACHE_PAD)
     g = generator(seed + 1)
-    lengths = [5, 2, 4]
-    src = torch.full((3, 5), _CACHE_PAD, dtype=torch.long)
-    for b, n in enumerate(lengths):
+    src = torch.full((_ROWS, max(_SOURCE_LENGTHS)), _CACHE_PAD, dtype=torch.long)
+    for b, n in enumerate(_SOURCE_LENGTHS):
         src[b, :n] = torch.randint(_CACHE_PAD + 1, SRC_VOCAB, (n,), generator=g)
-    memory = torch.randn(3, 5, D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
-    tgt = torch.randint(_CACHE_PAD + 1, TGT_VOCAB, (3, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
+    memory = torch.randn(*src.shape, D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
+    tgt = torch.randint(_CACHE_PAD + 1, TGT_VOCAB, (_ROWS, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
     return model, src, memory, tgt
 
 
@@ -274,9 +275,6 @@ def _sublayer(norm: nn.Module, x: torch.Tensor, out: torch.Tensor, which: int, s
     """norm(x + out), or with the residual (``no_residual``) or the LayerNorm (``no_norm``) of sublayer ``which`` left out."""
     total = out if s["no_residual"] == which else x + out
     return total if s["no_norm"] == which else norm(total)
-
-
-_ROWS = 3  # the sentences of the check's batch
 
 
 #: The known slips, in the order they are tried: first on the logits of the step that differs, then on the input of
