@@ -26,22 +26,17 @@ def _attend(q, k, v, mask=None):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cache=True, first_only=False,
-             cross_every_step=False, src_mask_off=False, recompute_prefix=False, cache_on_model=False,
-             heads_first=False, keep_length_dim=False, unscaled=False, no_pe=False, next_position=False,
-             skip_norm1=False, no_residual2=False, cross_from_self=False, self_excluded=False, scale_d_model=False,
-             empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False,
-             one_cache=False, t_from_rows=False, cat_dim=2, memory_once=False, keep_newest=False,
-             softmax_dim=-1, one_dict=False, pe_column=False, values_lost=False, pad_zero=False):
+def _kv_step(model, y_last, memory, src, cache, *, cross_every_step=False, recompute_prefix=False,
+             cache_on_model=False, heads_first=False, keep_length_dim=False, cross_from_self=False, self_excluded=False,
+             empty_on_the_cpu=False, no_embedding_dropout=False, no_self_dropout=False, no_self_wo=False, cat_dim=2,
+             memory_once=False, one_dict=False, pe_column=False, values_lost=False, pad_zero=False):
+    """A decode_step of the learner's style; the flags make mistakes that are not slips of the checker's table (its
+    slips are made into answers and tried by tests/test_slips.py)."""
     state = model.__dict__.setdefault("_my_cache", {}) if cache_on_model else cache
     t = state.get("length", 0)
-    src_mask = None if src_mask_off else (src != (0 if pad_zero else model.pad_id))[:, None, None, :]  # (B, 1, 1, L_src)
+    src_mask = (src != (0 if pad_zero else model.pad_id))[:, None, None, :]  # (B, 1, 1, L_src)
     pe = model.positional_encoding.pe
-    scale = 1.0 if unscaled else math.sqrt(model.d_model)
-    position = 0 if position_zero else t + 1 if next_position else t
-    if t_from_rows and state.get("layers"):  # len() of a cached key: its rows, the batch size
-        position = len(state["layers"][0]["k"])
-    x = model.tgt_embed(y_last) * scale + (0 if no_pe else pe[:, position] if pe_column else pe[position])  # (B, 1, d_model)
+    x = model.tgt_embed(y_last) * math.sqrt(model.d_model) + (pe[:, t] if pe_column else pe[t])  # (B, 1, d_model)
     x = x if no_embedding_dropout else model.positional_encoding.dropout(x)
     if recompute_prefix:  # caches the decoder's input tokens and reruns every layer on the whole prefix
         state["tokens"] = torch.cat([state["tokens"], y_last], 1) if "tokens" in state else y_last
@@ -51,35 +46,25 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
     layers = state.setdefault("layers", [dict() for _ in model.decoder_layers])
     layers = [layers[0]] * len(layers) if one_dict else layers  # one dict for every layer: self and memory both
     for layer, kv in zip(model.decoder_layers, layers):
-        own = kv
-        kv = state.setdefault("self", {}) if one_cache else kv  # one_cache: every layer's keys and values together
         a, c = layer.self_attn, layer.cross_attn
         q, k, v = _heads(a.W_q(x), a), _heads(a.W_k(x), a), _heads(a.W_v(x), a)  # (B, H, 1, d_k)
         if heads_first:
             k, v = k.transpose(0, 1), v.transpose(0, 1)  # (H, B, 1, d_k): rows not first
         if empty_on_the_cpu and "k" not in kv:  # torch.empty(...) without device=: on the CPU
             kv["k"] = kv["v"] = torch.empty(k.size(0), k.size(1), 0, k.size(3))
-        if "k" in kv and use_cache:
+        if "k" in kv:
             cached_v = torch.zeros_like(kv["v"]) if values_lost else kv["v"]  # the earlier values lost
             k, v = torch.cat([kv["k"], k], dim=cat_dim), torch.cat([cached_v, v], dim=cat_dim)
-        kv["k"], kv["v"] = (k[:, :, -1:], v[:, :, -1:]) if keep_newest else (k, v)
-        kv = own
+        kv["k"], kv["v"] = k, v
         if heads_first:
             k, v = k.transpose(0, 1), v.transpose(0, 1)
         mask = None
-        if first_only and k.size(2) > 1:
-            mask = torch.ones(k.size(2), k.size(2), dtype=torch.bool).tril()[:1]  # the FIRST row of the causal mask
         if self_excluded and k.size(2) > 1:  # the newest token attends to the cached ones, not to itself
             mask = (torch.arange(k.size(2)) < k.size(2) - 1)[None, :]  # (1, t + 1)
-        if scale_d_model:
-            q = q * math.sqrt(a.d_k) / math.sqrt(model.d_model)
-        if softmax_dim == -1:
-            attended = _merge(_attend(q, k, v, mask))
-        else:  # written out, with the softmax over the query axis
-            attended = _merge((q @ k.transpose(-2, -1) / math.sqrt(a.d_k)).softmax(softmax_dim) @ v)
+        attended = _merge(_attend(q, k, v, mask))
         attended = attended if no_self_wo else a.W_o(attended)
         attended = attended if no_self_dropout else layer.dropout(attended)
-        x = x + attended if skip_norm1 else layer.norm1(x + attended)
+        x = layer.norm1(x + attended)
         if memory_once:  # memory's keys and values computed once for the whole cache, in the first layer's entry
             if "memory_done" not in state:
                 kv["mk"], kv["mv"] = _heads(c.W_k(memory), c), _heads(c.W_v(memory), c)
@@ -89,7 +74,7 @@ def _kv_step(model, y_last, memory, src, cache, *, position_zero=False, use_cach
             kv["mk"], kv["mv"] = _heads(c.W_k(source), c), _heads(c.W_v(source), c)  # (B, H, L_src, d_k)
         cross = layer.dropout(c.W_o(_merge(_attend(_heads(c.W_q(x), c), kv["mk"], kv["mv"],
                                                    None if cross_from_self else src_mask))))
-        x = layer.norm2(cross if no_residual2 else x + cross)
+        x = layer.norm2(x + cross)
         x = layer.norm3(x + layer.dropout(layer.feed_forward(x)))
     state["length"] = t + 1
     logits = model.generator(x)  # (B, 1, V)
@@ -239,13 +224,20 @@ def steps_as_a_scalar_tensor(model, y_last, memory, src, cache):
     return logits, cache
 
 
+def norm1_left_out_in_the_first_layer(model, y_last, memory, src, cache):
+    """Only layer 0 skips norm1: no slip of the table gives these logits, but the input of the first map that
+    departs (layer 0's cross-attention query) is the slip's."""
+    first = model.decoder_layers[0]
+    norm, first.norm1 = first.norm1, torch.nn.Identity()
+    try:
+        return decode_step(model, y_last, memory, src, cache)
+    finally:
+        first.norm1 = norm
+
+
 CORRECT = [decode_step, decode_step_tuples, decode_step_preallocated, decode_step_stacked, decode_step_functional]
 WRONG = [
-    (_kv_variant(position_zero=True), ["position 0"]),
-    (_kv_variant(use_cache=False), ["cache grows, but its keys and values are not used"]),
-    (_kv_variant(first_only=True), ["wrong orientation"]),
     (_kv_variant(cross_every_step=True), ["recomputed at every step"]),
-    (_kv_variant(src_mask_off=True), ["does not hide the source padding"]),
     (_kv_variant(pad_zero=True), ["does not hide the source padding", "a fixed 0?"]),
     (_kv_variant(recompute_prefix=True), ["should see exactly one"]),
     (_kv_variant(cache_on_model=True), ["reordered"]),
@@ -255,14 +247,8 @@ WRONG = [
     (lambda model, y_last, memory, src, cache: (model.decode(y_last, memory, src)[:, -1], cache),
      ["differ from those of model.decode"]),
     # issue 17: one diagnosis per slip
-    (_kv_variant(unscaled=True), ["not multiplied by sqrt(d_model)"]),
-    (_kv_variant(no_pe=True), ["positional encoding", "pe[t]"]),
-    (_kv_variant(next_position=True), ["position t + 1", "pe[t]"]),
-    (_kv_variant(skip_norm1=True), ["norm1"]),
-    (_kv_variant(no_residual2=True), ["cross-attention", "residual"]),
     (_kv_variant(cross_from_self=True), ["cross-attention", "memory"]),
     (_kv_variant(self_excluded=True), ["self-attention", "itself"]),
-    (_kv_variant(scale_d_model=True), ["self-attention", "sqrt(d_k)"]),
     (_kv_variant(empty_on_the_cpu=True), ["creates a tensor on the cpu", "device=y_last.device"]),
     (steps_as_a_scalar_tensor, ["cache['steps']", "shape ()", "rows first", "python int"]),
     (steps_counted_on_the_model, ["two decodings at once", "step counter on the model"]),
@@ -271,17 +257,15 @@ WRONG = [
      ["`decoder_layers[1].self_attn.w_q` was never called", "its own weights"]),
     (lambda *a: decode_step_functional(*a, layers=lambda m: m.decoder_layers[:-1]), ["`decoder_layers[1]` never ran"]),
     (lambda *a: decode_step_functional(*a, kv_from="self_attn"), ["cross_attn.w_k` was never called", "its own w_k"]),
-    (_kv_variant(t_from_rows=True), ["position 3, the number of sentences in the batch", "k.size(2)"]),
-    (_kv_variant(one_cache=True), ["every layer reads and writes the same keys and values", "one cache entry per layer"]),
-    (_kv_variant(keep_newest=True), ["the cache keeps only the newest key and value", "torch.cat([cache_k, k], dim=2)"]),
     (_kv_variant(no_self_wo=True), ["`decoder_layers[0].self_attn.w_o` was never called", "attn.w_o(...)"]),
     # a sixth hidden set
-    (_kv_variant(softmax_dim=-2), ["query axis (dim=-2)", ".softmax(dim=-1)"]),
     (_kv_variant(one_dict=True), ["`decoder_layers[1].cross_attn.w_k` was never called at step 0", "layer 0's",
                                   "one cache entry per layer"]),
     (_kv_variant(values_lost=True), ["query, key and value are right", "the earlier positions' own"]),
     (_kv_variant(no_embedding_dropout=True), ["training mode", "`model.positional_encoding.dropout`"]),
     (_kv_variant(no_self_dropout=True), ["training mode", "`model.decoder_layers.0.dropout`", "norm1(x + dropout("]),
+    # issue 30: a slip of the table in one layer only, named where the step departs
+    (norm1_left_out_in_the_first_layer, ["Likely cause: the first sublayer's LayerNorm is missing"]),
 ]
 
 

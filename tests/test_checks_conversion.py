@@ -1,4 +1,7 @@
-"""The catalogue of check_to_torch_transformer: correct copies into nn.Transformer, and wrong ones with their messages."""
+"""The catalogue of check_to_torch_transformer: correct copies into nn.Transformer, and wrong ones with their messages.
+
+The slips of the checker's tables (in_proj_weight's blocks transposed or in another order, ...) are made into answers
+and tried by tests/test_slips.py; the wrong copies here are written as a learner would."""
 
 from __future__ import annotations
 
@@ -54,14 +57,14 @@ def _copy_norm(src, dst):
         mine.copy_(theirs)
 
 
-def _copy_attention(dst, src, order=("W_q", "W_k", "W_v"), transpose=False):
-    weights = [getattr(src, n).weight for n in order]
-    dst.in_proj_weight.copy_(torch.cat([w.t() if transpose else w for w in weights]))
-    dst.in_proj_bias.copy_(torch.cat([_bias(getattr(src, n)) for n in order]))
+def _copy_attention(dst, src):
+    names = ("W_q", "W_k", "W_v")
+    dst.in_proj_weight.copy_(torch.cat([getattr(src, n).weight for n in names]))
+    dst.in_proj_bias.copy_(torch.cat([_bias(getattr(src, n)) for n in names]))
     _copy_linear(src.W_o, dst.out_proj)
 
 
-def _convert(model, *, order=("W_q", "W_k", "W_v"), transpose=False, keep_final_norms=False, norm_first=False,
+def _convert(model, *, keep_final_norms=False, norm_first=False,
              activation="relu", swap_norms=False, separate_stacks=False, heads_from="num_heads", dropout=None,
              **forward_options):
     layer = model.encoder_layers[0]
@@ -75,14 +78,14 @@ def _convert(model, *, order=("W_q", "W_k", "W_v"), transpose=False, keep_final_
         core.encoder.norm, core.decoder.norm = None, None
     with torch.no_grad():
         for ours, theirs in zip(model.encoder_layers, core.encoder.layers):
-            _copy_attention(theirs.self_attn, ours.self_attn, order, transpose)
+            _copy_attention(theirs.self_attn, ours.self_attn)
             for lin in ("linear1", "linear2"):
                 _copy_linear(getattr(ours.feed_forward, lin), getattr(theirs, lin))
             _copy_norm(ours.norm1, theirs.norm1)
             _copy_norm(ours.norm2, theirs.norm2)
         for ours, theirs in zip(model.decoder_layers, core.decoder.layers):
-            _copy_attention(theirs.self_attn, ours.self_attn, order, transpose)
-            _copy_attention(theirs.multihead_attn, ours.cross_attn, order, transpose)
+            _copy_attention(theirs.self_attn, ours.self_attn)
+            _copy_attention(theirs.multihead_attn, ours.cross_attn)
             for lin in ("linear1", "linear2"):
                 _copy_linear(getattr(ours.feed_forward, lin), getattr(theirs, lin))
             names = ("norm2", "norm1", "norm3") if swap_norms else ("norm1", "norm2", "norm3")
@@ -276,8 +279,6 @@ def forward_without_gradients(model):
 
 CORRECT = [to_torch_transformer, float_causal_mask, separate_stacks, subclassed, relu_as_a_lambda]
 WRONG = [
-    (_conversion(order=("W_k", "W_q", "W_v")), ["wrong order"]),
-    (_conversion(transpose=True), ["transposed"]),
     (_conversion(keep_final_norms=True), ["final layernorm", "encoder.norm = none"]),
     (_conversion(norm_first=True), ["norm_first"]),
     (_conversion(activation="gelu"), ["activation"]),

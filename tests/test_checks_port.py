@@ -281,7 +281,7 @@ WEIGHT_SLIPS = [s for s in SLIPS if s.name in ("table", "final bias", "encoder n
 def _porting_a_mutant(slip):
     def from_marian(marian):
         mutant = copy.deepcopy(marian)
-        slip.mutate(mutant)
+        slip.mutant["mutate"](mutant)
         return reference(mutant)
     return from_marian
 

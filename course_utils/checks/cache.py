@@ -5,6 +5,11 @@ the checker's own model, with the course's layout (lesson 05's names, lesson 04'
 positional_encoding.pe), its recomputation written with PyTorch's own F.scaled_dot_product_attention. Forward
 hooks on every projection count the positions each one sees per step, so that a cache that is not used, or a
 projection run again over the whole prefix, is named. Caches are reordered between steps, as beam search does.
+
+Known slips are one table of records, :data:`SLIPS`: each a flag of ``_slipped_step`` (decode_step written out,
+with that slip made) and the message that names it. When a step's logits differ, every slip is replayed on the
+same inputs and named if it gives the learner's logits; else the first linear map whose input departs from
+model.decode's is found, and a slip that feeds it the learner's input is named, or where it goes wrong is said.
 """
 
 from __future__ import annotations
@@ -20,29 +25,31 @@ from torch import nn
 from . import stages
 from .stages import gpu as _gpu
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, fmt_values, generator
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip, same_tensor
 from .stages.hooks import WeightUses
-from .stages.standins import D_MODEL, HEADS, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
+from .stages.standins import D_MODEL, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer, select_rows
 
 
 def check_decode_step(decode_step: Callable) -> CheckResult:
     """Check ``decode_step(model, y_last, memory, src, cache) -> (logits, cache)`` against full recomputation."""
-    return run_check("decode_step", _check_decode_step, decode_step)
+    return DECODE_STEP.check(decode_step)
 
 
 _CACHE_PAD = 2  # not 0: decode_step must read the model's pad_id, not assume one
+_SOURCE_LENGTHS = (5, 2, 4)  # the check's batch: its sentences' real lengths, padded to 5
+_ROWS = len(_SOURCE_LENGTHS)
 
 
 def _cache_case(seed: int):
     """A model, a padded source batch with its memory, and the target tokens to feed (no padding among them)."""
     model = CourseTransformer(seed, _CACHE_PAD)
     g = generator(seed + 1)
-    lengths = [5, 2, 4]
-    src = torch.full((3, 5), _CACHE_PAD, dtype=torch.long)
-    for b, n in enumerate(lengths):
+    src = torch.full((_ROWS, max(_SOURCE_LENGTHS)), _CACHE_PAD, dtype=torch.long)
+    for b, n in enumerate(_SOURCE_LENGTHS):
         src[b, :n] = torch.randint(_CACHE_PAD + 1, SRC_VOCAB, (n,), generator=g)
-    memory = torch.randn(3, 5, D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
-    tgt = torch.randint(_CACHE_PAD + 1, TGT_VOCAB, (3, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
+    memory = torch.randn(*src.shape, D_MODEL, generator=g)  # (B, L_src, d_model): the encoder is not under test
+    tgt = torch.randint(_CACHE_PAD + 1, TGT_VOCAB, (_ROWS, 7), generator=g)  # (B, T): <bos> and six more tokens, no padding
     return model, src, memory, tgt
 
 
@@ -106,8 +113,8 @@ def _step(check: Check, decode_step: Callable, model, y_last, memory, src, cache
 def _check_decode_step(check: Check, decode_step: Callable) -> None:
     check.callable_(decode_step, "decode_step")
     model, src, memory, tgt = _cache_case(7)
-    oracle, causes, trace = _cache_oracles(model, src, memory, tgt)
-    _cache_steps(check, decode_step, model, src, memory, tgt, oracle, causes, trace)
+    right, trace = _cache_oracles(model, src, memory, tgt)
+    _cache_steps(check, decode_step, model, src, memory, tgt, right, trace)
     _cache_reorder(check, decode_step, model, src, memory, tgt)
     _caches_interleaved(check, decode_step, model, src, memory, tgt)
     _dropouts_applied(check, decode_step, model, src, memory, tgt)
@@ -175,43 +182,192 @@ def _caches_interleaved(check: Check, decode_step: Callable, model: nn.Module, s
     check.ok("two decodings stepped in turn, each with its own cache, do not disturb each other")
 
 
-def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tgt: torch.Tensor) -> tuple[dict, dict]:
-    """Full recomputations in float64: the right logits, and those of each named mistake (with its cause)."""
-    B, T = tgt.shape
-    oracle = {}
+def _cache_oracles(model: nn.Module, src: torch.Tensor, memory: torch.Tensor, tgt: torch.Tensor) -> tuple:
+    """The full recomputation in float64 (position t predicts token t + 1), and its trace: each map once, on the
+    whole prefix, with the float64 copy and memory that the slips are replayed on."""
     with torch.no_grad():
         double = copy.deepcopy(model).double()
         mem64 = memory.double()
         with WeightUses(_linear_weights(double)) as uses:
-            oracle["right"] = double.decode(tgt, mem64, src).float()  # (B, T, V): position t predicts token t + 1
-        trace = {name: (applied, out) for name, applied, out in uses.calls}  # each map once, on the whole prefix
-        trace["model"] = double
-        oracle["position 0"] = double.decode(tgt, mem64, src, positions=torch.zeros(T, dtype=torch.long)).float()
-        oracle["self only"] = double.decode(tgt, mem64, src, keys="self_only").float()
-        oracle["first only"] = double.decode(tgt, mem64, src, keys="first_only").float()
-        oracle["newest two"] = double.decode(tgt, mem64, src, keys="newest_two").float()
-        oracle["no src mask"] = double.decode(tgt, mem64, src, src_padding=False).float()
-    causes = {
-        "position 0": "the positional encoding of every new token is taken at position 0. The newest token "
-        "sits at position t (the number of tokens already in the cache): add `model.positional_encoding.pe[t]`",
-        "self only": "each new token attends to itself only: the cache grows, but its keys and values are not "
-        "used. Concatenate the new key and value to the cached ones (`torch.cat([cached_k, k], dim=2)`) and "
-        "attend over all of them",
-        "first only": "the new token's self-attention sees position 0 only, not the later tokens and not itself. "
+            right = double.decode(tgt, mem64, src).float()  # (B, T, V)
+    trace = {name: (applied, out) for name, applied, out in uses.calls}
+    trace["model"], trace["memory"] = double, mem64
+    return right, trace
+
+
+# --------------------------------------------------------------------------
+# The known slips: one record each, a flag of the incremental step below and the message that names it
+
+
+def _heads(x: torch.Tensor, attn: nn.Module) -> torch.Tensor:
+    B, L, _ = x.shape
+    return x.view(B, L, attn.num_heads, attn.d_k).transpose(1, 2)  # (B, H, L, d_k)
+
+
+def _merge(x: torch.Tensor) -> torch.Tensor:
+    B, H, L, d_k = x.shape
+    return x.transpose(1, 2).reshape(B, L, H * d_k)  # (B, L, d_model)
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor | None, scale: float,
+            dim: int = -1) -> torch.Tensor:
+    """softmax(q k^T * scale) v over ``dim``; ``visible`` True where a key may be attended."""
+    scores = q @ k.transpose(-2, -1) * scale  # (B, H, 1, L_k)
+    if visible is not None:
+        scores = scores.masked_fill(~visible, float("-inf"))
+    return scores.softmax(dim) @ v
+
+
+#: the right step: no flag set (every slip sets one)
+_RIGHT = dict(position_zero=False, next_position=False, t_from_rows=False, unscaled=False, no_pe=False,
+              use_cache=True, first_only=False, keep_newest=False, scores_over="d_k",
+              softmax_dim=-1, one_cache=False, src_mask_off=False, no_norm=0, no_residual=0, no_relu=False)
+
+
+def _slipped_step(model: nn.Module, y_last: torch.Tensor, memory: torch.Tensor, src: torch.Tensor, cache: dict,
+                  **slip: Any) -> tuple[torch.Tensor, dict]:
+    """decode_step written out, or with one known slip (a flag of ``_RIGHT``): the slips' replay and their answers."""
+    s = {**_RIGHT, **slip}
+    t = cache.get("length", 0)
+    x = model.positional_encoding.dropout(_new_token(model, y_last, cache, t, s))  # (B, 1, d_model)
+    layers = cache.setdefault("layers", [{} for _ in model.decoder_layers])
+    visible = None if s["src_mask_off"] else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
+    for layer, kv in zip(model.decoder_layers, layers):
+        own = cache.setdefault("shared", {}) if s["one_cache"] else kv
+        x = _sublayer(layer.norm1, x, layer.dropout(_self_attention(layer.self_attn, x, own, s)), 1, s)
+        c = layer.cross_attn
+        if "mk" not in kv:  # memory's keys and values: once, at step 0
+            kv["mk"], kv["mv"] = _heads(c.W_k(memory), c), _heads(c.W_v(memory), c)  # (B, H, L_src, d_k)
+        cross = c.W_o(_merge(_attend(_heads(c.W_q(x), c), kv["mk"], kv["mv"], visible, c.d_k ** -0.5)))
+        x = _sublayer(layer.norm2, x, layer.dropout(cross), 2, s)
+        ff = layer.feed_forward
+        hidden = ff.linear2(ff.dropout(ff.linear1(x))) if s["no_relu"] else ff(x)
+        x = _sublayer(layer.norm3, x, layer.dropout(hidden), 3, s)
+    cache["length"] = t + 1
+    return model.generator(x)[:, -1], cache  # (B, V)
+
+
+def _new_token(model: nn.Module, y_last: torch.Tensor, cache: dict, t: int, s: dict) -> torch.Tensor:
+    """The new token's embedding times sqrt(d_model), plus the positional encoding of its position t."""
+    position = 0 if s["position_zero"] else t + 1 if s["next_position"] else t
+    if s["t_from_rows"] and cache.get("layers"):  # len() of a cached key: its rows, the batch size
+        position = len(cache["layers"][0]["k"])
+    scale = 1.0 if s["unscaled"] else math.sqrt(model.d_model)
+    return model.tgt_embed(y_last) * scale + (0 if s["no_pe"] else model.positional_encoding.pe[position])
+
+
+def _self_attention(a: nn.Module, x: torch.Tensor, kv: dict, s: dict) -> torch.Tensor:
+    """The new token's self-attention over the cached keys and values and its own (the cache kept in ``kv``)."""
+    k, v = _heads(a.W_k(x), a), _heads(a.W_v(x), a)  # (B, H, 1, d_k)
+    if "k" in kv and s["use_cache"]:
+        k, v = torch.cat([kv["k"], k], dim=2), torch.cat([kv["v"], v], dim=2)  # (B, H, t + 1, d_k)
+    kv["k"], kv["v"] = (k[:, :, -1:], v[:, :, -1:]) if s["keep_newest"] else (k, v)
+    L = k.size(2)
+    visible = None
+    if s["first_only"] and L > 1:  # the FIRST row of the causal mask (at step 1 the same as attending before
+        # appending the new key: what "first only" says, so a slip of its own would never be told apart)
+        visible = torch.ones(L, L, dtype=torch.bool, device=x.device).tril()[:1]
+    scale = {"d_k": a.d_k ** -0.5, "d_model": x.size(-1) ** -0.5, "nothing": 1.0}[s["scores_over"]]
+    return a.W_o(_merge(_attend(_heads(a.W_q(x), a), k, v, visible, scale, s["softmax_dim"])))
+
+
+def _sublayer(norm: nn.Module, x: torch.Tensor, out: torch.Tensor, which: int, s: dict) -> torch.Tensor:
+    """norm(x + out), or with the residual (``no_residual``) or the LayerNorm (``no_norm``) of sublayer ``which`` left out."""
+    total = out if s["no_residual"] == which else x + out
+    return total if s["no_norm"] == which else norm(total)
+
+
+#: The known slips, in the order they are tried: first on the logits of the step that differs, then on the input of
+#: the first linear map that departs from model.decode's. Each says the cause, then the fix.
+SLIPS = (
+    Slip("position 0", Diagnosis(
+        "the positional encoding of every new token is taken at position 0.",
+        "The newest token sits at position t (the number of tokens already in the cache): add "
+        "`model.positional_encoding.pe[t]`."), dict(position_zero=True)),
+    Slip("self only", Diagnosis(
+        "each new token attends to itself only: the cache grows, but its keys and values are not used.",
+        "Concatenate the new key and value to the cached ones (`torch.cat([cached_k, k], dim=2)`) and attend over "
+        "all of them."), dict(use_cache=False)),
+    Slip("first only", Diagnosis(
+        "the new token's self-attention sees position 0 only, not the later tokens and not itself.",
         "Either the causal mask is applied in the wrong orientation (its first row, which belongs to the first "
         "query: a single query, the newest token, may see every cached key, so no causal mask is needed at all, "
         "or its LAST row, `make_causal_mask(t + 1)[-1:]`), or, if it happens from step 1 on only, the new key and "
         "value are appended to the cache after attending instead of before (attend over positions 0 to t, itself "
-        "included)",
-        "newest two": "the cache keeps only the newest key and value, so each new token sees itself and the token "
-        "before it, nothing earlier: the cache is overwritten with the last position (`k[:, :, -1:]`) instead of "
-        "growing. Store the whole concatenation, `cache_k = torch.cat([cache_k, k], dim=2)` (and the values "
-        "likewise), and attend over all of it",
-        "no src mask": "the cross-attention does not hide the source padding: either no mask reaches it, or the mask "
-        "is built with another pad id than the model's (a fixed 0?). Pass `make_padding_mask(src, model.pad_id)` "
-        "to the cross-attention, as model.decode does",
-    }
-    return oracle, causes, trace
+        "included)."), dict(first_only=True)),
+    Slip("newest two", Diagnosis(
+        "the cache keeps only the newest key and value, so each new token sees itself and the token before it, "
+        "nothing earlier: the cache is overwritten with the last position (`k[:, :, -1:]`) instead of growing.",
+        "Store the whole concatenation, `cache_k = torch.cat([cache_k, k], dim=2)` (and the values likewise), and "
+        "attend over all of it."), dict(keep_newest=True)),
+    Slip("no src mask", Diagnosis(
+        "the cross-attention does not hide the source padding: either no mask reaches it, or the mask is built "
+        "with another pad id than the model's (a fixed 0?).",
+        "Pass `make_padding_mask(src, model.pad_id)` to the cross-attention, as model.decode does."),
+        dict(src_mask_off=True)),
+    Slip("unscaled embedding", Diagnosis(
+        "the new token's embedding is not multiplied by sqrt(d_model) before the positional encoding is added.",
+        "Scale it: `model.tgt_embed(y_last) * math.sqrt(model.d_model)`."), dict(unscaled=True)),
+    Slip("no positional encoding", Diagnosis(
+        "no positional encoding is added to the new token's embedding.",
+        "Add `model.positional_encoding.pe[t]`, the row of its position t (the number of tokens already in the "
+        "cache)."), dict(no_pe=True)),
+    Slip("position t + 1", Diagnosis(
+        "the new token gets the positional encoding of position t + 1; its position is t, the number of tokens "
+        "already in the cache.", "Add `pe[t]` (a step counter advanced inside the loop over the layers moves once "
+        "per layer: advance it once per call, after the loop)."), dict(next_position=True)),
+    Slip("position from the rows", Diagnosis(
+        f"the new token gets the positional encoding of position {_ROWS}, the number of sentences in the batch.",
+        "t is the number of tokens already in the cache, the length axis of a cached key, `k.size(2)` (`len(k)` "
+        "counts its rows)."), dict(t_from_rows=True)),
+    Slip("no norm3", Diagnosis("the third sublayer's LayerNorm is missing.",
+                               "Wrap the sum: `x = layer.norm3(x + feed_forward(x))`."), dict(no_norm=3)),
+    Slip("no residual 3", Diagnosis("the residual connection around the feed-forward network is missing.",
+                                    "Add the sublayer's input back: `norm3(x + feed_forward(x))`."), dict(no_residual=3)),
+    Slip("scores over sqrt(d_model)", Diagnosis(
+        "the self-attention scores are divided by sqrt(d_model) instead of sqrt(d_k), the size of one head.",
+        "Divide by `math.sqrt(attn.d_k)`."), dict(scores_over="d_model")),
+    Slip("unscaled scores", Diagnosis("the self-attention scores are not divided by sqrt(d_k).",
+                                      "Divide q k^T by `math.sqrt(attn.d_k)` before the softmax."),
+         dict(scores_over="nothing")),
+    Slip("softmax over queries", Diagnosis(
+        "the softmax of the self-attention runs over the query axis (dim=-2), which holds the one new token: every "
+        "weight is 1 and the values are summed.", "Normalise over the keys, `.softmax(dim=-1)`."),
+        dict(softmax_dim=-2)),
+    Slip("one cache", Diagnosis(
+        "every layer reads and writes the same keys and values in the cache, so each layer after the first also "
+        "attends over the keys of the layers before it.",
+        "Keep one cache entry per layer (a list or a dict per layer, `cache['layers'][i]`)."), dict(one_cache=True)),
+    Slip("no norm1", Diagnosis("the first sublayer's LayerNorm is missing.",
+                               "Wrap the sum: `x = layer.norm1(x + self_attention_output)`."), dict(no_norm=1)),
+    Slip("no residual 1", Diagnosis("the residual connection around the self-attention is missing.",
+                                    "Add the sublayer's input back: `norm1(x + self_attention_output)`."), dict(no_residual=1)),
+    Slip("no norm2", Diagnosis("the second sublayer's LayerNorm is missing.",
+                               "Wrap the sum: `x = layer.norm2(x + cross_attention_output)`."), dict(no_norm=2)),
+    Slip("no residual 2", Diagnosis("the residual connection around the cross-attention is missing.",
+                                    "Add the sublayer's input back: `norm2(x + cross_attention_output)`."), dict(no_residual=2)),
+    Slip("no relu", Diagnosis("the ReLU between the feed-forward network's two linear layers is missing.",
+                              "Apply it to the first one's output: `linear2(relu(linear1(x)))`."), dict(no_relu=True)),
+)
+
+
+def _replayed(slip: Slip, trace: dict, src: torch.Tensor, tgt: torch.Tensor, t: int) -> tuple[torch.Tensor, list]:
+    """Steps 0 to t of the slipped step on the check's inputs, in float64: step t's logits and its linear maps' uses."""
+    model, memory, cache = trace["model"], trace["memory"], {}
+    with torch.no_grad():
+        for step in range(t):
+            _, cache = slip.replay(_slipped_step, model, tgt[:, step : step + 1], memory, src, cache)
+        with WeightUses(_linear_weights(model)) as uses:
+            logits, _ = slip.replay(_slipped_step, model, tgt[:, t : t + 1], memory, src, cache)
+    return logits.float(), uses.calls
+
+
+def _as_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's decode_step (for the generated catalogue tests)."""
+    def decode_step(model, y_last, memory, src, cache):
+        return slip.replay(_slipped_step, model, y_last, memory, src, cache)
+
+    return decode_step
 
 
 def _row_that_differs(expected: torch.Tensor, actual: torch.Tensor) -> str:
@@ -222,7 +378,7 @@ def _row_that_differs(expected: torch.Tensor, actual: torch.Tensor) -> str:
 
 
 def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor, memory: torch.Tensor,
-                 tgt: torch.Tensor, oracle: dict, causes: dict, trace: dict) -> None:
+                 tgt: torch.Tensor, right: torch.Tensor, trace: dict) -> None:
     """Steps 0..T-1 on the batch: logits equal the full recomputation, one new position per projection."""
     T = tgt.shape[1]
     with torch.no_grad():
@@ -230,24 +386,36 @@ def _cache_steps(check: Check, decode_step: Callable, model: nn.Module, src: tor
         for t in range(T):
             with WeightUses(_linear_weights(model)) as uses:
                 logits, cache = _step(check, decode_step, model, tgt[:, t : t + 1], memory, src, cache, t)
-            seen = _positions_seen(uses.calls)
-            if not close_enough(logits, oracle["right"][:, t]):
-                named = [f"Likely cause: {why}." for key, why in causes.items() if close_enough(logits, oracle[key][:, t])]
-                named = named or [_where_it_departs(uses.calls, trace, t, tgt[:, t : t + 1])]
+            if not close_enough(logits, right[:, t]):
                 check.fail(
                     f"At step {t} (the cache holds {t} token{'s' if t != 1 else ''}), the logits of decode_step "
-                    f"differ from those of model.decode on the whole prefix (batch of 3 sentences of source "
+                    f"differ from those of model.decode on the whole prefix (batch of {_ROWS} sentences of source "
                     f"lengths 5, 2 and 4, padded).\n"
-                    + (named[0] if named[0] else
-                       "Follow model.decode for one position: embedding * sqrt(d_model) + pe[t], then per layer "
-                       "self-attention over the cached keys and values plus the new ones, cross-attention "
-                       "to memory with the source padding mask, the feed-forward network, each wrapped with "
-                       "its residual and LayerNorm; then the generator.")
-                    + _row_that_differs(oracle["right"][:, t], logits)
+                    + _why_the_step_differs(uses.calls, logits, trace, src, tgt, t)
+                    + _row_that_differs(right[:, t], logits)
                 )
-            _positions(check, seen, t, memory.shape[1])
+            _positions(check, _positions_seen(uses.calls), t, memory.shape[1])
     check.ok("logits equal the full recomputation at every step (batch with source padding)")
     check.ok("every projection sees one new position per step; cross-attention keys and values are computed once")
+
+
+def _why_the_step_differs(calls: list, logits: torch.Tensor, trace: dict, src: torch.Tensor, tgt: torch.Tensor,
+                          t: int) -> str:
+    """The known slip whose replay gives these logits; else where the step departs from model.decode."""
+    replays: dict[str, tuple] = {}
+
+    def replay(slip: Slip) -> tuple[torch.Tensor, list]:  # each slip replayed once, for both comparisons
+        if slip.name not in replays:
+            replays[slip.name] = _replayed(slip, trace, src, tgt, t)
+        return replays[slip.name]
+
+    slip = matching_slip(SLIPS, lambda s: replay(s)[0], same_tensor(logits))
+    if slip is not None:
+        return f"Likely cause: {slip.says}"
+    return _where_it_departs(calls, trace, t, tgt[:, t : t + 1], replay) or (
+        "Follow model.decode for one position: embedding * sqrt(d_model) + pe[t], then per layer self-attention "
+        "over the cached keys and values plus the new ones, cross-attention to memory with the source padding mask, "
+        "the feed-forward network, each wrapped with its residual and LayerNorm; then the generator.")
 
 
 def _dropouts_applied(check: Check, decode_step: Callable, model: nn.Module, src: torch.Tensor,
@@ -345,15 +513,7 @@ def _not_rows_first(cache: Any, rows: int, path: str = "cache") -> list[tuple[st
     return []
 
 
-def _heads_attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, axis: int = -1) -> torch.Tensor:
-    """Merged multi-head attention of one query per row: q (B, d), k and v (B, L, d) -> (B, d)."""
-    B, L, D = k.shape
-    d_k = D // HEADS
-    qh, kh, vh = q.view(B, HEADS, 1, d_k), k.view(B, L, HEADS, d_k).transpose(1, 2), v.view(B, L, HEADS, d_k).transpose(1, 2)
-    return ((qh @ kh.transpose(-2, -1) * scale).softmax(axis) @ vh).reshape(B, D)  # (B, d_model)
-
-
-def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) -> str:
+def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor, replay: Callable[[Slip], tuple]) -> str:
     """The first linear map of the step whose input differs from model.decode's: its cause, else where it is."""
     model = trace["model"]  # the float64 copy the trace comes from
     used = [name for name, _, _ in calls]
@@ -383,103 +543,66 @@ def _where_it_departs(calls: list, trace: dict, t: int, y_last: torch.Tensor) ->
                 + (" (the merged heads go through W_o before the residual sum)" if unused[0].endswith("W_o") else "")
                 + ": decode_step computes what the layer computes, each projection applied as a module, "
                   "`attn.W_o(...)`.")
-    mine = {name: applied.double() for name, applied, _ in calls}
+    rows = y_last.shape[0]
     for name in _linear_weights(model):
-        if name not in mine or name not in trace:
+        if name not in used or name not in trace:
             continue
-        want = trace[name][0]
-        cross_kv = ".cross_attn.W_k" in name or ".cross_attn.W_v" in name
-        width = mine[name].shape[-1]  # d_model, or d_ff for the second linear map of a feed-forward network
-        got = mine[name] if cross_kv else mine[name].reshape(y_last.shape[0], -1, width)[:, -1]
-        want = want if cross_kv else want[:, t]
-        if not close_enough(got, want, 1e-4, 1e-4):
-            return _departure_cause(model, name, got, trace, t, y_last)
+        got, want = _input_of(calls, name, rows), trace[name][0]
+        if not close_enough(got, want if _projects_memory(name) else want[:, t], 1e-4, 1e-4):
+            return _departure_cause(name, got, rows, replay)
     return ""
 
 
-def _departure_cause(model: nn.Module, name: str, got: torch.Tensor, trace: dict, t: int, y_last: torch.Tensor) -> str:
-    """Named causes for the input of ``name`` (the first that differs), else where the step goes wrong."""
+def _projects_memory(name: str) -> bool:
+    return ".cross_attn.W_k" in name or ".cross_attn.W_v" in name
+
+
+def _input_of(calls: list, name: str, rows: int) -> torch.Tensor:
+    """What the map ``name`` was last applied to in a step, in float64: memory, or the newest position's vector."""
+    applied = [applied for used, applied, _ in calls if used == name][-1].double()
+    return applied if _projects_memory(name) else applied.reshape(rows, -1, applied.shape[-1])[:, -1]
+
+
+def _departure_cause(name: str, got: torch.Tensor, rows: int, replay: Callable[[Slip], tuple]) -> str:
+    """The known slip whose replay feeds ``name`` (the first map whose input differs) what the learner's step
+    fed it, else where the step goes wrong."""
+    slip = matching_slip(SLIPS, lambda s: _input_of(replay(s)[1], name, rows),
+                         lambda value: close_enough(got, value, 1e-4, 1e-4))
+    if slip is not None:
+        return f"Likely cause: {slip.says}"
+    return (f"Where it goes wrong: `{name}` is the first linear map whose input differs from model.decode's: "
+            f"{_what_differs(name)}.")
+
+
+#: what the input of a linear map is, by the map (the first whose name ends so); the first layer's queries, keys
+#: and values take the new token's embedding
+_INPUTS = (
+    (("decoder_layers[0].self_attn.W_q", "decoder_layers[0].self_attn.W_k", "decoder_layers[0].self_attn.W_v"),
+     "what the first layer receives for the new token differs from model.decode's: tgt_embed(y_last) * "
+     "sqrt(d_model) + pe[t] (the positional encoding's dropout is off in eval mode)"),
+    (("self_attn.W_q", "self_attn.W_k", "self_attn.W_v", "generator"),
+     "the output of decoder layer {before}'s feed-forward sublayer, norm3(x + feed_forward(x)), differs"),
+    (("self_attn.W_o",),
+     "the new token's query, key and value are right, so what differs is what it attends over or how: the cached "
+     "keys and values must be the earlier positions' own, kept unchanged and concatenated with the new ones along "
+     "the positions; then softmax(q k^T / sqrt(d_k)) v per head, the softmax over the keys, and the heads merged"),
+    (("cross_attn.W_q",), "the output of the self-attention sublayer, norm1(x + self_attention_output), differs"),
+    (("cross_attn.W_k", "cross_attn.W_v"),
+     "the cross-attention's keys and values are not computed from memory: W_k(memory) and W_v(memory), once, at "
+     "step 0, then kept in the cache"),
+    (("cross_attn.W_o",),
+     "the cross-attention over memory differs although its query is right: keys and values from memory (computed "
+     "at step 0, kept in the cache), the source padding mask (True = may attend, `src != model.pad_id`), "
+     "softmax(q k^T / sqrt(d_k)) v per head"),
+    (("feed_forward.linear1",),
+     "the output of the cross-attention sublayer, norm2(x + cross_attention_output), differs"),
+    (("feed_forward.linear2",), "the feed-forward network's hidden layer, relu(linear1(x)), differs"),
+)
+
+
+def _what_differs(name: str) -> str:
     i = int(name[len("decoder_layers["):name.index("]")]) if name.startswith("decoder_layers") else LAYERS
-    layer = model.decoder_layers[min(i, LAYERS - 1)]
-    at = lambda key, which=0: trace[f"decoder_layers[{i}].{key}"][which][:, t]  # noqa: E731 (input 0 / output 1)
-    before = lambda key: trace[f"decoder_layers[{i - 1}].{key}"]  # noqa: E731
-    named: list[tuple[torch.Tensor, str]] = []
-    if name.endswith(("self_attn.W_q", "self_attn.W_k", "self_attn.W_v")) and i == 0:
-        emb, pe, root = model.tgt_embed.weight[y_last[:, 0]], model.positional_encoding.pe, math.sqrt(D_MODEL)
-        named = [(emb + pe[t], "the new token's embedding is not multiplied by sqrt(d_model) before the positional "
-                               "encoding is added: `model.tgt_embed(y_last) * math.sqrt(model.d_model)`"),
-                 (emb * root, "no positional encoding is added to the new token's embedding: add "
-                              "`model.positional_encoding.pe[t]`, the row of its position t (the number of tokens "
-                              "already in the cache)"),
-                 (emb * root + pe[t + 1], "the new token gets the positional encoding of position t + 1; its position "
-                                          "is t, the number of tokens already in the cache: add `pe[t]` (a step "
-                                          "counter advanced inside the loop over the layers moves once per layer: "
-                                          "advance it once per call, after the loop)")]
-        B = y_last.shape[0]
-        if B not in (t, t + 1) and B < pe.shape[0]:  # the position read from the rows of a cached tensor
-            named.append((emb * root + pe[B], f"the new token gets the positional encoding of position {B}, the "
-                                              f"number of sentences in the batch: t is the number of tokens already "
-                                              f"in the cache, the length axis of a cached key, `k.size(2)` (`len(k)` "
-                                              f"counts its rows)"))
-        where = ("what the first layer receives for the new token differs from model.decode's: "
-                 "tgt_embed(y_last) * sqrt(d_model) + pe[t] (the positional encoding's dropout is off in eval mode)")
-    elif name.endswith(("self_attn.W_q", "generator")):  # the end of the previous layer
-        x, ffn = before("feed_forward.linear1")[0][:, t], before("feed_forward.linear2")[1][:, t]
-        norm = model.decoder_layers[i - 1].norm3
-        named = [(x + ffn, "the third sublayer's LayerNorm is missing: x = layer.norm3(x + feed_forward(x))"),
-                 (norm(ffn), "the residual connection around the feed-forward network is missing: "
-                             "norm3(x + feed_forward(x))")]
-        where = f"the output of decoder layer {i - 1}'s feed-forward sublayer, norm3(x + feed_forward(x)), differs"
-    elif name.endswith("self_attn.W_o"):
-        q, k, v = at("self_attn.W_q", 1), trace[f"decoder_layers[{i}].self_attn.W_k"][1], trace[f"decoder_layers[{i}].self_attn.W_v"][1]
-        d_k = D_MODEL // HEADS
-        named = [(_heads_attend(q, k[:, :t], v[:, :t], d_k ** -0.5) if t else got + 1,
-                  "the new token attends to the cached tokens but not to itself: append its own key and value to the "
-                  "cache first, and attend over the keys and values of positions 0 to t"),
-                 (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], D_MODEL ** -0.5),
-                  "the self-attention scores are divided by sqrt(d_model) instead of sqrt(d_k), the size of one head"),
-                 (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], 1.0),
-                  "the self-attention scores are not divided by sqrt(d_k)"),
-                 (_heads_attend(q, k[:, : t + 1], v[:, : t + 1], d_k ** -0.5, axis=-2) if t else got + 1,
-                  "the softmax of the self-attention runs over the query axis (dim=-2), which holds the one new "
-                  "token: every weight is 1 and the values are summed. Normalise over the keys, `.softmax(dim=-1)`")]
-        if i > 0 and t == 0:  # one cache for every layer: layer i also attends over the keys of layers 0 to i - 1
-            ks, vs = ([trace[f"decoder_layers[{j}].self_attn.{w}"][1][:, :1] for j in range(i + 1)] for w in ("W_k", "W_v"))
-            named.append((_heads_attend(q, torch.cat(ks, 1), torch.cat(vs, 1), d_k ** -0.5),
-                          f"every layer reads and writes the same keys and values in the cache, so layer {i} also "
-                          f"attends over the keys of the layers before it: keep one cache entry per layer (a list "
-                          f"or a dict per layer, `cache['layers'][i]`)"))
-        where = ("the new token's query, key and value are right, so what differs is what it attends over or how: "
-                 "the cached keys and values must be the earlier positions' own, kept unchanged and concatenated "
-                 "with the new ones along the positions; then softmax(q k^T / sqrt(d_k)) v per head, the softmax "
-                 "over the keys, and the heads merged")
-    elif name.endswith("cross_attn.W_q"):
-        x, sa = at("self_attn.W_q"), at("self_attn.W_o", 1)
-        named = [(x + sa, "the first sublayer's LayerNorm is missing: x = layer.norm1(x + self_attention_output)"),
-                 (layer.norm1(sa), "the residual connection around the self-attention is missing: "
-                                   "norm1(x + self_attention_output)")]
-        where = "the output of the self-attention sublayer, norm1(x + self_attention_output), differs"
-    elif name.endswith(("cross_attn.W_k", "cross_attn.W_v")):
-        where = ("the cross-attention's keys and values are not computed from memory: W_k(memory) and W_v(memory), "
-                 "once, at step 0, then kept in the cache")
-    elif name.endswith("cross_attn.W_o"):
-        where = ("the cross-attention over memory differs although its query is right: keys and values from memory "
-                 "(computed at step 0, kept in the cache), the source padding mask (True = may attend, "
-                 "`src != model.pad_id`), softmax(q k^T / sqrt(d_k)) v per head")
-    elif name.endswith("feed_forward.linear1"):
-        x, ca = at("cross_attn.W_q"), at("cross_attn.W_o", 1)
-        named = [(x + ca, "the second sublayer's LayerNorm is missing: x = layer.norm2(x + cross_attention_output)"),
-                 (layer.norm2(ca), "the residual connection around the cross-attention is missing: "
-                                   "norm2(x + cross_attention_output)")]
-        where = "the output of the cross-attention sublayer, norm2(x + cross_attention_output), differs"
-    else:  # linear2: the hidden layer
-        named = [(at("feed_forward.linear1", 1), "the ReLU between the feed-forward network's two linear layers is "
-                                                  "missing")]
-        where = "the feed-forward network's hidden layer, relu(linear1(x)), differs"
-    cause = next((why for value, why in named if close_enough(got, value, 1e-4, 1e-4)), "")
-    if cause:
-        return f"Likely cause: {cause}."
-    return f"Where it goes wrong: `{name}` is the first linear map whose input differs from model.decode's: {where}."
+    return next(text for ends, text in _INPUTS if name.endswith(ends)).format(before=i - 1)
 
 
 def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -> None:
@@ -508,5 +631,14 @@ def _positions(check: Check, seen: dict[str, list[int]], t: int, src_len: int) -
                     check.fail(f"At step {t}, {name} was never called: decode_step must use the model's own "
                                f"projections (W_q, W_k, W_v, W_o of each layer's self_attn and cross_attn).")
 
+
+DECODE_STEP = Exercise(
+    "decode_step", _check_decode_step,
+    oracle="model.decode on the whole prefix (full recomputation, float64), on the checker's own model with the "
+           "course's layout; forward hooks on every linear map count the positions each one sees",
+    cases="a batch of 3 sentences of source lengths 5, 2 and 4 padded with pad id 2, 7 target tokens stepped one at "
+          "a time; then the rows reordered as beam search does, two caches stepped in turn, each dropout in "
+          "training mode at rate 1, and the inputs on a pretend GPU",
+    slips=SLIPS, answer=_as_answer)
 
 __all__ = ["check_decode_step"]

@@ -4,10 +4,16 @@ The copy must compute the model's logits with ``nn.Transformer``'s layers (the s
 same dropout rate in training mode), share no tensor with the learner's model, and leave it as it was. When the
 logits differ, the layers are compared one by one and the first that departs is named, with the weight that
 was copied wrongly where it can be told.
+
+Known slips are records (:data:`SLIPS`): each a mutant of what the copy should hold or pass (in_proj_weight's
+blocks transposed or in another order, out_proj transposed, a norm holding another, an inverted mask), matched
+on the copy's own tensors; the sizes, rates and options read off the copy are named by their own checks.
 """
 
 from __future__ import annotations
 
+import copy
+import math
 import warnings
 from typing import Any, Callable
 
@@ -16,7 +22,8 @@ from torch import nn
 
 from . import stages
 from ._core import Check, CheckResult, close_enough, describe, fmt_values, generator
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
 from .stages.measuring import drop_pattern, dropout_problem
 from .stages.standins import DROPOUT, LAYERS, SRC_VOCAB, TGT_VOCAB, CourseTransformer
 
@@ -26,7 +33,7 @@ _PAD = 0  # the padding id of the checker's model
 
 def check_to_torch_transformer(to_torch_transformer: Callable) -> CheckResult:
     """Check that ``to_torch_transformer(model)`` computes the model's logits with nn.Transformer's layers."""
-    return run_check("to_torch_transformer", _check_to_torch_transformer, to_torch_transformer)
+    return TO_TORCH_TRANSFORMER.check(to_torch_transformer)
 
 
 def _same_values(a, b) -> bool:
@@ -45,14 +52,10 @@ def _attention_problem(where: str, ours: nn.Module, theirs: nn.MultiheadAttentio
     if fused is None:
         return f"{where} has separate q/k/v projection weights: build it with kdim = vdim = d_model (the default)."
     if not _same_values(fused, torch.cat(w)):
-        if _same_values(fused, torch.cat([x.t() for x in w])):
-            cause = "each block is transposed: nn.Linear already stores (out_features, in_features), copy it as it is"
-        elif any(_same_values(fused, torch.cat([w[i] for i in order])) for order in
-                 [(0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]):
-            cause = "the three blocks are in the wrong order: it must stack W_q, W_k, W_v, in this order"
-        else:
-            cause = "it should be torch.cat([W_q.weight, W_k.weight, W_v.weight]) (rows: queries, then keys, then values)"
-        return f"{where}.in_proj_weight does not hold your W_q, W_k, W_v: {cause}."
+        slip = matching_slip(_FUSED_SLIPS, lambda s: s.replay(None, w), lambda wrong: _same_values(fused, wrong))
+        cause = slip.says if slip is not None else \
+            "it should be torch.cat([W_q.weight, W_k.weight, W_v.weight]) (rows: queries, then keys, then values)."
+        return f"{where}.in_proj_weight does not hold your W_q, W_k, W_v: {cause}"
     if theirs.in_proj_bias is not None and not _same_values(theirs.in_proj_bias, torch.cat(b)):
         return f"{where}.in_proj_bias should be torch.cat([W_q.bias, W_k.bias, W_v.bias])."
     if not _same_values(theirs.out_proj.weight, ours.W_o.weight) or not _same_values(theirs.out_proj.bias, ours.W_o.bias):
@@ -62,10 +65,9 @@ def _attention_problem(where: str, ours: nn.Module, theirs: nn.MultiheadAttentio
 
 def _transposed(theirs: nn.Module, ours: nn.Module) -> str:
     """Names a weight copied transposed (possible only for a square one), else nothing."""
-    if _same_values(theirs.weight, ours.weight.t()) and not _same_values(theirs.weight, ours.weight):
-        return (": it holds the transpose of your weight. nn.Linear stores (out_features, in_features) in both "
-                "models, so copy the weight as it is, without `.T`")
-    return ""
+    slip = matching_slip(_COPIED_SLIPS, lambda s: s.replay(None, ours.weight),
+                         lambda wrong: _same_values(theirs.weight, wrong) and not _same_values(theirs.weight, ours.weight))
+    return f": {slip.says}" if slip is not None else ""
 
 
 def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: list[str], norms: int,
@@ -87,9 +89,11 @@ def _layer_problem(where: str, ours: nn.Module, theirs: nn.Module, attentions: l
     for i in range(1, norms + 1):
         mine, yours = getattr(ours, f"norm{i}"), getattr(theirs, f"norm{i}")
         if not (_same_values(yours.weight, mine.weight) and _same_values(yours.bias, mine.bias)):
-            others = [j for j in range(1, norms + 1) if _same_values(yours.weight, getattr(ours, f"norm{j}").weight)]
-            extra = f" (it holds your norm{others[0]})" if others else ""
-            return f"{where}.norm{i} should hold your norm{i}{extra}: each sublayer has its own LayerNorm."
+            slip = matching_slip(_NORM_SLIPS[:norms], lambda s: s.replay(None, ours),
+                                 lambda norm: _same_values(yours.weight, norm.weight))
+            if slip is not None:
+                return f"{where}.norm{i} should hold your norm{i} ({slip.says.cause}): {slip.says.fix}."
+            return f"{where}.norm{i} should hold your norm{i}: each sublayer has its own LayerNorm."
         eps, want = getattr(yours, "eps", None), getattr(mine, "eps", 1e-5)
         # within a factor of 10 (1e-5 against a hand-written norm's 1e-6) the logits agree to the checker's 1e-5
         if isinstance(eps, float) and isinstance(want, float) and eps > 0 and want > 0 and \
@@ -127,6 +131,116 @@ def _real(x: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     if x.dim() == 3 and x.shape[1] < real.shape[1]:
         x = torch.cat([x, x.new_zeros(x.shape[0], real.shape[1] - x.shape[1], x.shape[2])], dim=1)
     return x[real]
+
+
+# --------------------------------------------------------------------------
+# The known slips of a copy: one record each, a mutant of what the copy should hold or pass, and its message
+
+
+#: in_proj_weight from W_q, W_k, W_v's weights ``w``: the right one is torch.cat(w)
+_FUSED_SLIPS = (
+    Slip("qkv transposed", Diagnosis("each block is transposed.",
+                                     "nn.Linear already stores (out_features, in_features): copy it as it is."),
+         lambda w: torch.cat([x.t() for x in w])),
+    *(Slip(f"qkv order {''.join('qkv'[i] for i in order)}", Diagnosis(
+        "the three blocks are in the wrong order.", "It must stack W_q, W_k, W_v, in this order."),
+        lambda w, order=order: torch.cat([w[i] for i in order]))
+      for order in [(0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]),
+)
+
+#: a square weight (out_proj) from the learner's: the right one is the weight itself
+_COPIED_SLIPS = (
+    Slip("copied transposed", Diagnosis(
+        "it holds the transpose of your weight.", "nn.Linear stores (out_features, in_features) in both models, so "
+        "copy the weight as it is, without `.T`"), lambda weight: weight.t()),
+)
+
+#: the norm a copied norm holds, from the learner's layer: the right one is the norm of the same number
+_NORM_SLIPS = tuple(Slip(f"holds norm{j}", Diagnosis(f"it holds your norm{j}", "each sublayer has its own LayerNorm"),
+                         lambda layer, j=j: getattr(layer, f"norm{j}")) for j in (1, 2, 3))
+
+
+def _causal_hidden(length: int) -> torch.Tensor:
+    return torch.ones(length, length, dtype=torch.bool).triu(1)  # (L, L): PyTorch's causal mask, True = hidden
+
+
+#: the masks decoder layer 0 receives, in PyTorch's convention (True = hidden), from src, the target length and
+#: the pad id: the right ones are ``_pytorch_masks``'
+_MASK_SLIPS = (
+    Slip("causal inverted", Diagnosis(
+        "its tgt_mask hides the past and shows the future: PyTorch's masks are the opposite of ours, True (or -inf) "
+        "means HIDDEN.", "Pass a mask that is True ABOVE the diagonal: ~your_causal_mask, or "
+        "nn.Transformer.generate_square_subsequent_mask(L)."),
+        lambda src, length, pad: {"tgt_mask": ~_causal_hidden(length)}),
+    Slip("memory padding inverted", Diagnosis(
+        "its memory_key_padding_mask hides the real source positions and shows the padding: in PyTorch True means "
+        "HIDDEN.", "Pass (src == pad_id)."), lambda src, length, pad: {"memory_key_padding_mask": src != pad}),
+)
+
+SLIPS = (*_FUSED_SLIPS, *_COPIED_SLIPS, *_NORM_SLIPS, *_MASK_SLIPS)
+
+
+def _pytorch_masks(src: torch.Tensor, length: int, pad: int) -> dict[str, torch.Tensor]:
+    return {"tgt_mask": _causal_hidden(length).to(src.device), "memory_key_padding_mask": src == pad}
+
+
+class _TorchCopy(nn.Module):
+    """A copy into nn.Transformer, right or making one known slip (the slips' answers, for the generated tests)."""
+
+    def __init__(self, model: nn.Module, slip: Slip | None = None):
+        super().__init__()
+        self.d_model, self.pad_id, self.slip = model.d_model, model.pad_id, slip
+        self.src_embed, self.tgt_embed = copy.deepcopy(model.src_embed), copy.deepcopy(model.tgt_embed)
+        self.positional_encoding, self.generator = copy.deepcopy(model.positional_encoding), copy.deepcopy(model.generator)
+        layer = model.encoder_layers[0]
+        self.core = nn.Transformer(model.d_model, layer.self_attn.num_heads, len(model.encoder_layers),
+                                   len(model.decoder_layers), layer.feed_forward.linear1.out_features,
+                                   dropout=model.positional_encoding.dropout.p, batch_first=True)
+        self.core.encoder.norm = self.core.decoder.norm = None
+        with torch.no_grad():
+            for ours, theirs in zip(model.encoder_layers, self.core.encoder.layers):
+                self._fill(ours, theirs, {"self_attn": "self_attn"}, 2)
+            for ours, theirs in zip(model.decoder_layers, self.core.decoder.layers):
+                self._fill(ours, theirs, {"self_attn": "self_attn", "cross_attn": "multihead_attn"}, 3)
+
+    def _slipped(self, table: tuple, right: Any, *inputs: Any) -> Any:
+        return self.slip.replay(None, *inputs) if self.slip in table else right
+
+    def _fill(self, ours: nn.Module, theirs: nn.Module, attentions: dict[str, str], norms: int) -> None:
+        for mine, torch_name in attentions.items():
+            a, t = getattr(ours, mine), getattr(theirs, torch_name)
+            w = [getattr(a, n).weight for n in ("W_q", "W_k", "W_v")]
+            t.in_proj_weight.copy_(self._slipped(_FUSED_SLIPS, torch.cat(w), w))
+            t.in_proj_bias.copy_(torch.cat([getattr(a, n).bias for n in ("W_q", "W_k", "W_v")]))
+            t.out_proj.weight.copy_(self._slipped(_COPIED_SLIPS, a.W_o.weight, a.W_o.weight))
+            t.out_proj.bias.copy_(a.W_o.bias)
+        for lin in ("linear1", "linear2"):
+            getattr(theirs, lin).load_state_dict(getattr(ours.feed_forward, lin).state_dict())
+        held = {i: getattr(ours, f"norm{i}") for i in range(1, norms + 1)}
+        if self.slip in _NORM_SLIPS:  # the first other norm holds the slip's
+            j = int(self.slip.name[-1])
+            if j <= norms:
+                held[1 if j != 1 else 2] = self.slip.replay(None, ours)
+        for i, norm in held.items():
+            getattr(theirs, f"norm{i}").load_state_dict(norm.state_dict())
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        scale = math.sqrt(self.d_model)
+        x = self.positional_encoding(self.src_embed(src) * scale)  # (B, L_src, d_model)
+        y = self.positional_encoding(self.tgt_embed(tgt) * scale)  # (B, L_tgt, d_model)
+        right = _pytorch_masks(src, tgt.size(1), self.pad_id)
+        masks = {**right, **self._slipped(_MASK_SLIPS, {}, src, tgt.size(1), self.pad_id)}
+        out = self.core(x, y, src_key_padding_mask=src == self.pad_id, tgt_key_padding_mask=tgt == self.pad_id,
+                        **masks)
+        return self.generator(out)
+
+
+def _as_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's to_torch_transformer (for the generated catalogue tests)."""
+    def to_torch_transformer(model: nn.Module) -> nn.Module:
+        return _TorchCopy(model, slip)
+
+    return to_torch_transformer
 
 
 def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) -> None:
@@ -376,28 +490,31 @@ def _hidden(mask: Any) -> torch.Tensor | None:
 
 def _mask_problem(kwargs: dict, src: torch.Tensor, length: int) -> str:
     """Names the mask that decoder layer 0 received wrongly (PyTorch's convention: True or -inf means hidden)."""
-    future = torch.ones(length, length, dtype=torch.bool).triu(1)  # (L, L): what the causal mask hides
+    future = _causal_hidden(length)
     tgt_mask = _hidden(kwargs.get("tgt_mask"))
     if tgt_mask is None and not kwargs.get("tgt_is_causal"):
         return ("it receives no tgt_mask, so every target position sees the future. Pass a causal mask: "
                 "tgt_mask = nn.Transformer.generate_square_subsequent_mask(L) (or a bool mask True above the diagonal).")
-    if tgt_mask is not None and tgt_mask.shape[-2:] == future.shape:
-        shown = tgt_mask.reshape(-1, length, length)[0]
-        if torch.equal(shown, ~future):
-            return ("its tgt_mask hides the past and shows the future: PyTorch's masks are the opposite of ours, True "
-                    "(or -inf) means HIDDEN. Pass a mask that is True ABOVE the diagonal: ~your_causal_mask, or "
-                    "nn.Transformer.generate_square_subsequent_mask(L).")
-        if not torch.equal(shown, future):
-            return "its tgt_mask is not the causal mask: it should hide exactly the positions above the diagonal."
-    padding = src == _PAD  # (B, L_src): what PyTorch should hide in the source
-    memory_mask = _hidden(kwargs.get("memory_key_padding_mask"))
-    if memory_mask is None:
+    received = {"tgt_mask": tgt_mask, "memory_key_padding_mask": _hidden(kwargs.get("memory_key_padding_mask"))}
+    slip = matching_slip(_MASK_SLIPS, lambda s: s.replay(None, src, length, _PAD),
+                         lambda wrong: all(_same_mask(received[key], mask) for key, mask in wrong.items()))
+    if slip is not None:
+        return str(slip.says)
+    if tgt_mask is not None and tgt_mask.shape[-2:] == future.shape and \
+            not torch.equal(tgt_mask.reshape(-1, length, length)[0], future):
+        return "its tgt_mask is not the causal mask: it should hide exactly the positions above the diagonal."
+    if received["memory_key_padding_mask"] is None:
         return ("it receives no memory_key_padding_mask, so the cross-attention reads the source's padding. Pass "
                 "memory_key_padding_mask = (src == pad_id), as for the encoder's src_key_padding_mask.")
-    if memory_mask.shape == padding.shape and torch.equal(memory_mask, ~padding):
-        return ("its memory_key_padding_mask hides the real source positions and shows the padding: in PyTorch True "
-                "means HIDDEN, so pass (src == pad_id).")
     return ""
+
+
+def _same_mask(received: torch.Tensor | None, mask: torch.Tensor) -> bool:
+    """A mask PyTorch received (True = hidden) hides what ``mask`` hides: (L, L), (B * H, L, L) or (B, L_src)."""
+    if received is None or received.shape[-mask.dim():] != mask.shape:
+        return False
+    return torch.equal(received.reshape(-1, *mask.shape)[0] if mask.dim() == 2 and received.dim() > 2 else received,
+                       mask)
 
 
 def _first_mismatch(check: Check, src: torch.Tensor, tgt: torch.Tensor, expected: torch.Tensor, got: torch.Tensor,
@@ -451,5 +568,12 @@ def _first_mismatch(check: Check, src: torch.Tensor, tgt: torch.Tensor, expected
         f"{fmt_values(got[real_tgt])}"
     )
 
+
+TO_TORCH_TRANSFORMER = Exercise(
+    "to_torch_transformer", _check_to_torch_transformer,
+    oracle="the learner's own model (the checker's stand-in with lesson 05's layout), layer by layer through hooks",
+    cases="a padded batch of 3 sources and targets in eval mode; batches without padding in training mode, to "
+          "measure the dropouts; a backward pass; the copy on a pretend GPU",
+    slips=SLIPS, answer=_as_answer)
 
 __all__ = ["check_to_torch_transformer"]

@@ -6,8 +6,8 @@ and cosines in two halves of the positional table, a ``final_logits_bias``, the 
 and as the last id, end of sentence 0), every weight random. The learner's model must give Marian's logits on
 a padded batch.
 
-Known slips are one table of records, :data:`SLIPS`: a mutant of the oracle (a change made to a copy of
-Marian, or to how it is called) and the message that names it. They are replayed on the same inputs only
+Known slips are one table of records, :data:`SLIPS`: a mutant of the oracle (the flags of ``_slipped_logits``: a
+change made to a copy of Marian, or to how it is called) and the message that names it. They are replayed on the same inputs only
 once the learner's logits disagree with Marian's, never to accept. Two signatures are read off the mismatch
 itself: logits that are Marian's plus one constant per vocabulary column (an output bias that is not
 final_logits_bias), and a size mismatch raised inside from_marian between a weight and its transpose (a
@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from ._core import Check, CheckResult, is_ours, close_enough, describe, fmt_shape, generator, seed_offset
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
 
 _NAME = "from_marian"
 #: Tolerances against Marian's logits, by dtype (the lesson's promise: 1e-4 in float32, far closer in float64).
@@ -59,7 +60,7 @@ SIZES = (Size(37, 16, 2, 4, 24, 40, torch.float32), Size(50, 24, 1, 3, 40, 32, t
 
 def check_from_marian(from_marian: Callable) -> CheckResult:
     """Check ``from_marian(marian)``: the learner's Transformer holding Marian's weights gives Marian's logits."""
-    return run_check(_NAME, _check_from_marian, from_marian)
+    return FROM_MARIAN.check(from_marian)
 
 
 def _check_from_marian(check: Check, from_marian: Callable) -> None:
@@ -157,15 +158,15 @@ def marian_logits(marian: nn.Module, src: torch.Tensor, tgt: torch.Tensor, hide_
 # The known slips: one record each, a mutant of the oracle and the message that names it
 
 
-@dataclasses.dataclass(frozen=True)
-class Slip:
-    """A mistake a port makes: ``mutate`` makes it on a copy of Marian, ``run`` computes that copy's logits."""
-
-    name: str
-    message: str
-    mutate: Callable[[nn.Module], None] = lambda marian: None
-    run: Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor] = marian_logits
-    from_position: int = 0  # the first target position the mistake determines (the earlier ones depend on more)
+def _slipped_logits(marian: nn.Module, src: torch.Tensor, tgt: torch.Tensor,
+                    mutate: Callable[[nn.Module], None] | None = None, hide_target_padding: bool = False, source_pad: int | None | str = "pad",
+                    from_position: int = 0) -> torch.Tensor:
+    """Marian's logits with one known slip (its flags): made on a copy of Marian (``mutate``), or in how it is called
+    (``marian_logits``' own flags); from target position ``from_position`` on (the first the slip determines)."""
+    if mutate is not None:
+        marian = copy.deepcopy(marian)
+        mutate(marian)
+    return marian_logits(marian, src, tgt, hide_target_padding, source_pad)[:, from_position:]
 
 
 def _layers(marian: nn.Module) -> list[nn.Module]:
@@ -243,71 +244,104 @@ _NAMES = {"q_proj": "W_q", "k_proj": "W_k", "v_proj": "W_v"}
 
 def _qkv_slip(order: tuple[str, str, str]) -> Slip:
     wrong = [f"{_NAMES[t]} holds {s}" for t, s in zip(("q_proj", "k_proj", "v_proj"), order) if t != s]
-    return Slip(f"qkv {' '.join(order)}", f"in every attention, {', '.join(wrong)}: your logits are Marian's with "
-                f"its query, key and value projections mixed up that way. {_QKV}", _projections(order))
+    return Slip(f"qkv {' '.join(order)}", Diagnosis(
+        f"in every attention, {', '.join(wrong)}: your logits are Marian's with its query, key and value projections "
+        f"mixed up that way.", _QKV), dict(mutate=_projections(order)))
 
 
 #: The known slips of a port, in the order they are tried. Each message says the cause, then the fix.
 SLIPS: tuple[Slip, ...] = (
-    Slip("relu", "your feed-forward networks use ReLU, where Marian's use SiLU, x * sigmoid(x) (its "
-         "`config.activation_function` is \"swish\"): your logits are those of a Marian switched to ReLU. Put "
-         "`SiLUFeedForward(layer.feed_forward)` in place of the `feed_forward` of every encoder and decoder layer.",
-         _with_relu),
-    Slip("table", "your positional table has the paper's layout, sin and cos interleaved (columns 2i and 2i + 1), "
-         "where Marian's holds all the sines in its first half and all the cosines in its second: your logits are "
-         "those of a Marian given the interleaved table. Copy Marian's own table, "
-         "`marian.model.encoder.embed_positions.weight`, into `model.positional_encoding.pe` (or re-lay yours, "
-         "`torch.cat([pe[:, 0::2], pe[:, 1::2]], dim=1)`). If you did, check that your PositionalEncoding's forward "
-         "reads its buffer `self.pe`.", _interleaved),
-    Slip("final bias", "your logits leave out `marian.final_logits_bias`, the bias Marian adds to every logit "
-         "(`lm_head` itself has none). Copy it into your generator's bias: "
-         "`model.generator.bias.copy_(marian.final_logits_bias[0])` (it has shape (1, vocab_size)).", _no_final_bias),
-    Slip("scaled twice", "your embeddings are multiplied by sqrt(d_model) twice: your Transformer already scales "
-         "them, as Marian does (its `embed_scale`), so copy `marian.model.shared.weight` as it is, without "
-         "multiplying it.", _embed_scale(lambda d: float(d))),
-    Slip("not scaled", "your embeddings end up without the sqrt(d_model) scale: Marian multiplies them by "
-         "sqrt(d_model) (`config.scale_embedding` is True), exactly as your Transformer does, so copy "
-         "`marian.model.shared.weight` as it is, without dividing it.", _embed_scale(lambda d: 1.0)),
+    Slip("relu", Diagnosis(
+        "your feed-forward networks use ReLU, where Marian's use SiLU, x * sigmoid(x) (its "
+        "`config.activation_function` is \"swish\"): your logits are those of a Marian switched to ReLU.",
+        "Put `SiLUFeedForward(layer.feed_forward)` in place of the `feed_forward` of every encoder and decoder "
+        "layer."), dict(mutate=_with_relu)),
+    Slip("table", Diagnosis(
+        "your positional table has the paper's layout, sin and cos interleaved (columns 2i and 2i + 1), where "
+        "Marian's holds all the sines in its first half and all the cosines in its second: your logits are those of "
+        "a Marian given the interleaved table.",
+        "Copy Marian's own table, `marian.model.encoder.embed_positions.weight`, into `model.positional_encoding.pe` "
+        "(or re-lay yours, `torch.cat([pe[:, 0::2], pe[:, 1::2]], dim=1)`). If you did, check that your "
+        "PositionalEncoding's forward reads its buffer `self.pe`."), dict(mutate=_interleaved)),
+    Slip("final bias", Diagnosis(
+        "your logits leave out `marian.final_logits_bias`, the bias Marian adds to every logit (`lm_head` itself "
+        "has none).", "Copy it into your generator's bias: `model.generator.bias.copy_(marian.final_logits_bias[0])` "
+        "(it has shape (1, vocab_size))."), dict(mutate=_no_final_bias)),
+    Slip("scaled twice", Diagnosis(
+        "your embeddings are multiplied by sqrt(d_model) twice: your Transformer already scales them, as Marian does "
+        "(its `embed_scale`).", "Copy `marian.model.shared.weight` as it is, without multiplying it."),
+        dict(mutate=_embed_scale(lambda d: float(d)))),
+    Slip("not scaled", Diagnosis(
+        "your embeddings end up without the sqrt(d_model) scale: Marian multiplies them by sqrt(d_model) "
+        "(`config.scale_embedding` is True), exactly as your Transformer does.",
+        "Copy `marian.model.shared.weight` as it is, without dividing it."), dict(mutate=_embed_scale(lambda d: 1.0))),
     *(_qkv_slip(order) for order in (("k_proj", "v_proj", "q_proj"), ("v_proj", "q_proj", "k_proj"),
                                      ("k_proj", "q_proj", "v_proj"), ("v_proj", "k_proj", "q_proj"),
                                      ("q_proj", "v_proj", "k_proj"))),
-    Slip("encoder norms", "in every encoder layer, norm1 and norm2 hold each other's weights. " + _NORMS,
-         _swapped_norms("encoder", "self_attn_layer_norm", "final_layer_norm")),
-    Slip("decoder norms 2 3", "in every decoder layer, norm2 and norm3 hold each other's weights. " + _NORMS,
-         _swapped_norms("decoder", "encoder_attn_layer_norm", "final_layer_norm")),
-    Slip("decoder norms 1 2", "in every decoder layer, norm1 and norm2 hold each other's weights. " + _NORMS,
-         _swapped_norms("decoder", "self_attn_layer_norm", "encoder_attn_layer_norm")),
-    Slip("transposed", "every attention projection holds the transpose of Marian's weight. Both models use "
-         "nn.Linear, which stores (out_features, in_features), so copy each weight as it is, without `.T` (GPT-2's "
-         "Conv1D in Hugging Face stores the transpose; Marian does not).",
-         _transposed(("q_proj", "k_proj", "v_proj", "out_proj"))),
-    Slip("start hidden", "your model hides its first target position from every query. Marian starts decoding "
-         "with its pad id (`decoder_start_token_id == pad_token_id`), and your target mask hides every pad token, "
-         "the start token included. Marian's decoder masks the future only, never target padding: wrap the "
-         "self-attention of every decoder layer, `layer.self_attn = CausalOnly(layer.self_attn)`.",
-         run=lambda m, s, t: marian_logits(m, s, t, hide_target_padding=True), from_position=1),
-    Slip("pad id 0", "your model hides id 0 of the source, not Marian's pad id: it was built with the course's "
-         "pad id, 0, which is Marian's end of sentence. Build your Transformer with Marian's pad id, "
-         "`pad_id=marian.config.pad_token_id`, so that its masks hide the padded source positions and nothing else.",
-         run=lambda m, s, t: marian_logits(m, s, t, source_pad=0)),
-    Slip("source padding", "your model does not mask the source padding: your logits are Marian's when Marian "
-         "is told nothing about padding. Build your Transformer with Marian's pad id, "
-         "`pad_id=marian.config.pad_token_id`, so that its masks hide the padded source positions.",
-         run=lambda m, s, t: marian_logits(m, s, t, source_pad=None)),
+    Slip("encoder norms", Diagnosis("in every encoder layer, norm1 and norm2 hold each other's weights.", _NORMS),
+         dict(mutate=_swapped_norms("encoder", "self_attn_layer_norm", "final_layer_norm"))),
+    Slip("decoder norms 2 3", Diagnosis("in every decoder layer, norm2 and norm3 hold each other's weights.", _NORMS),
+         dict(mutate=_swapped_norms("decoder", "encoder_attn_layer_norm", "final_layer_norm"))),
+    Slip("decoder norms 1 2", Diagnosis("in every decoder layer, norm1 and norm2 hold each other's weights.", _NORMS),
+         dict(mutate=_swapped_norms("decoder", "self_attn_layer_norm", "encoder_attn_layer_norm"))),
+    Slip("transposed", Diagnosis(
+        "every attention projection holds the transpose of Marian's weight.",
+        "Both models use nn.Linear, which stores (out_features, in_features), so copy each weight as it is, without "
+        "`.T` (GPT-2's Conv1D in Hugging Face stores the transpose; Marian does not)."),
+        dict(mutate=_transposed(("q_proj", "k_proj", "v_proj", "out_proj")))),
+    Slip("start hidden", Diagnosis(
+        "your model hides its first target position from every query. Marian starts decoding with its pad id "
+        "(`decoder_start_token_id == pad_token_id`), and your target mask hides every pad token, the start token "
+        "included.", "Marian's decoder masks the future only, never target padding: wrap the self-attention of "
+        "every decoder layer, `layer.self_attn = CausalOnly(layer.self_attn)`."),
+        dict(hide_target_padding=True, from_position=1)),
+    Slip("pad id 0", Diagnosis(
+        "your model hides id 0 of the source, not Marian's pad id: it was built with the course's pad id, 0, which "
+        "is Marian's end of sentence.", "Build your Transformer with Marian's pad id, "
+        "`pad_id=marian.config.pad_token_id`, so that its masks hide the padded source positions and nothing else."),
+        dict(source_pad=0)),
+    Slip("source padding", Diagnosis(
+        "your model does not mask the source padding: your logits are Marian's when Marian is told nothing about "
+        "padding.", "Build your Transformer with Marian's pad id, `pad_id=marian.config.pad_token_id`, so that its "
+        "masks hide the padded source positions."), dict(source_pad=None)),
 )
 
 
 def named_slip(marian: nn.Module, src: torch.Tensor, tgt: torch.Tensor, out: torch.Tensor,
                atol: float, rtol: float) -> Slip | None:
     """The known slip whose mutant, run on the same inputs, gives the learner's logits ``out``; else None."""
-    for slip in SLIPS:
-        mutant = copy.deepcopy(marian)
-        slip.mutate(mutant)
-        wrong = slip.run(mutant, src, tgt)
-        start = slip.from_position
-        if out.shape == wrong.shape and close_enough(out[:, start:], wrong[:, start:], atol, rtol):
-            return slip
-    return None
+    def agrees(wrong: torch.Tensor) -> bool:  # the positions the slip determines: the last ones
+        return out.dim() == 3 and out[:, out.shape[1] - wrong.shape[1]:].shape == wrong.shape and \
+            close_enough(out[:, out.shape[1] - wrong.shape[1]:], wrong, atol, rtol)
+
+    return matching_slip(SLIPS, lambda slip: slip.replay(_slipped_logits, marian, src, tgt), agrees)
+
+
+class _SlippedPort(nn.Module):
+    """A port that makes one known slip: a copy of Marian, mutated or called as the slip says (the slip's answer)."""
+
+    def __init__(self, marian: nn.Module, slip: Slip):
+        super().__init__()
+        self.flags = {k: v for k, v in slip.mutant.items() if k not in ("mutate", "from_position")}
+        self.marian = copy.deepcopy(marian)
+        slip.mutant.get("mutate", lambda m: None)(self.marian)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        return _slipped_logits(self.marian, src, tgt, **self.flags)
+
+    def encode(self, src: torch.Tensor) -> torch.Tensor:  # (read by the checker only once the logits agree)
+        return self.marian.model.encoder(input_ids=src).last_hidden_state
+
+    def decode(self, tgt: torch.Tensor, memory: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+        return self(src, tgt)
+
+
+def _as_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's from_marian (for the generated catalogue tests)."""
+    def from_marian(marian: nn.Module) -> nn.Module:
+        return _SlippedPort(marian, slip).eval()
+
+    return from_marian
 
 
 # --------------------------------------------------------------------------
@@ -366,7 +400,7 @@ def _logits_agree(check: Check, model: nn.Module, marian: nn.Module, size: Size,
         if slip is None and not bool(torch.isfinite(out).all()):
             slip = _start_probe(check, model, marian, src, tgt, atol, rtol)
         if slip is not None:
-            check.fail(f"Your ported model is wrong for {size.label}: {slip.message}")
+            check.fail(f"Your ported model is wrong for {size.label}: {slip.says}")
         offset = _column_offset(model, marian, out, want, atol, rtol)
         if offset:
             check.fail(f"Your ported model is wrong for {size.label}: {offset}")
@@ -571,3 +605,12 @@ def _pad_can_be_forbidden(check: Check, model: nn.Module, marian: nn.Module, src
                    "token, as Marian's generate does), your logits for the pad token should be -inf and all the "
                    "others unchanged: keep final_logits_bias in `generator.bias`, which the output layer adds last.")
     check.ok("keeps final_logits_bias in generator.bias, where the lesson forbids the pad token")
+
+
+FROM_MARIAN = Exercise(
+    _NAME, _check_from_marian,
+    oracle="Hugging Face's MarianMTModel itself, with the quirks of opus-mt-en-de (SiLU, the [sin | cos] positional "
+           "table, final_logits_bias, the pad id as start token and last id, end of sentence 0)",
+    cases="3 tiny random Marians (d_k 4, 8 and 3; one layer and three; float32 and float64) on padded batches of "
+          "3 sentences; on the GPU too where there is one",
+    slips=SLIPS, answer=_as_answer)
