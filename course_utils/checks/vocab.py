@@ -804,75 +804,104 @@ def _encode_edge_cases(check: Check, encode: Callable) -> None:
         check.fail(f"encode([], vocab) should be [{v[_BOS]}, {v[_EOS]}] (just <bos> and <eos>), but it is {got}.")
     check.ok("an empty sentence becomes [<bos>, <eos>]")
     for tokens in [_LONG_TOKENS, _VERY_LONG_TOKENS, *_SPECIAL_WORD_SENTENCES]:
-        want = [v[_BOS]] + [v.get(t, v[_UNK]) for t in tokens] + [v[_EOS]]
+        want = _encode_oracle(tokens, v)
         got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
-        if got == want:
-            continue
-        if len(got) != len(want):
-            head = (
-                f"encode returned {len(got)} ids for {len(tokens)} tokens; it should return {len(want)} "
-                f"(<bos>, one id per token, <eos>)."
-            )
-        else:
-            wrong = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
-            head = (
-                f"encode returned the right number of ids ({len(got)}) for {len(tokens)} tokens, but the wrong ids at "
-                f"position{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))}."
-            )
-        if tokens in (_LONG_TOKENS, _VERY_LONG_TOKENS):
-            cause = (f"A sentence of {len(tokens)} tokens: encode every token, however long the sentence "
-                     f"(no fixed length, no cut).")
-        else:
-            cause = _special_word_cause(tokens, got, v)
-        shown = f"  tokens:   {_show(tokens, 16)}\n  expected: {_show(want, 16)}\n  actual:   {_show(got, 16)}"
-        check.fail(f"{head}\n{shown}\n{cause}")
+        if got != want:
+            _edge_case_failure(check, tokens, v, got, want)
     # one line, as the lesson's stored output shows it; it covers all four specials written as words
     check.ok("encodes sentences of any length, and special tokens written as words like any other token")
 
 
+def _edge_case_failure(check: Check, tokens: list[str], v: dict[str, int], got: list[int], want: list[int]) -> None:
+    """Fail with what encode did to a long sentence or to a special written as a word, then the ids."""
+    if len(got) != len(want):
+        head = (f"encode returned {len(got)} ids for {len(tokens)} tokens; it should return {len(want)} "
+                f"(<bos>, one id per token, <eos>).")
+    else:
+        wrong = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+        head = (f"encode returned the right number of ids ({len(got)}) for {len(tokens)} tokens, but the wrong ids at "
+                f"position{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))}.")
+    figures = f"{head}\n  tokens:   {_show(tokens, 16)}\n  expected: {_show(want, 16)}\n  actual:   {_show(got, 16)}"
+    if tokens in (_LONG_TOKENS, _VERY_LONG_TOKENS):
+        check.fail(f"A sentence of {len(tokens)} tokens: encode every token, however long the sentence (no fixed "
+                   f"length, no cut).\n{figures}")
+    slip = matching_slip(SPECIAL_WORD_SLIPS, lambda slip: slip.replay(None, list(tokens), dict(v)),
+                         lambda wrong: wrong == got)
+    check.fail(slip.says.showing(figures) if slip is not None else f"{_special_word_cause(tokens, got, v)}\n{figures}")
+
+
+_LOOKUP = "A special inside `tokens` is a token like any other: it gets its own id, vocab[token]."
+
+
+def _frame_dropped(start: bool, end: bool) -> Slip:
+    """The slip of an encode that drops a <bos> word starting the tokens (``start``) and an <eos> word ending them
+    (``end``), as if the sentence were already framed; its mutant gives the oracle's ids unless both are there."""
+    edges = " and ".join([f"start with '{_BOS}'"] * start + [f"end with '{_EOS}'"] * end)
+
+    def framed_once(tokens: list[str], vocab: dict[str, int]) -> list[int]:
+        first = start and tokens[:1] == [_BOS]
+        last = end and tokens[-1:] == [_EOS] and len(tokens) > first
+        if (start and not first) or (end and not last):
+            return _encode_oracle(tokens, vocab)
+        return _encode_oracle(tokens[int(first): len(tokens) - int(last)], vocab)
+
+    return Slip(f"drops the given frame: {edges}", Diagnosis(
+        f"The tokens {edges} as words, and {'those words were' if start and end else 'that word was'} dropped.",
+        "encode always adds its own <bos> and <eos> around the tokens, whatever they hold: the result then has <bos> "
+        f"(or <eos>) twice, which is right. Do not check whether the sentence is already framed.\n{_LOOKUP}"),
+        framed_once)
+
+
+def _special_dropped(special: str) -> Slip:
+    return Slip(f"drops the word {special}", Diagnosis(
+        f"The '{special}' written as a word was dropped:",
+        f"encode every token of the sentence, specials included. {_LOOKUP}"),
+        lambda tokens, vocab: _encode_oracle([t for t in tokens if t != special], vocab))
+
+
+def _stopped_at(special: str, ending: str) -> Slip:
+    """An encode that stops at the first ``special`` among the tokens: with its own <eos> after the tokens before it
+    (``ending`` "eos"), without it ("none"), or with the special's id kept last ("special")."""
+    def stopped(tokens: list[str], vocab: dict[str, int]) -> list[int]:
+        if special not in tokens:
+            return _encode_oracle(tokens, vocab)
+        ids = _encode_oracle(tokens[: tokens.index(special) + (ending == "special")], vocab)
+        return ids if ending == "eos" else ids[:-1]
+
+    return Slip(f"stops at the word {special}" + ("" if ending == "eos" else f", {ending} last"), Diagnosis(
+        f"encode stopped at the '{special}' written as a word: the tokens after it are missing.",
+        f"Only encode adds the final <eos>; a {special!r} inside the tokens is looked up like any other token, and "
+        f"the loop goes on."), stopped)
+
+
+#: what encode does to specials written as words, each a learner's encode, tried in order on those sentences
+SPECIAL_WORD_SLIPS = (
+    _frame_dropped(True, True), _frame_dropped(True, False), _frame_dropped(False, True),
+    *(slip for special in _SPECIAL_IDS for slip in (
+        _special_dropped(special), *(_stopped_at(special, ending) for ending in ("eos", "none", "special")))),
+)
+
+
 def _special_word_cause(tokens: list[str], got: list[int], v: dict) -> str:
-    """Name what encode did to a special written as a word: dropped, stopped at, replaced, or taken as the frame."""
+    """Name what encode did to a special written as a word, when no slip gives its ids: an id replaced (invariant)."""
     ids = [v.get(t, v[_UNK]) for t in tokens]
     bos, eos = v[_BOS], v[_EOS]
-    lookup = "A special inside `tokens` is a token like any other: it gets its own id, vocab[token]."
-    start = 1 if tokens[0] == _BOS else 0
-    end = len(tokens) - 1 if tokens[-1] == _EOS else len(tokens)
-    for a, b in dict.fromkeys([(start, end), (start, len(tokens)), (0, end)]):  # both ends first, in order
-        if (a, b) == (0, len(tokens)):
-            continue
-        if got == [bos] + ids[a:b] + [eos]:
-            edges = " and ".join(
-                [f"start with '{_BOS}'"] * (a == 1) + [f"end with '{_EOS}'"] * (b < len(tokens))
-            )
-            dropped = "those words were" if " and " in edges else "that word was"
-            return (
-                f"The tokens {edges} as words, and {dropped} dropped. encode always adds its own <bos> and <eos> "
-                f"around the tokens, whatever they hold: the result then has <bos> (or <eos>) twice, which is right. "
-                f"Do not check whether the sentence is already framed.\n{lookup}"
-            )
     for s in (s for s in _SPECIAL_IDS if s in tokens):
-        word, k = f"'{s}' written as a word", tokens.index(s)
-        if got == [bos] + [i for t, i in zip(tokens, ids) if t != s] + [eos]:
-            return f"The {word} was dropped: encode every token of the sentence, specials included. {lookup}"
-        if got in ([bos] + ids[:k] + [eos], [bos] + ids[:k], [bos] + ids[: k + 1]):
-            return (
-                f"encode stopped at the {word}: the tokens after it are missing. Only encode adds the final <eos>; "
-                f"a {s!r} inside the tokens is looked up like any other token, and the loop goes on."
-            )
+        word = f"'{s}' written as a word"
         at = {i + 1 for i, t in enumerate(tokens) if t == s}
         wrong = {i for i, (mine, right) in enumerate(zip(got, [bos, *ids, eos])) if mine != right}
         if len(got) == len(ids) + 2 and wrong and wrong <= at and len({got[i] for i in wrong}) == 1:
             x = got[min(wrong)]
-            extra = f" {lookup}"
+            extra = f" {_LOOKUP}"
             if s == _PAD and x == v[_UNK]:
                 extra = (
                     " `vocab.get(token) or vocab['<unk>']` treats the id 0 as missing, because 0 is falsy: "
                     "use `vocab.get(token, vocab['<unk>'])` (or compare with `is None`)."
                 )
             elif x == v[_UNK]:
-                extra = f" It was treated as an unknown token, but it is in the vocabulary. {lookup}"
+                extra = f" It was treated as an unknown token, but it is in the vocabulary. {_LOOKUP}"
             return f"The {word} became {x}, not its id vocab[{s!r}] = {v[s]}.{extra}"
-    return f"{lookup} Expected [vocab['<bos>']] + [vocab.get(t, vocab['<unk>']) for t in tokens] + [vocab['<eos>']]."
+    return f"{_LOOKUP} Expected [vocab['<bos>']] + [vocab.get(t, vocab['<unk>']) for t in tokens] + [vocab['<eos>']]."
 
 
 def _tokens_result(check: Check, value: Any, call: str) -> list[str]:
@@ -1290,7 +1319,7 @@ ENCODE = Exercise(
     cases="a vocabulary whose ids are not in insertion order and a second one, unknown tokens, a capital letter, an "
           "empty sentence, sentences of 14 and 154 tokens, each special written as a word, and a sentence and a "
           "vocabulary drawn from the check's seed",
-    slips=_ARGUMENT_SLIPS["encode"] + ENCODE_SLIPS, answer=_as_answer)
+    slips=_ARGUMENT_SLIPS["encode"] + ENCODE_SLIPS + SPECIAL_WORD_SLIPS, answer=_as_answer)
 
 DECODE = Exercise(
     "decode", _check_decode,
