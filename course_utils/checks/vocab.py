@@ -278,7 +278,7 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
         raw = _guarded(check, build_vocab, (copy.deepcopy(_SENTENCES), *kwargs.values()), "build_vocab")  # by
         # position, as lesson 00 calls it
         if raw is not None and any(raw is earlier for earlier in returned):
-            check.fail(f"{call} returned the very same dict object as an earlier call.\n{_SHARED_STATE}")
+            check.fail(f"{_SHARED_STATE}\n{call} returned the very same dict object as an earlier call.")
         returned.append(raw)  # kept alive, so no two results can share an identity by accident
         vocab = _vocab_result(check, raw, call)
         _no_growth_on_lookup(check, raw, call)
@@ -507,8 +507,8 @@ def _extra_tokens(check: Check, call: str, extra: set[str], counts: Counter, min
     unseen = {t for t in extra if t not in counts}
     if unseen and unseen <= _WARM_UP_ONLY:
         check.fail(
-            f"{call} contains {_show(sorted(unseen))}, tokens that only an earlier call of build_vocab "
-            f"(on other sentences) was given.\n{_SHARED_STATE}"
+            f"{_SHARED_STATE}\n{call} contains {_show(sorted(unseen))}, tokens that only an earlier call of "
+            f"build_vocab (on other sentences) was given."
         )
     if unseen:
         chars = all(len(t) == 1 for t in unseen)
@@ -520,7 +520,7 @@ def _extra_tokens(check: Check, call: str, extra: set[str], counts: Counter, min
             if lowered
             else "Add only the tokens of the sentences."
         )
-        check.fail(f"{call} contains tokens that are not in the sentences: {_show(sorted(unseen))}.\n{cause}")
+        check.fail(f"{cause}\n{call} contains tokens that are not in the sentences: {_show(sorted(unseen))}.")
     rare = sorted(extra, key=lambda t: (counts[t], t))
     check.fail(
         f"{call} keeps tokens seen fewer than {min_freq} times: {_show(rare)} "
@@ -575,8 +575,8 @@ def _missing_tokens(check: Check, call: str, missing: set[str], expected: set[st
     else:
         cause = "Count every token of every sentence, then keep those with count >= min_freq."
     check.fail(
-        f"{call} misses tokens seen at least {min_freq} time{'s' if min_freq != 1 else ''}: {_show(lost)} "
-        f"(for example {lost[0]!r} is seen {counts[lost[0]]} time{'s' if counts[lost[0]] != 1 else ''}).\n{cause}"
+        f"{cause}\n{call} misses tokens seen at least {min_freq} time{'s' if min_freq != 1 else ''}: {_show(lost)} "
+        f"(for example {lost[0]!r} is seen {counts[lost[0]]} time{'s' if counts[lost[0]] != 1 else ''})."
     )
 
 
@@ -743,8 +743,8 @@ def _encode_second_vocabulary(check: Check, encode: Callable, tokens: list[str])
     got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v2)), "encode"), "encode(tokens, vocab)")
     if got != want:
         check.fail(
-            f"With a second, different vocabulary, encode gave the wrong ids.\n"
-            f"  tokens:   {tokens}\n  vocab:    {v2}\n  expected: {want}\n  actual:   {got}\n{_OWN_VOCAB}"
+            f"{_OWN_VOCAB}\nWith a second, different vocabulary, encode gave the wrong ids.\n"
+            f"  tokens:   {tokens}\n  vocab:    {v2}\n  expected: {want}\n  actual:   {got}"
         )
     check.ok("uses the vocabulary it is given (also a second, different one)")
 
@@ -770,7 +770,7 @@ def _encode_unknown_tokens(check: Check, encode: Callable) -> None:
             cause = f"Unknown tokens became {got[2]}; they should get the id of <unk>, vocab['<unk>'] = {v[_UNK]}."
         else:
             cause = "Each unknown token should become vocab['<unk>'] and every known token its own id."
-        check.fail(f"encode handles unknown tokens wrongly.\n{shown}\n{cause}")
+        check.fail(f"{cause}\nencode handles unknown tokens wrongly.\n{shown}")
 
     capital = ["Hund", "."]
     got = _ids_result(check, _guarded(check, encode, (list(capital), dict(v)), "encode"), "encode(tokens, vocab)")
@@ -988,8 +988,8 @@ def _decode_failure(check: Check, ids: list[int], what: str, v: dict[str, int], 
     """Fail with what decode's wrong tokens show: an invariant they break, else a known slip, else what is expected."""
     shown = f"  ids ({what}): {ids}\n  expected: {want}\n  actual:   {got}"
     if v is _VOCAB_2:
-        check.fail(f"decode returned the wrong tokens with a second, different vocabulary.\n{shown}\n  vocab: {v}\n"
-                   f"{_OWN_VOCAB}")
+        check.fail(f"{_OWN_VOCAB}\ndecode returned the wrong tokens with a second, different vocabulary.\n{shown}\n"
+                   f"  vocab: {v}")
     cause = _decode_cause(ids, what, v, got, want, earlier)
     if cause is None:
         slip = matching_slip(DECODE_SLIPS, lambda slip: slip.replay(None, list(ids), dict(v)),
