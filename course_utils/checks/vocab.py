@@ -23,6 +23,18 @@ sentences longer than 10 tokens and specials written as words (build_vocab:
 ``<unk>`` and ``<eos>``, which keep their ids; encode: each of the four, and a
 sentence that itself starts with ``<bos>`` and ends with ``<eos>``), and
 pad_batch meets lesson 06's lengths.
+
+Each exercise is one ``Exercise`` declaration at the bottom. Its known slips
+are ``Slip`` records, each mutant a learner's function (so that it is also the
+slip's generated catalogue answer), replayed by the one matcher on the inputs
+where the answer went wrong: arguments changed in place (``_ARGUMENT_SLIPS``:
+the slip that changes the same argument), encode's wrong ids
+(``ENCODE_SLIPS``, ``SPECIAL_WORD_SLIPS``), decode's wrong tokens
+(``DECODE_SLIPS``), pad_batch's wrong shape and values (``PAD_SHAPE_SLIPS``,
+``PAD_VALUE_SLIPS``). What an invariant shows (an id shared, a hole, a token
+missing from every sentence but the first, <eos> in the output, ...) stays
+named code beside the tables, tried before or after them in the order that
+keeps the most specific message first.
 """
 
 from __future__ import annotations
