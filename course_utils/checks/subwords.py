@@ -385,12 +385,19 @@ def _fail(check: Check, figures: str, learn_bpe: Callable, merges: list[Pair], w
     function answers (two slips together can look like one of them on a single corpus); failing that, the first that
     gives them on this corpus.
     """
+    foreign = _foreign_symbols(merges, word_counts)
+    if foreign is not None:
+        check.fail(foreign.showing(figures))
     here = [(word_counts, num_merges, merges)]
-    cause = _foreign_symbols(merges, word_counts)
-    for evidence in (here + _answers_elsewhere(check, learn_bpe), here):
-        cause = cause or matching_slip(SLIPS, lambda slip: (slip.replay(_learn, wc, n) for wc, n, _ in evidence),
-                                       lambda wrong: all(next(wrong) == m for *_, m in evidence))
-    check.fail(figures if cause is None else (cause.says if isinstance(cause, Slip) else cause).showing(figures))
+    slip = _slip_agreeing(here + _answers_elsewhere(check, learn_bpe)) or _slip_agreeing(here)
+    check.fail(slip.says.showing(figures) if slip is not None else figures)
+
+
+def _slip_agreeing(evidence: list[tuple[dict[str, int], int, list[Pair]]]) -> Slip | None:
+    """The first slip whose merges are the learner's on every (word_counts, num_merges, merges) of ``evidence``,
+    replayed corpus by corpus (a slip that disagrees on the first is not replayed on the others)."""
+    return matching_slip(SLIPS, lambda slip: (slip.replay(_learn, wc, n) for wc, n, _ in evidence),
+                         lambda wrong: all(next(wrong) == merges for *_, merges in evidence))
 
 
 def _answers_elsewhere(check: Check, learn_bpe: Callable) -> list[tuple[dict[str, int], int, list[Pair]]]:
