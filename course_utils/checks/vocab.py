@@ -23,6 +23,18 @@ sentences longer than 10 tokens and specials written as words (build_vocab:
 ``<unk>`` and ``<eos>``, which keep their ids; encode: each of the four, and a
 sentence that itself starts with ``<bos>`` and ends with ``<eos>``), and
 pad_batch meets lesson 06's lengths.
+
+Each exercise is one ``Exercise`` declaration at the bottom. Its known slips
+are ``Slip`` records, each mutant a learner's function (so that it is also the
+slip's generated catalogue answer), replayed by the one matcher on the inputs
+where the answer went wrong: arguments changed in place (``_ARGUMENT_SLIPS``:
+the slip that changes the same argument), encode's wrong ids
+(``ENCODE_SLIPS``, ``SPECIAL_WORD_SLIPS``), decode's wrong tokens
+(``DECODE_SLIPS``), pad_batch's wrong shape and values (``PAD_SHAPE_SLIPS``,
+``PAD_VALUE_SLIPS``). What an invariant shows (an id shared, a hole, a token
+missing from every sentence but the first, <eos> in the output, ...) stays
+named code beside the tables, tried before or after them in the order that
+keeps the most specific message first.
 """
 
 from __future__ import annotations
@@ -38,7 +50,8 @@ from typing import Any, Callable
 import torch
 
 from ._core import Check, CheckResult, Raised, describe, fmt_shape, generator
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
 
 _PAD, _BOS, _EOS, _UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 _SPECIAL_IDS = {_PAD: 0, _BOS: 1, _EOS: 2, _UNK: 3}
@@ -46,22 +59,22 @@ _SPECIAL_IDS = {_PAD: 0, _BOS: 1, _EOS: 2, _UNK: 3}
 
 def check_build_vocab(build_vocab: Callable) -> CheckResult:
     """Check ``build_vocab(token_lists, min_freq=1) -> dict[str, int]``."""
-    return run_check("build_vocab", _check_build_vocab, build_vocab)
+    return BUILD_VOCAB.check(build_vocab)
 
 
 def check_encode(encode: Callable) -> CheckResult:
     """Check ``encode(tokens, vocab) -> list[int]`` with ``<bos>``, ``<eos>`` and ``<unk>``."""
-    return run_check("encode", _check_encode, encode)
+    return ENCODE.check(encode)
 
 
 def check_decode(decode: Callable) -> CheckResult:
     """Check ``decode(ids, vocab) -> list[str]``: drops ``<bos>``/``<pad>``, stops at ``<eos>``."""
-    return run_check("decode", _check_decode, decode)
+    return DECODE.check(decode)
 
 
 def check_pad_batch(pad_batch: Callable) -> CheckResult:
     """Check ``pad_batch(sequences, pad_id) -> LongTensor (B, L_max)`` padded on the right."""
-    return run_check("pad_batch", _check_pad_batch, pad_batch)
+    return PAD_BATCH.check(pad_batch)
 
 
 # --------------------------------------------------------------------------
@@ -85,14 +98,32 @@ def _show(items, limit: int = 8) -> str:
     return "[" + text + (", ..." if len(items) > limit else "") + "]"
 
 
-def _guarded(check: Check, fn: Callable, args: tuple, name: str, **kwargs: Any) -> Any:
-    """Call ``fn`` and fail if it changed any of its (list / dict) arguments."""
+def _guarded(check: Check, fn: Callable, args: tuple, name: str) -> Any:
+    """Call ``fn`` and fail if it changed any of its (list / dict) arguments, naming the slip that changes that one."""
     before = copy.deepcopy(args)
-    result = check.call(fn, *args, **kwargs)
-    for label, old, new in zip(_ARG_LABELS.get(name, ()), before, args):
-        if old != new or (isinstance(old, dict) and list(old) != list(new)):
-            check.fail(_MUTATION.get((name, label), f"Your {name} changed its argument `{label}`. Leave the inputs as they were."))
+    result = check.call(fn, *args)
+    changed = _changed_argument(name, before, args)
+    if changed is not None:
+        slip = matching_slip(_ARGUMENT_SLIPS[name], lambda slip: _changed_by(slip, name, before),
+                             lambda label: label == changed)
+        check.fail(slip.says if slip is not None else Diagnosis(f"Your {name} changed its argument `{changed}`.",
+                                                                "Leave the inputs as they were."))
     return result
+
+
+def _changed_argument(name: str, before: tuple, after: tuple) -> str | None:
+    """The first of ``name``'s list / dict arguments that is not as it was (a dict's order counts)."""
+    for label, old, new in zip(_ARG_LABELS[name], before, after):
+        if old != new or (isinstance(old, dict) and list(old) != list(new)):
+            return label
+    return None
+
+
+def _changed_by(slip: Slip, name: str, before: tuple) -> str | None:
+    """The argument that the slip's mutant changes when it is given (copies of) the same inputs."""
+    args = copy.deepcopy(before)
+    slip.replay(None, *args)
+    return _changed_argument(name, before, args)
 
 
 _ARG_LABELS = {
@@ -101,31 +132,105 @@ _ARG_LABELS = {
     "decode": ("ids", "vocab"),
     "pad_batch": ("sequences",),
 }
-_MUTATION = {
-    ("build_vocab", "token_lists"): (
-        "Your build_vocab changed its input `token_lists` (the sentences it was given).\n"
-        "Count the tokens without editing the lists: no `append`, `remove`, `sort()` or `pop` on them."
+
+
+# --------------------------------------------------------------------------
+# The oracles: each exercise's definition, as the lesson states it.
+
+
+def _build_vocab_oracle(token_lists: list[list[str]], min_freq: int = 1) -> dict[str, int]:
+    """The specials at 0..3, then every token seen at least min_freq times, numbered in the order first seen."""
+    counts = Counter(t for s in token_lists for t in s)
+    vocab = dict(_SPECIAL_IDS)
+    for token, count in counts.items():
+        if count >= min_freq and token not in vocab:
+            vocab[token] = len(vocab)
+    return vocab
+
+
+def _encode_oracle(tokens: list[str], vocab: dict[str, int]) -> list[int]:
+    return [vocab[_BOS]] + [vocab.get(t, vocab[_UNK]) for t in tokens] + [vocab[_EOS]]
+
+
+def _decode_oracle(ids: list[int], vocab: dict[str, int]) -> list[str]:
+    itos = {i: t for t, i in vocab.items()}
+    return _decoded(ids, vocab, itos.get, by_token=False)
+
+
+def _pad_oracle(sequences: list[list[int]], pad_id: int, width: int | None = None) -> torch.Tensor:
+    """The batch padded on the right to the longest sequence (or to ``width``, longer sequences cut there)."""
+    width = max(len(s) for s in sequences) if width is None else width
+    return torch.tensor([list(s[:width]) + [pad_id] * (width - len(s[:width])) for s in sequences], dtype=torch.long)
+
+
+# --------------------------------------------------------------------------
+# Slips that change an argument: each mutant is the oracle, changing that argument on the way.
+
+
+def _sentences_extended(token_lists: list[list[str]], min_freq: int = 1) -> dict[str, int]:
+    for sentence in token_lists:  # <eos> counted at the end of every sentence, appended to the caller's list
+        sentence.append(_EOS)
+    return _build_vocab_oracle(token_lists, min_freq)
+
+
+def _frame_inserted(tokens: list[str], vocab: dict[str, int]) -> list[int]:
+    tokens.insert(0, _BOS)
+    tokens.append(_EOS)
+    return [vocab.get(t, vocab[_UNK]) for t in tokens]
+
+
+def _unknown_added(tokens: list[str], vocab: dict[str, int]) -> list[int]:
+    ids = [vocab[_BOS]] + [vocab.setdefault(t, len(vocab)) for t in tokens] + [vocab[_EOS]]
+    vocab["<a token nobody wrote>"] = len(vocab)  # and one more: the vocabulary grows whatever the tokens
+    return ids
+
+
+def _bos_popped(ids: list[int], vocab: dict[str, int]) -> list[str]:
+    first = ids.pop(0) if ids else None
+    return _decode_oracle(([] if first is None else [first]) + ids, vocab)
+
+
+def _vocab_inverted_in_place(ids: list[int], vocab: dict[str, int]) -> list[str]:
+    tokens = _decode_oracle(ids, vocab)
+    for token, i in list(vocab.items()):
+        vocab[i] = token
+    return tokens
+
+
+def _sequences_padded_in_place(sequences: list[list[int]], pad_id: int) -> torch.Tensor:
+    longest = max(len(s) for s in sequences)
+    for seq in sequences:
+        seq += [pad_id] * (longest - len(seq))
+    sequences.append([])  # and the caller's batch changes whatever the lengths
+    return _pad_oracle(sequences[:-1], pad_id)
+
+
+_ARGUMENT_SLIPS = {
+    "build_vocab": (Slip("changes token_lists", Diagnosis(
+        "Your build_vocab changed its input `token_lists` (the sentences it was given).",
+        "Count the tokens without editing the lists: no `append`, `remove`, `sort()` or `pop` on them."),
+        _sentences_extended),),
+    "encode": (
+        Slip("changes tokens", Diagnosis(
+            "Your encode changed its input `tokens` in place.",
+            "Build a new list instead of inserting <bos> / <eos> into the caller's list "
+            "(`tokens.insert(0, ...)` or `tokens.append(...)` edits the caller's sentence)."), _frame_inserted),
+        Slip("changes vocab", Diagnosis(
+            "Your encode changed the vocabulary: it added or changed entries of `vocab`.",
+            "A token that is not in the vocabulary must be encoded as the id of <unk>, not added to the vocabulary "
+            "(avoid `vocab.setdefault(...)` and `vocab[token] = ...`)."), _unknown_added),
     ),
-    ("encode", "tokens"): (
-        "Your encode changed its input `tokens` in place.\n"
-        "Build a new list instead of inserting <bos> / <eos> into the caller's list "
-        "(`tokens.insert(0, ...)` or `tokens.append(...)` edits the caller's sentence)."
+    "decode": (
+        Slip("changes ids", Diagnosis(
+            "Your decode changed its input `ids` in place (for example with `ids.pop(0)` or `ids.remove(...)`).",
+            "Read the ids without editing the caller's list."), _bos_popped),
+        Slip("changes vocab", Diagnosis("Your decode changed the vocabulary `vocab`.",
+                                        "Build a separate id -> token mapping instead."), _vocab_inverted_in_place),
     ),
-    ("encode", "vocab"): (
-        "Your encode changed the vocabulary: it added or changed entries of `vocab`.\n"
-        "A token that is not in the vocabulary must be encoded as the id of <unk>, "
-        "not added to the vocabulary (avoid `vocab.setdefault(...)` and `vocab[token] = ...`)."
-    ),
-    ("decode", "ids"): (
-        "Your decode changed its input `ids` in place (for example with `ids.pop(0)` or `ids.remove(...)`).\n"
-        "Read the ids without editing the caller's list."
-    ),
-    ("decode", "vocab"): "Your decode changed the vocabulary `vocab`. Build a separate id -> token mapping instead.",
-    ("pad_batch", "sequences"): (
-        "Your pad_batch changed its input `sequences`: the caller's lists now hold pad ids.\n"
-        "Likely cause: `seq += [pad_id] * k` or `seq.extend(...)` on the input lists. "
-        "Build new lists (`seq + [pad_id] * k`) or fill a new tensor instead."
-    ),
+    "pad_batch": (Slip("changes sequences", Diagnosis(
+        "Your pad_batch changed its input `sequences`: the caller's lists now hold pad ids.",
+        "Likely cause: `seq += [pad_id] * k` or `seq.extend(...)` on the input lists. Build new lists "
+        "(`seq + [pad_id] * k`) or fill a new tensor instead."), _sequences_padded_in_place),),
 }
 
 
@@ -185,7 +290,7 @@ def _check_build_vocab(check: Check, build_vocab: Callable) -> None:
         raw = _guarded(check, build_vocab, (copy.deepcopy(_SENTENCES), *kwargs.values()), "build_vocab")  # by
         # position, as lesson 00 calls it
         if raw is not None and any(raw is earlier for earlier in returned):
-            check.fail(f"{call} returned the very same dict object as an earlier call.\n{_SHARED_STATE}")
+            check.fail(f"{_SHARED_STATE}\n{call} returned the very same dict object as an earlier call.")
         returned.append(raw)  # kept alive, so no two results can share an identity by accident
         vocab = _vocab_result(check, raw, call)
         _no_growth_on_lookup(check, raw, call)
@@ -404,76 +509,87 @@ def _token_set(check: Check, vocab: dict, min_freq: int, counts: Counter, senten
     extra = actual - expected
     call = "build_vocab(token_lists)" if default_call else f"build_vocab(token_lists, min_freq={min_freq})"
     if extra:
-        unseen = {t for t in extra if t not in counts}
-        if unseen and unseen <= _WARM_UP_ONLY:
-            check.fail(
-                f"{call} contains {_show(sorted(unseen))}, tokens that only an earlier call of build_vocab "
-                f"(on other sentences) was given.\n{_SHARED_STATE}"
-            )
-        if unseen:
-            chars = all(len(t) == 1 for t in unseen)
-            lowered = any(t != s and t == s.lower() for t in unseen for s in counts)
-            cause = (
-                "These look like single characters: did you iterate over a string instead of over the list of tokens?"
-                if chars
-                else "It changed tokens (for example lowercased them): keep every token exactly as given."
-                if lowered
-                else "Add only the tokens of the sentences."
-            )
-            check.fail(f"{call} contains tokens that are not in the sentences: {_show(sorted(unseen))}.\n{cause}")
-        rare = sorted(extra, key=lambda t: (counts[t], t))
-        check.fail(
-            f"{call} keeps tokens seen fewer than {min_freq} times: {_show(rare)} "
-            f"(seen {counts[rare[0]]} time{'s' if counts[rare[0]] != 1 else ''}).\n"
-            f"Keep a token only if its count is at least min_freq; is min_freq used at all?"
-        )
+        _extra_tokens(check, call, extra, counts, min_freq)
     if missing:
-        lost = sorted(missing, key=lambda t: (counts[t], t))
-        first_only = {t for t in _SENTENCES[0]} - {t for s in _SENTENCES[1:] for t in s}
-        last_only = {t for t in _SENTENCES[-1]} - {t for s in _SENTENCES[:-1] for t in s}
-        once_per_sentence = {t for t in expected if sentence_counts[t] < min_freq <= counts[t]}
-        kept = expected & actual
-        # every kept token is at least as frequent as every missing one: a cut after the n most common
-        capped = bool(kept) and min(counts[t] for t in kept) >= max(counts[t] for t in missing)
-        cap_text = (
-            f"a capped vocabulary: it keeps {len(kept)} of the {len(expected)} tokens seen at least "
-            f"{min_freq} time{'s' if min_freq != 1 else ''}, the most frequent ones. `counts.most_common(n)` returns "
-            f"only n tokens; call `most_common()` without a number (or loop over all the counts), since min_freq alone decides"
-        )
-        if default_call:
-            cause = "With min_freq given explicitly this worked, so the default is wrong: the default of min_freq is 1 (keep every token)."
-        elif all(not t.isalnum() for t in missing):
-            cause = (
-                "The missing tokens are punctuation: punctuation marks are tokens too (the model must learn to "
-                "produce '.' and '?'). Keep every token, without an isalpha / isalnum filter."
-            )
-        elif missing <= first_only:
-            cause = "Only tokens of the first sentence are missing: does your loop skip the first sentence?"
-        elif missing <= last_only:
-            cause = "Only tokens of the last sentence are missing: does your loop stop one sentence early (the loop stops early)?"
-            if capped:
-                cause = (
-                    "Only tokens of the last sentence are missing. Either the loop stops early (one sentence too soon), "
-                    f"or this is {cap_text}."
-                )
-        elif missing <= once_per_sentence:
-            cause = (
-                f"{_show(sorted(missing))} occur{'s' if len(missing) == 1 else ''} {min_freq} times, but in fewer "
-                f"sentences: count every occurrence of a token, not once per sentence (avoid set(sentence))."
-            )
-        elif missing == {t for t in expected if counts[t] == min_freq}:
-            cause = (
-                f"The missing tokens occur exactly {min_freq} time{'s' if min_freq != 1 else ''}: a token is kept "
-                f"when its count is at least min_freq, so compare with `>=`, not `>`."
-            )
-        elif capped:
-            cause = f"This looks like {cap_text}."
-        else:
-            cause = "Count every token of every sentence, then keep those with count >= min_freq."
+        _missing_tokens(check, call, missing, expected, actual, counts, sentence_counts, min_freq, default_call)
+
+
+def _extra_tokens(check: Check, call: str, extra: set[str], counts: Counter, min_freq: int) -> None:
+    """Tokens the vocabulary should not hold: from an earlier call, changed ones, or ones seen too rarely."""
+    unseen = {t for t in extra if t not in counts}
+    if unseen and unseen <= _WARM_UP_ONLY:
         check.fail(
-            f"{call} misses tokens seen at least {min_freq} time{'s' if min_freq != 1 else ''}: {_show(lost)} "
-            f"(for example {lost[0]!r} is seen {counts[lost[0]]} time{'s' if counts[lost[0]] != 1 else ''}).\n{cause}"
+            f"{_SHARED_STATE}\n{call} contains {_show(sorted(unseen))}, tokens that only an earlier call of "
+            f"build_vocab (on other sentences) was given."
         )
+    if unseen:
+        chars = all(len(t) == 1 for t in unseen)
+        lowered = any(t != s and t == s.lower() for t in unseen for s in counts)
+        cause = (
+            "These look like single characters: did you iterate over a string instead of over the list of tokens?"
+            if chars
+            else "It changed tokens (for example lowercased them): keep every token exactly as given."
+            if lowered
+            else "Add only the tokens of the sentences."
+        )
+        check.fail(f"{cause}\n{call} contains tokens that are not in the sentences: {_show(sorted(unseen))}.")
+    rare = sorted(extra, key=lambda t: (counts[t], t))
+    check.fail(
+        f"{call} keeps tokens seen fewer than {min_freq} times: {_show(rare)} "
+        f"(seen {counts[rare[0]]} time{'s' if counts[rare[0]] != 1 else ''}).\n"
+        f"Keep a token only if its count is at least min_freq; is min_freq used at all?"
+    )
+
+
+def _missing_tokens(check: Check, call: str, missing: set[str], expected: set[str], actual: set[str], counts: Counter,
+                    sentence_counts: Counter, min_freq: int, default_call: bool) -> None:
+    """Tokens the vocabulary lacks: the invariant their counts and sentences break names the cause."""
+    lost = sorted(missing, key=lambda t: (counts[t], t))
+    first_only = {t for t in _SENTENCES[0]} - {t for s in _SENTENCES[1:] for t in s}
+    last_only = {t for t in _SENTENCES[-1]} - {t for s in _SENTENCES[:-1] for t in s}
+    once_per_sentence = {t for t in expected if sentence_counts[t] < min_freq <= counts[t]}
+    kept = expected & actual
+    # every kept token is at least as frequent as every missing one: a cut after the n most common
+    capped = bool(kept) and min(counts[t] for t in kept) >= max(counts[t] for t in missing)
+    cap_text = (
+        f"a capped vocabulary: it keeps {len(kept)} of the {len(expected)} tokens seen at least "
+        f"{min_freq} time{'s' if min_freq != 1 else ''}, the most frequent ones. `counts.most_common(n)` returns "
+        f"only n tokens; call `most_common()` without a number (or loop over all the counts), since min_freq alone decides"
+    )
+    if default_call:
+        cause = "With min_freq given explicitly this worked, so the default is wrong: the default of min_freq is 1 (keep every token)."
+    elif all(not t.isalnum() for t in missing):
+        cause = (
+            "The missing tokens are punctuation: punctuation marks are tokens too (the model must learn to "
+            "produce '.' and '?'). Keep every token, without an isalpha / isalnum filter."
+        )
+    elif missing <= first_only:
+        cause = "Only tokens of the first sentence are missing: does your loop skip the first sentence?"
+    elif missing <= last_only:
+        cause = "Only tokens of the last sentence are missing: does your loop stop one sentence early (the loop stops early)?"
+        if capped:
+            cause = (
+                "Only tokens of the last sentence are missing. Either the loop stops early (one sentence too soon), "
+                f"or this is {cap_text}."
+            )
+    elif missing <= once_per_sentence:
+        cause = (
+            f"{_show(sorted(missing))} occur{'s' if len(missing) == 1 else ''} {min_freq} times, but in fewer "
+            f"sentences: count every occurrence of a token, not once per sentence (avoid set(sentence))."
+        )
+    elif missing == {t for t in expected if counts[t] == min_freq}:
+        cause = (
+            f"The missing tokens occur exactly {min_freq} time{'s' if min_freq != 1 else ''}: a token is kept "
+            f"when its count is at least min_freq, so compare with `>=`, not `>`."
+        )
+    elif capped:
+        cause = f"This looks like {cap_text}."
+    else:
+        cause = "Count every token of every sentence, then keep those with count >= min_freq."
+    check.fail(
+        f"{cause}\n{call} misses tokens seen at least {min_freq} time{'s' if min_freq != 1 else ''}: {_show(lost)} "
+        f"(for example {lost[0]!r} is seen {counts[lost[0]]} time{'s' if counts[lost[0]] != 1 else ''})."
+    )
 
 
 # --------------------------------------------------------------------------
@@ -545,52 +661,70 @@ def _check_encode(check: Check, encode: Callable) -> None:
     check.callable_(encode, "encode")
     v = _VOCAB
     tokens = ["die", "katze", "sieht", "die", "maus", "."]  # 'die' twice
-    ids = [v[t] for t in tokens]
-    want = [v[_BOS]] + ids + [v[_EOS]]
+    want = _encode_oracle(tokens, v)
     got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
     check.ok("returns a list of int ids")
-    positions = [list(v).index(t) for t in tokens]
     if got != want:
         shown = f"  tokens:   {tokens}\n  expected: {want}\n  actual:   {got}"
-        if got == want + [v[_EOS]]:
-            cause = "<eos> is added twice at the end: add it once, after the id of the last token."
-        elif len(got) > len(want) and got[: len(want)] == want and set(got[len(want):]) == {v[_PAD]}:
-            cause = "encode added padding after <eos>: return just the sentence; padding a batch is pad_batch's job."
-        elif got == [v[_BOS]] + [v[t] for t in tokens if t.isalnum()] + [v[_EOS]]:
-            cause = "The punctuation ('.') was dropped: punctuation marks are tokens too; encode every token."
-        elif got == [v[_BOS]] + ids[::-1] + [v[_EOS]]:
-            cause = "The ids are in reverse order: keep the tokens in the order they were given."
-        elif got == [v[_BOS]] + [v[t] for t in dict.fromkeys(tokens)] + [v[_EOS]]:
-            cause = (
-                "The repeated token 'die' appears only once: every occurrence needs its own id, in place "
-                "(no set or dict.fromkeys on the tokens)."
-            )
-        elif got == ids:
-            cause = "Add the id of <bos> at the start and the id of <eos> at the end."
-        elif got == ids + [v[_EOS]]:
-            cause = "The id of <bos> (1) is missing at the start."
-        elif got == [v[_BOS]] + ids:
-            cause = "The id of <eos> (2) is missing at the end."
-        elif got == [v[_EOS]] + ids + [v[_BOS]]:
-            cause = "<bos> and <eos> are swapped: <bos> (1) starts the sentence, <eos> (2) ends it."
-        elif got[1:-1] == positions or got == positions or got[1:-1] == [p + 1 for p in positions]:
-            cause = (
-                "The ids are the tokens' positions in the dict, not their ids. The id of a token is vocab[token]; "
-                "the order in which a dict stores its keys is not the numbering."
-            )
-        elif len(got) == len(want) and got[0] != v[_BOS]:
-            cause = f"The first id should be vocab['<bos>'] = {v[_BOS]}, not {got[0]}."
-        elif len(got) == len(want) and got[-1] != v[_EOS]:
-            cause = f"The last id should be vocab['<eos>'] = {v[_EOS]}, not {got[-1]}."
-        else:
-            cause = "Expected [vocab['<bos>']] + [vocab[t] for each token] + [vocab['<eos>']]."
-        check.fail(f"encode returned the wrong ids.\n{shown}\n{cause}")
+        slip = matching_slip(ENCODE_SLIPS, lambda slip: slip.replay(None, list(tokens), dict(v)),
+                             lambda wrong: wrong == got)
+        check.fail(slip.says.showing(shown) if slip is not None else f"{_encode_cause(got, want, v)}\n{shown}")
     check.ok("adds <bos> first and <eos> last, and looks the ids up in the vocabulary (not by position)")
     _encode_second_vocabulary(check, encode, tokens)
     _encode_unknown_tokens(check, encode)
     _encode_edge_cases(check, encode)
     _encode_drawn(check, encode)
     check.ok("leaves its inputs (tokens, vocab) unchanged")
+
+
+def _by_position(tokens: list[str], vocab: dict[str, int]) -> list[int]:
+    """Each token's position among the dict's keys, which is not its id."""
+    return [list(vocab).index(t) for t in tokens]
+
+
+_BY_POSITION = Diagnosis(
+    "The ids are the tokens' positions in the dict, not their ids.",
+    "The id of a token is vocab[token]; the order in which a dict stores its keys is not the numbering.")
+
+#: encode's known slips, each a learner's encode, tried in order once the ids of the first sentence are wrong
+ENCODE_SLIPS = (
+    Slip("eos twice", Diagnosis("<eos> is added twice at the end:", "add it once, after the id of the last token."),
+         lambda tokens, vocab: _encode_oracle(tokens, vocab) + [vocab[_EOS]]),
+    Slip("punctuation dropped", Diagnosis("The punctuation ('.') was dropped:",
+                                          "punctuation marks are tokens too; encode every token."),
+         lambda tokens, vocab: _encode_oracle([t for t in tokens if t.isalnum()], vocab)),
+    Slip("reversed", Diagnosis("The ids are in reverse order:", "keep the tokens in the order they were given."),
+         lambda tokens, vocab: _encode_oracle(tokens[::-1], vocab)),
+    Slip("deduplicated", Diagnosis(
+        "The repeated token 'die' appears only once:",
+        "every occurrence needs its own id, in place (no set or dict.fromkeys on the tokens)."),
+        lambda tokens, vocab: _encode_oracle(list(dict.fromkeys(tokens)), vocab)),
+    Slip("no specials", Diagnosis("<bos> and <eos> are missing.",
+                                  "Add the id of <bos> at the start and the id of <eos> at the end."),
+         lambda tokens, vocab: _encode_oracle(tokens, vocab)[1:-1]),
+    Slip("no bos", Diagnosis("The id of <bos> (1) is missing at the start."),
+         lambda tokens, vocab: _encode_oracle(tokens, vocab)[1:]),
+    Slip("no eos", Diagnosis("The id of <eos> (2) is missing at the end."),
+         lambda tokens, vocab: _encode_oracle(tokens, vocab)[:-1]),
+    Slip("swapped", Diagnosis("<bos> and <eos> are swapped:", "<bos> (1) starts the sentence, <eos> (2) ends it."),
+         lambda tokens, vocab: [vocab[_EOS]] + _encode_oracle(tokens, vocab)[1:-1] + [vocab[_BOS]]),
+    Slip("by position", _BY_POSITION,
+         lambda tokens, vocab: [vocab[_BOS]] + _by_position(tokens, vocab) + [vocab[_EOS]]),
+    Slip("by position, no frame", _BY_POSITION, _by_position),
+    Slip("by position, counted from 1", _BY_POSITION,
+         lambda tokens, vocab: [vocab[_BOS]] + [p + 1 for p in _by_position(tokens, vocab)] + [vocab[_EOS]]),
+)
+
+
+def _encode_cause(got: list[int], want: list[int], v: dict[str, int]) -> str:
+    """What the wrong ids of the first sentence show, when no slip of the table gives them (invariants)."""
+    if len(got) > len(want) and got[: len(want)] == want and set(got[len(want):]) == {v[_PAD]}:
+        return "encode added padding after <eos>: return just the sentence; padding a batch is pad_batch's job."
+    if len(got) == len(want) and got[0] != v[_BOS]:
+        return f"The first id should be vocab['<bos>'] = {v[_BOS]}, not {got[0]}."
+    if len(got) == len(want) and got[-1] != v[_EOS]:
+        return f"The last id should be vocab['<eos>'] = {v[_EOS]}, not {got[-1]}."
+    return "encode returned the wrong ids. Expected [vocab['<bos>']] + [vocab[t] for each token] + [vocab['<eos>']]."
 
 
 def _drawn_vocab(g: torch.Generator) -> dict[str, int]:
@@ -621,8 +755,8 @@ def _encode_second_vocabulary(check: Check, encode: Callable, tokens: list[str])
     got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v2)), "encode"), "encode(tokens, vocab)")
     if got != want:
         check.fail(
-            f"With a second, different vocabulary, encode gave the wrong ids.\n"
-            f"  tokens:   {tokens}\n  vocab:    {v2}\n  expected: {want}\n  actual:   {got}\n{_OWN_VOCAB}"
+            f"{_OWN_VOCAB}\nWith a second, different vocabulary, encode gave the wrong ids.\n"
+            f"  tokens:   {tokens}\n  vocab:    {v2}\n  expected: {want}\n  actual:   {got}"
         )
     check.ok("uses the vocabulary it is given (also a second, different one)")
 
@@ -648,7 +782,7 @@ def _encode_unknown_tokens(check: Check, encode: Callable) -> None:
             cause = f"Unknown tokens became {got[2]}; they should get the id of <unk>, vocab['<unk>'] = {v[_UNK]}."
         else:
             cause = "Each unknown token should become vocab['<unk>'] and every known token its own id."
-        check.fail(f"encode handles unknown tokens wrongly.\n{shown}\n{cause}")
+        check.fail(f"{cause}\nencode handles unknown tokens wrongly.\n{shown}")
 
     capital = ["Hund", "."]
     got = _ids_result(check, _guarded(check, encode, (list(capital), dict(v)), "encode"), "encode(tokens, vocab)")
@@ -682,75 +816,104 @@ def _encode_edge_cases(check: Check, encode: Callable) -> None:
         check.fail(f"encode([], vocab) should be [{v[_BOS]}, {v[_EOS]}] (just <bos> and <eos>), but it is {got}.")
     check.ok("an empty sentence becomes [<bos>, <eos>]")
     for tokens in [_LONG_TOKENS, _VERY_LONG_TOKENS, *_SPECIAL_WORD_SENTENCES]:
-        want = [v[_BOS]] + [v.get(t, v[_UNK]) for t in tokens] + [v[_EOS]]
+        want = _encode_oracle(tokens, v)
         got = _ids_result(check, _guarded(check, encode, (list(tokens), dict(v)), "encode"), "encode(tokens, vocab)")
-        if got == want:
-            continue
-        if len(got) != len(want):
-            head = (
-                f"encode returned {len(got)} ids for {len(tokens)} tokens; it should return {len(want)} "
-                f"(<bos>, one id per token, <eos>)."
-            )
-        else:
-            wrong = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
-            head = (
-                f"encode returned the right number of ids ({len(got)}) for {len(tokens)} tokens, but the wrong ids at "
-                f"position{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))}."
-            )
-        if tokens in (_LONG_TOKENS, _VERY_LONG_TOKENS):
-            cause = (f"A sentence of {len(tokens)} tokens: encode every token, however long the sentence "
-                     f"(no fixed length, no cut).")
-        else:
-            cause = _special_word_cause(tokens, got, v)
-        shown = f"  tokens:   {_show(tokens, 16)}\n  expected: {_show(want, 16)}\n  actual:   {_show(got, 16)}"
-        check.fail(f"{head}\n{shown}\n{cause}")
+        if got != want:
+            _edge_case_failure(check, tokens, v, got, want)
     # one line, as the lesson's stored output shows it; it covers all four specials written as words
     check.ok("encodes sentences of any length, and special tokens written as words like any other token")
 
 
+def _edge_case_failure(check: Check, tokens: list[str], v: dict[str, int], got: list[int], want: list[int]) -> None:
+    """Fail with what encode did to a long sentence or to a special written as a word, then the ids."""
+    if len(got) != len(want):
+        head = (f"encode returned {len(got)} ids for {len(tokens)} tokens; it should return {len(want)} "
+                f"(<bos>, one id per token, <eos>).")
+    else:
+        wrong = [i for i, (a, b) in enumerate(zip(got, want)) if a != b]
+        head = (f"encode returned the right number of ids ({len(got)}) for {len(tokens)} tokens, but the wrong ids at "
+                f"position{'s' if len(wrong) > 1 else ''} {', '.join(map(str, wrong))}.")
+    figures = f"{head}\n  tokens:   {_show(tokens, 16)}\n  expected: {_show(want, 16)}\n  actual:   {_show(got, 16)}"
+    if tokens in (_LONG_TOKENS, _VERY_LONG_TOKENS):
+        check.fail(f"A sentence of {len(tokens)} tokens: encode every token, however long the sentence (no fixed "
+                   f"length, no cut).\n{figures}")
+    slip = matching_slip(SPECIAL_WORD_SLIPS, lambda slip: slip.replay(None, list(tokens), dict(v)),
+                         lambda wrong: wrong == got)
+    check.fail(slip.says.showing(figures) if slip is not None else f"{_special_word_cause(tokens, got, v)}\n{figures}")
+
+
+_LOOKUP = "A special inside `tokens` is a token like any other: it gets its own id, vocab[token]."
+
+
+def _frame_dropped(start: bool, end: bool) -> Slip:
+    """The slip of an encode that drops a <bos> word starting the tokens (``start``) and an <eos> word ending them
+    (``end``), as if the sentence were already framed; its mutant gives the oracle's ids unless both are there."""
+    edges = " and ".join([f"start with '{_BOS}'"] * start + [f"end with '{_EOS}'"] * end)
+
+    def framed_once(tokens: list[str], vocab: dict[str, int]) -> list[int]:
+        first = start and tokens[:1] == [_BOS]
+        last = end and tokens[-1:] == [_EOS] and len(tokens) > first
+        if (start and not first) or (end and not last):
+            return _encode_oracle(tokens, vocab)
+        return _encode_oracle(tokens[int(first): len(tokens) - int(last)], vocab)
+
+    return Slip(f"drops the given frame: {edges}", Diagnosis(
+        f"The tokens {edges} as words, and {'those words were' if start and end else 'that word was'} dropped.",
+        "encode always adds its own <bos> and <eos> around the tokens, whatever they hold: the result then has <bos> "
+        f"(or <eos>) twice, which is right. Do not check whether the sentence is already framed.\n{_LOOKUP}"),
+        framed_once)
+
+
+def _special_dropped(special: str) -> Slip:
+    return Slip(f"drops the word {special}", Diagnosis(
+        f"The '{special}' written as a word was dropped:",
+        f"encode every token of the sentence, specials included. {_LOOKUP}"),
+        lambda tokens, vocab: _encode_oracle([t for t in tokens if t != special], vocab))
+
+
+def _stopped_at(special: str, ending: str) -> Slip:
+    """An encode that stops at the first ``special`` among the tokens: with its own <eos> after the tokens before it
+    (``ending`` "eos"), without it ("none"), or with the special's id kept last ("special")."""
+    def stopped(tokens: list[str], vocab: dict[str, int]) -> list[int]:
+        if special not in tokens:
+            return _encode_oracle(tokens, vocab)
+        ids = _encode_oracle(tokens[: tokens.index(special) + (ending == "special")], vocab)
+        return ids if ending == "eos" else ids[:-1]
+
+    return Slip(f"stops at the word {special}" + ("" if ending == "eos" else f", {ending} last"), Diagnosis(
+        f"encode stopped at the '{special}' written as a word: the tokens after it are missing.",
+        f"Only encode adds the final <eos>; a {special!r} inside the tokens is looked up like any other token, and "
+        f"the loop goes on."), stopped)
+
+
+#: what encode does to specials written as words, each a learner's encode, tried in order on those sentences
+SPECIAL_WORD_SLIPS = (
+    _frame_dropped(True, True), _frame_dropped(True, False), _frame_dropped(False, True),
+    *(slip for special in _SPECIAL_IDS for slip in (
+        _special_dropped(special), *(_stopped_at(special, ending) for ending in ("eos", "none", "special")))),
+)
+
+
 def _special_word_cause(tokens: list[str], got: list[int], v: dict) -> str:
-    """Name what encode did to a special written as a word: dropped, stopped at, replaced, or taken as the frame."""
+    """Name what encode did to a special written as a word, when no slip gives its ids: an id replaced (invariant)."""
     ids = [v.get(t, v[_UNK]) for t in tokens]
     bos, eos = v[_BOS], v[_EOS]
-    lookup = "A special inside `tokens` is a token like any other: it gets its own id, vocab[token]."
-    start = 1 if tokens[0] == _BOS else 0
-    end = len(tokens) - 1 if tokens[-1] == _EOS else len(tokens)
-    for a, b in dict.fromkeys([(start, end), (start, len(tokens)), (0, end)]):  # both ends first, in order
-        if (a, b) == (0, len(tokens)):
-            continue
-        if got == [bos] + ids[a:b] + [eos]:
-            edges = " and ".join(
-                [f"start with '{_BOS}'"] * (a == 1) + [f"end with '{_EOS}'"] * (b < len(tokens))
-            )
-            dropped = "those words were" if " and " in edges else "that word was"
-            return (
-                f"The tokens {edges} as words, and {dropped} dropped. encode always adds its own <bos> and <eos> "
-                f"around the tokens, whatever they hold: the result then has <bos> (or <eos>) twice, which is right. "
-                f"Do not check whether the sentence is already framed.\n{lookup}"
-            )
     for s in (s for s in _SPECIAL_IDS if s in tokens):
-        word, k = f"'{s}' written as a word", tokens.index(s)
-        if got == [bos] + [i for t, i in zip(tokens, ids) if t != s] + [eos]:
-            return f"The {word} was dropped: encode every token of the sentence, specials included. {lookup}"
-        if got in ([bos] + ids[:k] + [eos], [bos] + ids[:k], [bos] + ids[: k + 1]):
-            return (
-                f"encode stopped at the {word}: the tokens after it are missing. Only encode adds the final <eos>; "
-                f"a {s!r} inside the tokens is looked up like any other token, and the loop goes on."
-            )
+        word = f"'{s}' written as a word"
         at = {i + 1 for i, t in enumerate(tokens) if t == s}
         wrong = {i for i, (mine, right) in enumerate(zip(got, [bos, *ids, eos])) if mine != right}
         if len(got) == len(ids) + 2 and wrong and wrong <= at and len({got[i] for i in wrong}) == 1:
             x = got[min(wrong)]
-            extra = f" {lookup}"
+            extra = f" {_LOOKUP}"
             if s == _PAD and x == v[_UNK]:
                 extra = (
                     " `vocab.get(token) or vocab['<unk>']` treats the id 0 as missing, because 0 is falsy: "
                     "use `vocab.get(token, vocab['<unk>'])` (or compare with `is None`)."
                 )
             elif x == v[_UNK]:
-                extra = f" It was treated as an unknown token, but it is in the vocabulary. {lookup}"
+                extra = f" It was treated as an unknown token, but it is in the vocabulary. {_LOOKUP}"
             return f"The {word} became {x}, not its id vocab[{s!r}] = {v[s]}.{extra}"
-    return f"{lookup} Expected [vocab['<bos>']] + [vocab.get(t, vocab['<unk>']) for t in tokens] + [vocab['<eos>']]."
+    return f"{_LOOKUP} Expected [vocab['<bos>']] + [vocab.get(t, vocab['<unk>']) for t in tokens] + [vocab['<eos>']]."
 
 
 def _tokens_result(check: Check, value: Any, call: str) -> list[str]:
@@ -797,89 +960,132 @@ def _decode_drawn(check: Check, decode: Callable) -> None:
                    f"at the first <eos>, and turn every other id into its token.")
 
 
+#: (ids, what it tests): decode's fixed cases, read with _VOCAB, then the first two with _VOCAB_2
+_DECODE_CASES = [
+    ([1, 5, 11, 6, 10, 9, 4, 2], "a whole sentence: <bos> ... <eos>"),
+    ([1, 5, 11, 7, 4, 2, 0, 0, 0], "padding after <eos>"),
+    ([10, 9, 7, 2], "no <bos> at the start"),
+    ([1, 10, 12, 8, 7, 0, 0], "no <eos>, padding at the end"),
+    ([1, 5, 11, 2, 10, 9, 7, 2], "more ids after the first <eos>"),
+    ([1, 3, 11, 7, 2], "an <unk> in the sentence"),
+    ([1, 2, 0], "an empty sentence"),
+    ([1, 2, 5, 11, 0], "<eos> right after <bos>, more ids after it"),
+    ([], "no ids at all"),
+    ([1, 5, 0, 11, 7, 4, 2, 0], "a <pad> in the middle"),
+    ([1, 10, 9, 1, 6, 10, 12, 2], "a second <bos> in the middle"),
+]
+_DECODE_CASES += [(ids, what + ", with a second vocabulary") for ids, what in _DECODE_CASES[:2]]
+
+
 def _check_decode(check: Check, decode: Callable) -> None:
     check.callable_(decode, "decode")
-    cases = [
-        # (ids, what it tests)
-        ([1, 5, 11, 6, 10, 9, 4, 2], "a whole sentence: <bos> ... <eos>"),
-        ([1, 5, 11, 7, 4, 2, 0, 0, 0], "padding after <eos>"),
-        ([10, 9, 7, 2], "no <bos> at the start"),
-        ([1, 10, 12, 8, 7, 0, 0], "no <eos>, padding at the end"),
-        ([1, 5, 11, 2, 10, 9, 7, 2], "more ids after the first <eos>"),
-        ([1, 3, 11, 7, 2], "an <unk> in the sentence"),
-        ([1, 2, 0], "an empty sentence"),
-        ([1, 2, 5, 11, 0], "<eos> right after <bos>, more ids after it"),
-        ([], "no ids at all"),
-        ([1, 5, 0, 11, 7, 4, 2, 0], "a <pad> in the middle"),
-        ([1, 10, 9, 1, 6, 10, 12, 2], "a second <bos> in the middle"),
-    ]
-    # the same kinds of ids, read with a second, different vocabulary
-    cases += [(ids, what + ", with a second vocabulary") for ids, what in cases[:2]]
     so_far: list[str] = []  # every expected token of the earlier calls, in order
-    for ids, what in cases:
+    for ids, what in _DECODE_CASES:
         v = _VOCAB_2 if what.endswith("second vocabulary") else _VOCAB
-        itos = {i: t for t, i in v.items()}
-        want = []
-        for i in ids:
-            if i == v[_EOS]:
-                break
-            if i not in (v[_BOS], v[_PAD]):
-                want.append(itos[i])
+        want = _decode_oracle(ids, v)
         got = _tokens_result(check, _guarded(check, decode, (list(ids), dict(v)), "decode"), f"decode({ids}, vocab)")
         so_far, earlier = so_far + want, so_far
-        if got == want:
-            continue
-        by_position = [list(v)[i] for i in ids if i < len(v)]
-        read_by_position = [_decoded(ids, v, lambda i: list(v)[i] if i < len(v) else None, by_token)
-                            for by_token in (True, False)]
-        shown = f"  ids ({what}): {ids}\n  expected: {want}\n  actual:   {got}"
-        if v is _VOCAB_2:
-            check.fail(f"decode returned the wrong tokens with a second, different vocabulary.\n{shown}\n  vocab: {v}\n{_OWN_VOCAB}")
-        tail = ids[ids.index(2) + 1 :] if 2 in ids else []
-        after_eos = [itos[i] for i in tail if i not in (v[_BOS], v[_PAD], v[_EOS])]
-        if earlier and got == earlier + want:
-            cause = ("The tokens of the earlier calls are still there, before this sentence's: a list is kept from "
-                     "one call to the next, such as a mutable default argument (`def decode(ids, vocab, out=[])`) or "
-                     "a list outside the function. Start a new list inside decode on every call.")
-        elif _EOS in got:
-            cause = "<eos> ends the sentence: stop before it, without adding it to the tokens."
-        elif after_eos and got[-len(after_eos):] == after_eos:
-            cause = "Tokens after the first <eos> were kept: stop at the first <eos> (break out of the loop)."
-        elif _BOS in got and "second <bos>" in what:
-            cause = "<bos> should be dropped wherever it appears, not only as the first id."
-        elif _BOS in got:
-            cause = "<bos> should be dropped: it only marks the start."
-        elif _PAD in got and "<pad> in the middle" in what:
-            cause = "<pad> should be dropped wherever it appears, not only at the end."
-        elif _PAD in got:
-            cause = "<pad> should be dropped: padding is not part of the sentence."
-        elif "<pad> in the middle" in what and got == want[: len(got)] and len(got) < len(want):
-            cause = "Decoding stopped at <pad>: <pad> is skipped wherever it appears; only <eos> ends the sentence."
-        elif got == ["?" if t == _UNK else t for t in want]:
-            cause = "<unk> was shown as '?': keep the token '<unk>' itself (turning it into text is a display choice for later)."
-        elif got in read_by_position or (got and set(got) <= set(v) and any(t in by_position for t in got)
-                                         and got != want and len(got) == len(want)):
-            cause = (
-                "The tokens are looked up by position in the dict. Build the inverse mapping first, "
-                "id -> token (`{i: t for t, i in vocab.items()}`), and look each id up there."
-            )
-        elif what == "no <bos> at the start" and got == want[1:]:
-            cause = "The first token was removed although it is not <bos>: drop <bos> by its id, not by its position (ids[1:])."
-        elif what.startswith("no <eos>") and got == want[:-1]:
-            cause = "The last token was removed although there is no <eos>: stop at <eos> by its id, not by cutting off the end (ids[1:-1])."
-        elif what == "an <unk> in the sentence" and got == [t for t in want if t != _UNK]:
-            cause = "<unk> should stay in the output as the token '<unk>': only <bos> and <pad> are dropped."
-        elif what == "an <unk> in the sentence" and len(got) < len(want):
-            cause = "Decoding stopped at <unk>; only <eos> ends the sentence."
-        else:
-            cause = "Expected: skip <bos> and <pad>, stop at the first <eos>, and turn every other id into its token."
-        check.fail(f"decode returned the wrong tokens.\n{shown}\n{cause}")
+        if got != want:
+            _decode_failure(check, ids, what, v, got, want, earlier)
     _decode_drawn(check, decode)
     check.ok("turns ids back into tokens with the inverse of the vocabulary")
     check.ok("drops <bos> and <pad> and stops at the first <eos>")
     check.ok("keeps <unk>, and handles sentences without <bos>, without <eos>, and empty ones")
     check.ok("drops <pad> and <bos> wherever they appear, and uses the vocabulary it is given")
     check.ok("leaves its inputs (ids, vocab) unchanged")
+
+
+def _decode_failure(check: Check, ids: list[int], what: str, v: dict[str, int], got: list[str], want: list[str],
+                    earlier: list[str]) -> None:
+    """Fail with what decode's wrong tokens show: an invariant they break, else a known slip, else what is expected."""
+    shown = f"  ids ({what}): {ids}\n  expected: {want}\n  actual:   {got}"
+    if v is _VOCAB_2:
+        check.fail(f"{_OWN_VOCAB}\ndecode returned the wrong tokens with a second, different vocabulary.\n{shown}\n"
+                   f"  vocab: {v}")
+    cause = _decode_cause(ids, what, v, got, want, earlier)
+    if cause is None:
+        slip = matching_slip(DECODE_SLIPS, lambda slip: slip.replay(None, list(ids), dict(v)),
+                             lambda wrong: wrong == got)
+        if slip is not None:
+            check.fail(slip.says.showing(shown))
+        cause = _decode_late_cause(ids, what, v, got, want)
+    check.fail(f"{cause}\n{shown}")
+
+
+def _decode_cause(ids: list[int], what: str, v: dict[str, int], got: list[str], want: list[str],
+                  earlier: list[str]) -> str | None:
+    """The invariants checked before the slips: state kept between calls, and <eos>, <bos>, <pad> in the output."""
+    itos = {i: t for t, i in v.items()}
+    tail = ids[ids.index(v[_EOS]) + 1:] if v[_EOS] in ids else []
+    after_eos = [itos[i] for i in tail if i not in (v[_BOS], v[_PAD], v[_EOS])]
+    if earlier and got == earlier + want:
+        return ("The tokens of the earlier calls are still there, before this sentence's: a list is kept from one call "
+                "to the next, such as a mutable default argument (`def decode(ids, vocab, out=[])`) or a list outside "
+                "the function. Start a new list inside decode on every call.")
+    if _EOS in got:
+        return "<eos> ends the sentence: stop before it, without adding it to the tokens."
+    if after_eos and got[-len(after_eos):] == after_eos:
+        return "Tokens after the first <eos> were kept: stop at the first <eos> (break out of the loop)."
+    if _BOS in got:
+        return ("<bos> should be dropped wherever it appears, not only as the first id." if "second <bos>" in what
+                else "<bos> should be dropped: it only marks the start.")
+    if _PAD in got:
+        return ("<pad> should be dropped wherever it appears, not only at the end." if "<pad> in the middle" in what
+                else "<pad> should be dropped: padding is not part of the sentence.")
+    if "<pad> in the middle" in what and got == want[: len(got)] and len(got) < len(want):
+        return "Decoding stopped at <pad>: <pad> is skipped wherever it appears; only <eos> ends the sentence."
+    return None
+
+
+def _read_by_position(ids: list[int], vocab: dict[str, int], by_token: bool) -> list:
+    """decode with each id read as a position among the dict's keys (the specials recognised by token, or by id)."""
+    keys = list(vocab)
+    return _decoded(ids, vocab, lambda i: keys[i] if i < len(keys) else None, by_token)
+
+
+def _without_trailing_pads(ids: list[int], vocab: dict[str, int]) -> list[int]:
+    """The ids without the padding at their end."""
+    end = len(ids)
+    while end and ids[end - 1] == vocab[_PAD]:
+        end -= 1
+    return ids[:end]
+
+
+_DECODE_BY_POSITION = Diagnosis(
+    "The tokens are looked up by position in the dict.",
+    "Build the inverse mapping first, id -> token (`{i: t for t, i in vocab.items()}`), and look each id up there.")
+
+#: decode's known slips, each a learner's decode, tried in order once the invariants above hold
+DECODE_SLIPS = (
+    Slip("unk as question mark", Diagnosis(
+        "<unk> was shown as '?':",
+        "keep the token '<unk>' itself (turning it into text is a display choice for later)."),
+        lambda ids, vocab: ["?" if t == _UNK else t for t in _decode_oracle(ids, vocab)]),
+    Slip("by position", _DECODE_BY_POSITION, lambda ids, vocab: _read_by_position(ids, vocab, by_token=True)),
+    Slip("by position, specials by id", _DECODE_BY_POSITION,
+         lambda ids, vocab: _read_by_position(ids, vocab, by_token=False)),
+    Slip("first id dropped", Diagnosis(
+        "The first token was removed although it is not <bos>:",
+        "drop <bos> by its id, not by its position (ids[1:])."), lambda ids, vocab: _decode_oracle(ids[1:], vocab)),
+    Slip("last id cut", Diagnosis(
+        "The last token was removed although there is no <eos>:",
+        "stop at <eos> by its id, not by cutting off the end (ids[1:-1])."),
+        lambda ids, vocab: _decode_oracle(_without_trailing_pads(ids, vocab)[:-1], vocab)),  # last id taken as <eos>
+    Slip("unk dropped", Diagnosis("<unk> should stay in the output as the token '<unk>':",
+                                  "only <bos> and <pad> are dropped."),
+         lambda ids, vocab: [t for t in _decode_oracle(ids, vocab) if t != _UNK]),
+)
+
+
+def _decode_late_cause(ids: list[int], what: str, v: dict[str, int], got: list[str], want: list[str]) -> str:
+    """The invariants checked after the slips: ids read by position in other ways, and a stop at <unk>."""
+    by_position = [list(v)[i] for i in ids if i < len(v)]
+    if got and set(got) <= set(v) and any(t in by_position for t in got) and len(got) == len(want):
+        return str(_DECODE_BY_POSITION)
+    if what == "an <unk> in the sentence" and len(got) < len(want):
+        return "Decoding stopped at <unk>; only <eos> ends the sentence."
+    return ("decode returned the wrong tokens. Expected: skip <bos> and <pad>, stop at the first <eos>, and turn every "
+            "other id into its token.")
 
 
 # --------------------------------------------------------------------------
@@ -905,7 +1111,7 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
         )
     if not isinstance(out, torch.Tensor):
         check.fail(f"pad_batch should return a torch.Tensor, but returned {describe(out)}." + ("\nDid you forget a `return` statement?" if out is None else ""))
-    _pad_shape(check, out, sequences)
+    _pad_shape(check, out, sequences, pad_id)
     if out.dtype != torch.long:
         check.fail(
             f"pad_batch returned dtype {str(out.dtype).replace('torch.', '')}, but ids must be torch.long (int64): "
@@ -930,11 +1136,13 @@ def _check_pad_batch(check: Check, pad_batch: Callable) -> None:
     check.ok("leaves the input lists unchanged")
 
 
-_MAX_OF_LISTS = (
-    "Hint: `max(sequences)` is not the longest sequence: Python compares lists element by element, so it returns "
-    "the largest in dictionary order ({largest} here, {n} ids, while the longest has {longest}). Use "
-    "`max(len(s) for s in sequences)` (or `max(sequences, key=len)`)."
-)
+_MAX_OF_LISTS = Diagnosis(
+    "`max(sequences)` is not the longest sequence: Python compares lists element by element, so it returns the "
+    "largest in dictionary order.", "Use `max(len(s) for s in sequences)` (or `max(sequences, key=len)`).")
+
+
+def _max_of_lists_figures(sequences: list, width: int) -> str:
+    return (f"Here that is {max(sequences)}, {width} ids, while the longest has {max(len(s) for s in sequences)}.")
 
 
 def _pad(check: Check, pad_batch: Callable, sequences: list, pad_id: int, what: str = "") -> Any:
@@ -946,7 +1154,8 @@ def _pad(check: Check, pad_batch: Callable, sequences: list, pad_id: int, what: 
     code = _source(pad_batch)  # max over the lists themselves, max(sequences), not over their lengths
     if (re.search(r"\bmax\(\s*[A-Za-z_]\w*\s*\)", code) and len(largest) != longest
             and not isinstance(out.exception, NameError)):
-        check.error(out.message + "\n" + _MAX_OF_LISTS.format(largest=largest, n=len(largest), longest=longest))
+        check.error(f"{out.message}\nHint: {_MAX_OF_LISTS.cause} {_max_of_lists_figures(sequences, len(largest))} "
+                    f"{_MAX_OF_LISTS.fix}")
     if what == "an empty sequence":
         exc = out.exception
         check.fail(
@@ -964,34 +1173,26 @@ def _source(fn: Callable) -> str:
         return ""
 
 
-def _pad_shape(check: Check, out: torch.Tensor, sequences: list, what: str = "") -> None:
+def _pad_shape(check: Check, out: torch.Tensor, sequences: list, pad_id: int, what: str = "") -> None:
     """Fail with the likely cause unless ``out`` is (B, L_max)."""
     B, L = len(sequences), max(len(s) for s in sequences)
     shape = tuple(out.shape)
     if shape == (B, L):
         return
-    shown = f"  sequences: {_show(sequences, 4)} (B = {B}, longest = {L})\n  expected shape: {fmt_shape((B, L))}\n  actual shape:   {fmt_shape(shape)}"
-    shortest = min(len(s) for s in sequences)
+    shown = ("pad_batch returned the wrong shape" + (f" with {what}" if what else "") + f".\n  sequences: "
+             f"{_show(sequences, 4)} (B = {B}, longest = {L})\n  expected shape: {fmt_shape((B, L))}\n  actual shape:"
+             f"   {fmt_shape(shape)}")
     if len(shape) == 3 and shape[:2] == (B, L):
-        cause = (
-            f"The result has 3 dimensions: the batch should be 2-D, (B, L_max), one id per position. "
-            f"Remove the extra dimension of size {shape[2]} (no unsqueeze, no list around each id)."
-        )
-    elif len(shape) != 2:
-        cause = f"The result should be 2-D, (B, L_max), but it has {len(shape)} dimension(s)."
-    elif shape == (L, B):
-        cause = "The result is transposed: one row per sequence, so (B, L_max). With pad_sequence, pass batch_first=True."
-    elif shape[0] == B and shape[1] == len(max(sequences)) != L:
-        cause = _MAX_OF_LISTS.format(largest=max(sequences), n=shape[1], longest=L)[len("Hint: "):]
-    elif shape[0] == B and shape[1] == len(sequences[0]):
-        cause = "The width is the length of the first sequence; it should be the length of the longest one."
-    elif shape[0] == B and shape[1] == shortest:
-        cause = (
-            "The width is the length of the shortest sequence: the longer ones were cut. `zip(*sequences)` stops at "
-            "the shortest sequence; pad every sequence up to the longest instead "
-            "(for example itertools.zip_longest(..., fillvalue=pad_id))."
-        )
-    elif shape[0] == B and shape[1] > L:
+        check.fail(f"The result has 3 dimensions: the batch should be 2-D, (B, L_max), one id per position. Remove the "
+                   f"extra dimension of size {shape[2]} (no unsqueeze, no list around each id).\n{shown}")
+    if len(shape) != 2:
+        check.fail(f"The result should be 2-D, (B, L_max), but it has {len(shape)} dimension(s).\n{shown}")
+    slip = matching_slip(PAD_SHAPE_SLIPS, lambda slip: slip.replay(None, copy.deepcopy(sequences), pad_id),
+                         lambda wrong: tuple(wrong.shape) == shape)
+    if slip is not None:
+        check.fail(slip.says.showing((_max_of_lists_figures(sequences, shape[1]) + "\n" if slip.name == "max of lists"
+                                      else "") + shown))
+    if shape[0] == B and shape[1] > L:
         cause = f"There are {shape[1] - L} column(s) too many: pad to exactly the longest length, max(len(s) for s in sequences)."
     elif shape[0] == B and shape[1] < L:
         cause = (
@@ -1002,7 +1203,25 @@ def _pad_shape(check: Check, out: torch.Tensor, sequences: list, what: str = "")
         cause = "Some sequences are missing: every sequence gets its own row."
     else:
         cause = "Expected one row per sequence and as many columns as the longest sequence has ids."
-    check.fail("pad_batch returned the wrong shape" + (f" with {what}" if what else "") + f".\n{shown}\n{cause}")
+    check.fail(f"{cause}\n{shown}")
+
+
+#: pad_batch's known slips of shape, each a learner's pad_batch, told apart by the shape of the batch
+PAD_SHAPE_SLIPS = (
+    Slip("transposed", Diagnosis("The result is transposed:",
+                                 "one row per sequence, so (B, L_max). With pad_sequence, pass batch_first=True."),
+         lambda sequences, pad_id: _pad_oracle(sequences, pad_id).T),
+    Slip("max of lists", _MAX_OF_LISTS,
+         lambda sequences, pad_id: _pad_oracle(sequences, pad_id, width=len(max(sequences)))),
+    Slip("width of the first", Diagnosis(
+        "The width is the length of the first sequence;", "it should be the length of the longest one."),
+        lambda sequences, pad_id: _pad_oracle(sequences, pad_id, width=len(sequences[0]))),
+    Slip("cut to the shortest", Diagnosis(
+        "The width is the length of the shortest sequence: the longer ones were cut. `zip(*sequences)` stops at the "
+        "shortest sequence;", "pad every sequence up to the longest instead (for example "
+        "itertools.zip_longest(..., fillvalue=pad_id))."),
+        lambda sequences, pad_id: _pad_oracle(sequences, pad_id, width=min(len(s) for s in sequences))),
+)
 
 
 def _check_more_batches(check: Check, pad_batch: Callable) -> None:
@@ -1028,7 +1247,7 @@ def _check_more_batches(check: Check, pad_batch: Callable) -> None:
                 f"With {what}, pad_batch({seqs}, pad_id={pid}) returned a tensor of shape {fmt_shape(out.shape)}.\n"
                 f"An empty sequence must still get its row (all pad ids)."
             )
-        _pad_shape(check, out, seqs, what)
+        _pad_shape(check, out, seqs, pid, what)
         if out.dtype != torch.long:
             check.fail(
                 f"With {what}, pad_batch({_show(seqs, 4)}, pad_id={pid}) returned dtype "
@@ -1052,19 +1271,16 @@ def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, w
     want = [list(s) + [pad_id] * (L - len(s)) for s in sequences]
     if rows == want:
         return
-    shown = (f"  sequences: {_show(sequences, 6)}, pad_id = {pad_id}" + (f" ({what})" if what else "")
-             + f"\n  expected: {_show(want, 6)}\n  actual:   {_show(rows, 6)}")
+    shown = (f"pad_batch returned the wrong values.\n  sequences: {_show(sequences, 6)}, pad_id = {pad_id}"
+             + (f" ({what})" if what else "") + f"\n  expected: {_show(want, 6)}\n  actual:   {_show(rows, 6)}")
+    slip = matching_slip(PAD_VALUE_SLIPS, lambda slip: slip.replay(None, copy.deepcopy(sequences), pad_id),
+                         lambda wrong: wrong.tolist() == rows)
+    if slip is not None:
+        check.fail(slip.says.showing(shown))
     fills = {x for r, s in zip(rows, sequences) for x in r[len(s):]}
-    if rows == [[pad_id] * (L - len(s)) + list(s) for s in sequences]:
-        cause = "The padding is on the left. Put the ids first and the pad ids after them (right padding)."
-    elif len(fills) == 1 and pad_id not in fills and rows == [list(s) + [*fills] * (L - len(s)) for s in sequences]:
+    if len(fills) == 1 and pad_id not in fills and rows == [list(s) + [*fills] * (L - len(s)) for s in sequences]:
         fill = fills.pop()
         cause = f"The padding is {fill}, but pad_id is {pad_id}: fill with the pad_id argument, not with a fixed {fill}."
-    elif rows == [[pad_id if x == 0 else x for x in w] for w in want]:
-        cause = (
-            f"The real id 0 became pad_id ({pad_id}): 0 is an ordinary token here. Decide where the padding goes by "
-            f"position (after the end of each sequence), not by value (no torch.where(batch == 0, pad_id, batch))."
-        )
     elif sorted(map(tuple, rows)) == sorted(map(tuple, want)):
         cause = "The rows are in a different order from the sequences: row i must hold sequence i (do not sort them)."
     elif all(a == b for r, w in zip(rows, want) for a, b in zip(r, w) if b < 256):
@@ -1075,4 +1291,59 @@ def _pad_values(check: Check, out: torch.Tensor, sequences: list, pad_id: int, w
         )
     else:
         cause = "Row i should hold sequence i, followed by pad_id up to the longest length."
-    check.fail(f"pad_batch returned the wrong values.\n{shown}\n{cause}")
+    check.fail(f"{cause}\n{shown}")
+
+
+#: pad_batch's known slips of values, each a learner's pad_batch, tried once the shape and dtype are right
+PAD_VALUE_SLIPS = (
+    Slip("left padding", Diagnosis("The padding is on the left.",
+                                   "Put the ids first and the pad ids after them (right padding)."),
+         lambda sequences, pad_id: _pad_oracle([s[::-1] for s in sequences], pad_id).flip(-1)),
+    Slip("zeros become pad", Diagnosis(
+        "The real id 0 became pad_id: 0 is an ordinary token here.",
+        "Decide where the padding goes by position (after the end of each sequence), not by value "
+        "(no torch.where(batch == 0, pad_id, batch))."),
+        lambda sequences, pad_id: _pad_oracle(sequences, 0).masked_fill(_pad_oracle(sequences, 0) == 0, pad_id)),
+)
+
+
+# --------------------------------------------------------------------------
+# The exercises, declared.
+
+
+def _as_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's function (for the generated catalogue tests): every mutant here is one."""
+    return slip.mutant
+
+
+BUILD_VOCAB = Exercise(
+    "build_vocab", _check_build_vocab,
+    oracle="the definition: Counter over every token, the four specials at 0..3, then every token seen at least "
+           "min_freq times, ids 0..n-1",
+    cases="eight fixed sentences (counts 1, 2, 3 and more; a token twice in one sentence; capitals) with min_freq 1, "
+          "2, 3, 100 and the default, a warm-up call on other sentences, specials written as words in a sentence of "
+          "14 tokens, and sentences drawn from the check's seed",
+    slips=_ARGUMENT_SLIPS["build_vocab"], answer=_as_answer)
+
+ENCODE = Exercise(
+    "encode", _check_encode,
+    oracle="[vocab['<bos>']] + [vocab.get(t, vocab['<unk>']) for t in tokens] + [vocab['<eos>']]",
+    cases="a vocabulary whose ids are not in insertion order and a second one, unknown tokens, a capital letter, an "
+          "empty sentence, sentences of 14 and 154 tokens, each special written as a word, and a sentence and a "
+          "vocabulary drawn from the check's seed",
+    slips=_ARGUMENT_SLIPS["encode"] + ENCODE_SLIPS + SPECIAL_WORD_SLIPS, answer=_as_answer)
+
+DECODE = Exercise(
+    "decode", _check_decode,
+    oracle="the inverse of the vocabulary, <bos> and <pad> dropped wherever they are, a stop at the first <eos>",
+    cases="eleven fixed id lists (<eos>, <bos>, <pad>, <unk> in every place, none, empty), two of them with a second "
+          "vocabulary, and ids and a vocabulary drawn from the check's seed",
+    slips=_ARGUMENT_SLIPS["decode"] + DECODE_SLIPS, answer=_as_answer)
+
+PAD_BATCH = Exercise(
+    "pad_batch", _check_pad_batch,
+    oracle="a torch.long tensor (B, L_max): row i is sequence i followed by pad_id",
+    cases="a batch whose longest sequence is neither first nor max(sequences), 0 a real id and pad_id 13; pad_id 0, "
+          "an empty sequence, equal lengths, one sequence of length 1, 70 ids, 150 ids up to 69,586, and a batch "
+          "drawn from the check's seed",
+    slips=_ARGUMENT_SLIPS["pad_batch"] + PAD_SHAPE_SLIPS + PAD_VALUE_SLIPS, answer=_as_answer)
