@@ -3,9 +3,12 @@
 The oracle is PyTorch itself,
 ``F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)``,
 in double precision, for the loss and for its gradient with respect to the
-logits. Closed forms of common slips (smoothing spread over V-1 classes,
-padding counted, KL divergence...) are used only to name the cause once the
-values are known to be wrong. Lesson 06's sizes (a vocabulary of hundreds, a
+logits. The known slips (``LOSS_SLIPS``: smoothing spread over V-1 classes,
+padding counted, KL divergence...) are flags of one slipped oracle,
+``_slipped_loss``, and slips from different families combine into slips too;
+they are replayed only to name the cause once the values are known to be
+wrong. ``LABEL_SMOOTHING_LOSS``, at the bottom, declares the exercise.
+Lesson 06's sizes (a vocabulary of hundreds, a
 batch of hundreds of positions) are checked too, and the loss runs once on a
 pretend GPU (``stages.on_gpu``) so that a tensor built on the CPU is caught on any
 machine. A crash gets a hint tied to the construct that usually causes it
@@ -346,35 +349,30 @@ def _replayer(cases: list[dict]) -> Callable[[Slip], torch.Tensor]:
 
 def _check_large_logits(check: Check, label_smoothing_loss: Callable) -> None:
     """Numerically stable for logits far apart."""
-    _check_one_case(
-        check, label_smoothing_loss, _large_case(),
+    _check_one_case(check, label_smoothing_loss, _large_case(), Diagnosis(
         "Your loss is wrong when the logits are far apart (differences of about 150, as a confident model "
-        "produces): expected {expected}, got {value}.\n"
-        "In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) is "
-        "-inf (a small epsilon inside the log only moves the error). Compute the log-probabilities directly "
-        "with F.log_softmax(logits, dim=-1), which subtracts the maximum first.",
-    )
+        "produces). In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) "
+        "is -inf (a small epsilon inside the log only moves the error).", "Compute the log-probabilities directly "
+        "with F.log_softmax(logits, dim=-1), which subtracts the maximum first."))
     check.ok("stays exact for logits far apart (log_softmax, not log of softmax)")
 
 
 def _check_lesson_sizes(check: Check, label_smoothing_loss: Callable) -> None:
     """Lesson 06's sizes: a vocabulary of hundreds and hundreds of positions."""
     case = _lesson_case()
-    _check_one_case(
-        check, label_smoothing_loss, case,
-        f"Your loss is right on small inputs but not at lesson 06's sizes ({_describe_case(case)}): expected "
-        "{expected}, got {value}.\nDoes your code depend on a fixed vocabulary size, a fixed number of positions, "
-        "or a value remembered from an earlier call?",
-    )
+    _check_one_case(check, label_smoothing_loss, case, Diagnosis(
+        f"Your loss is right on small inputs but not at lesson 06's sizes ({_describe_case(case)}).",
+        "Does your code depend on a fixed vocabulary size, a fixed number of positions, or a value remembered from "
+        "an earlier call?"))
     check.ok("matches it at lesson 06's sizes too (V=629, 320 positions, a third of them padding)")
 
 
-def _check_one_case(check: Check, label_smoothing_loss: Callable, case: dict, message: str) -> None:
-    """Fail with ``message`` (``{expected}``, ``{value}`` filled in) unless the loss matches PyTorch's on ``case``."""
+def _check_one_case(check: Check, label_smoothing_loss: Callable, case: dict, diagnosis: Diagnosis) -> None:
+    """Fail with ``diagnosis``, the two values after it, unless the loss matches PyTorch's on ``case``."""
     value = _loss(check, label_smoothing_loss, case).detach().double()
     expected, _ = _oracle(case)
     if not close_enough(value, expected):
-        check.fail(message.format(expected=fmt_number(expected), value=fmt_number(value)))
+        check.fail(diagnosis.showing(f"Expected {fmt_number(expected)} ({_ORACLE}), got {fmt_number(value)}."))
 
 
 def _check_gradients(check: Check, label_smoothing_loss: Callable, cases: list[dict], grads: list[torch.Tensor]) -> None:

@@ -2,8 +2,12 @@
 
 The oracle is the formula of the paper (section 5.3),
 ``d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` with step 0 read
-as step 1, evaluated in double precision. Buggy variants of the formula serve
-only to name a likely cause once a value is already known to be wrong.
+as step 1, evaluated in double precision. The known slips of each exercise
+(``NOAM_LR_SLIPS``, ``SCHEDULER_SLIPS``) are mutants of that oracle, replayed
+only to name a likely cause once a value is already known to be wrong; mistakes
+seen in how the lrs relate (factors that compound, a constant scale, a number
+written into the code) are named diagnoses beside them. ``NOAM_LR`` and
+``NOAM_SCHEDULER``, at the bottom, declare the two exercises.
 
 The scheduler is also held to what lesson 06 calls on it (its contract in
 ``course_utils.contracts``): ``step()``, ``get_last_lr()``, and a
@@ -125,12 +129,13 @@ def _schedulers_independent(check: Check, make_noam_scheduler: Callable) -> None
     got = [g["lr"] for g in optimizer.param_groups]
     expected = [lr * _paper(2, first[2], first[3]) for lr in first[1]]
     if not _near(got, expected):
-        check.fail(f"A scheduler built first {setup} takes on the settings of the next one: after another "
-                   f"make_noam_scheduler(optimizer, d_model={second[2]}, warmup_steps={second[3]}), one step of the "
-                   f"first gives the lrs {[fmt_number(v) for v in got]} instead of {[fmt_number(v) for v in expected]}. "
-                   f"Something is shared between calls (a global, or a function defined outside "
-                   f"make_noam_scheduler reading settings that the next call changes): build the schedule function "
-                   f"inside make_noam_scheduler, from its own arguments.")
+        check.fail(Diagnosis(
+            f"A scheduler built first {setup} takes on the settings of the next one: something is shared between "
+            f"calls (a global, or a function defined outside make_noam_scheduler reading settings that the next call "
+            f"changes).", "Build the schedule function inside make_noam_scheduler, from its own arguments.",
+            f"After another make_noam_scheduler(optimizer, d_model={second[2]}, warmup_steps={second[3]}), one step "
+            f"of the first gives the lrs {[fmt_number(v) for v in got]} instead of "
+            f"{[fmt_number(v) for v in expected]}."))
     check.ok("two schedulers built one after the other each keep their own settings")
 
 
@@ -324,16 +329,12 @@ def _noam_grid(check: Check, noam_lr: Callable, zero_problem: str) -> list[tuple
             ints = ints or is_int
             rows.append((d_model, warmup_steps, step, value, _paper(step, d_model, warmup_steps)))
     if ints or all(v == 0 for *_, v, _e in rows):
-        _fail_values(
-            check,
-            "noam_lr returns "
-            + ("integers" if ints else "0.0 everywhere")
-            + f" (at step=4000, d_model=512, warmup_steps=4000 you return {fmt_number(rows[7][3])}, expected "
-            f"{fmt_number(rows[7][4])}).\nThe learning rate is a small fraction, and integer arithmetic rounds it "
-            f"down to 0. Likely causes: floor division `//` (write `1 / x` or `x ** -0.5`), a cast with `int(...)`, "
-            f"or a tensor built from integers with an integer dtype (use floats, e.g. `torch.tensor(step, dtype=torch.float32)`).",
-            zero_problem,
-        )
+        _fail_values(check, Diagnosis(
+            f"noam_lr returns {'integers' if ints else '0.0 everywhere'}: the learning rate is a small fraction, and "
+            f"integer arithmetic rounds it down to 0.", "Likely causes: floor division `//` (write `1 / x` or "
+            "`x ** -0.5`), a cast with `int(...)`, or a tensor built from integers with an integer dtype (use floats, "
+            "e.g. `torch.tensor(step, dtype=torch.float32)`).", f"At step=4000, d_model=512, warmup_steps=4000 you "
+            f"return {fmt_number(rows[7][3])}, expected {fmt_number(rows[7][4])}."), zero_problem)
     return rows
 
 
@@ -352,8 +353,8 @@ def _fixed_argument(points: list[tuple[int, int, int, float]], where: str) -> Di
                 if value and given != {value}]
             if wrong and _near([v for *_, v in points], rebuilt):
                 return Diagnosis(f"Your {where} uses {' and '.join(wrong)} whatever it is given: a number written "
-                                 f"into the code where the argument belongs.", "Use the function's own arguments, so "
-                                 f"that lesson 06's small model gets its own schedule.")
+                                 "into the code where the argument belongs.", "Use the function's own arguments, so "
+                                 "that lesson 06's small model gets its own schedule.")
     return None
 
 
@@ -923,14 +924,13 @@ def _check_round_trip(check: Check, make_noam_scheduler: Callable, case: tuple) 
         check.call(sched.step, what="scheduler.step()", guard_inputs=False)
         after.append([_lr(g["lr"]) for g in opt.param_groups])
     if not _near(after[1], after[0]):
-        check.fail(
-            f"A scheduler restored from a checkpoint does not resume the schedule {setup}: saved after 3 steps and "
-            f"restored into a new scheduler (with the optimizer's state restored too), one more step gives lrs "
-            f"[{', '.join(fmt_number(v) for v in after[1])}] instead of [{', '.join(fmt_number(v) for v in after[0])}], "
-            f"so a resumed run's warm-up starts again.\n"
-            f"state_dict() must hold the step count and load_state_dict() must put it back into the scheduler "
-            f"itself (LambdaLR does both)."
-        )
+        check.fail(Diagnosis(
+            f"A scheduler restored from a checkpoint does not resume the schedule {setup}, so a resumed run's warm-up "
+            f"starts again.", "state_dict() must hold the step count and load_state_dict() must put it back into the "
+            "scheduler itself (LambdaLR does both).",
+            f"Saved after 3 steps and restored into a new scheduler (with the optimizer's state restored too), one "
+            f"more step gives lrs [{', '.join(fmt_number(v) for v in after[1])}] instead of "
+            f"[{', '.join(fmt_number(v) for v in after[0])}]."))
     check.ok("its state_dict() survives torch.save / torch.load(weights_only=True), and load_state_dict() resumes "
              "the schedule exactly")
 
