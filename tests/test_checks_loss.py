@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from course_utils.checks import loss as _loss
 from course_utils.checks.loss import check_label_smoothing_loss
 from helpers import expect
 
@@ -452,3 +453,22 @@ def test_passing_lists_lesson_sizes_and_devices():
     expect(result, "passed")
     assert any("lesson 06" in item for item in result.checked)
     assert any("device" in item for item in result.checked)
+
+
+# --------------------------------------------------------------------------
+# Two slips together (the checker's own table, made into answers): named together, unless they compute what one does.
+
+#: pairs that compute exactly what a single slip computes, on any input: no check can tell them apart
+_SAME_AS_ONE_SLIP = {
+    "pad id 0 + pads counted": "pads counted",  # every position is averaged: which one is the pad no longer matters
+    "pad id 0 + summed over every token": "summed over every token",
+    "no smoothing + KL divergence": "no smoothing",  # a one-hot target has entropy 0: KL is the cross entropy
+}
+
+
+@pytest.mark.parametrize("slip", [s for s in _loss._COMBINED if s.name.count(" + ") == 1], ids=lambda s: s.name)
+def test_two_slips_together_are_named_together(slip):
+    result = check_label_smoothing_loss(_loss._loss_answer(slip))
+    expect(result, "failed")
+    single = {s.name: s for s in _loss.LOSS_SLIPS}.get(_SAME_AS_ONE_SLIP.get(slip.name))
+    assert (single or slip).says.cause in result.messages[0], result

@@ -3,9 +3,12 @@
 The oracle is PyTorch itself,
 ``F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)``,
 in double precision, for the loss and for its gradient with respect to the
-logits. Closed forms of common slips (smoothing spread over V-1 classes,
-padding counted, KL divergence...) are used only to name the cause once the
-values are known to be wrong. Lesson 06's sizes (a vocabulary of hundreds, a
+logits. The known slips (``LOSS_SLIPS``: smoothing spread over V-1 classes,
+padding counted, KL divergence...) are flags of one slipped oracle,
+``_slipped_loss``, and slips from different families combine into slips too;
+they are replayed only to name the cause once the values are known to be
+wrong. ``LABEL_SMOOTHING_LOSS``, at the bottom, declares the exercise.
+Lesson 06's sizes (a vocabulary of hundreds, a
 batch of hundreds of positions) are checked too, and the loss runs once on a
 pretend GPU (``stages.on_gpu``) so that a tensor built on the CPU is caught on any
 machine. A crash gets a hint tied to the construct that usually causes it
@@ -23,14 +26,15 @@ import torch.nn.functional as F
 
 from . import stages
 from ._core import Check, CheckResult, Raised, close_enough, fmt_number, fmt_shape, generator
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
 
 _ORACLE = "F.cross_entropy(logits, target, label_smoothing=smoothing, ignore_index=pad_id)"
 
 
 def check_label_smoothing_loss(label_smoothing_loss: Callable) -> CheckResult:
     """Check ``label_smoothing_loss(logits, target, smoothing, pad_id)`` against F.cross_entropy."""
-    return run_check("label_smoothing_loss", _check_label_smoothing_loss, label_smoothing_loss)
+    return LABEL_SMOOTHING_LOSS.check(label_smoothing_loss)
 
 
 def _check_label_smoothing_loss(check: Check, label_smoothing_loss: Callable) -> None:
@@ -101,182 +105,151 @@ def _oracle(case: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # --------------------------------------------------------------------------
-# Common slips, one factor at a time; any combination of them is recognised.
-
-_SPREAD = {
-    "all": "",
-    "others": (
-        "The smoothing mass is spread over the V-1 wrong classes (smoothing/(V-1) each, 1-smoothing on the "
-        "true class). F.cross_entropy(label_smoothing=smoothing) spreads smoothing/V over all V classes, the "
-        "true one included: the target is (1-smoothing) * one_hot + smoothing / V, so the true class gets "
-        "1-smoothing+smoothing/V."
-    ),
-    "others_no_pad": (
-        "Your target distribution follows the Annotated Transformer: smoothing/(V-2) on the classes other "
-        "than the true one and the pad column, which is set to 0. That is a reasonable choice, but this course "
-        "follows F.cross_entropy(label_smoothing=...): smoothing/V on every one of the V classes, the true class "
-        "and the pad column included."
-    ),
-    "overwrite": (
-        "The true class gets 1-smoothing, and the other classes smoothing/V: the uniform part was overwritten on "
-        "the true class (a `fill` then a `scatter` of 1-smoothing, for example), so each row of your target "
-        "distribution sums to 1-smoothing/V instead of 1. The target is (1-smoothing) * one_hot + smoothing / V: "
-        "the true class gets 1-smoothing+smoothing/V."
-    ),
-    "swapped": (
-        "The two weights are swapped: your target puts smoothing on the true class and 1-smoothing on the "
-        "uniform part, so with smoothing = 0.1 it is nearly uniform. The target is (1-smoothing) * one_hot + "
-        "smoothing / V: the one-hot part keeps most of the mass."
-    ),
-    "none": (
-        "Your loss ignores the smoothing: it equals plain cross entropy with one-hot targets. Mix the one-hot "
-        "target with the uniform distribution: (1-smoothing) * one_hot + smoothing / V."
-    ),
-    "true_only": (
-        "Only the true class is smoothed: it gets 1-smoothing and every other class 0, so the smoothing mass "
-        "disappears. It should be spread as smoothing/V over all V classes."
-    ),
-    "summed": (
-        "The uniform part is summed over the V classes instead of averaged: smoothing * -log_probs.sum(-1) gives "
-        "every class the weight smoothing, V times the smoothing/V it should get. Average it, "
-        "`-log_probs.mean(-1)`, or divide the sum by V."
-    ),
-}
-_SCORE = {
-    "log": "",
-    "prob": (
-        "You used probabilities (softmax) where log-probabilities belong: cross entropy is "
-        "-sum(q * log p). Use F.log_softmax(logits, dim=-1)."
-    ),
-    "raw": (
-        "You used the raw logits where log-probabilities belong (F.nll_loss, for example, expects "
-        "log-probabilities, not logits). Apply F.log_softmax(logits, dim=-1) first."
-    ),
-    "dim0": (
-        "Your log-probabilities are normalised over the wrong axis: log_softmax over dim=0 (the N positions) "
-        "instead of the vocabulary. Use F.log_softmax(logits, dim=-1)."
-    ),
-}
-_KIND = {
-    "ce": "",
-    "kl": (
-        "You computed the KL divergence KL(q || p) instead of the cross entropy. They differ by the entropy "
-        "H(q) of the smoothed target distribution q: CE(q, p) = KL(q || p) + H(q). H(q) is a constant (it does not "
-        "depend on the logits), so the gradients are the same and training is unaffected, but the loss value is "
-        "lower than F.cross_entropy's (and can reach 0). Return -sum(q * log p) averaged over the real tokens."
-    ),
-}
-_PAD = {
-    "given": "",
-    "zero": (
-        "You skip the positions where target == 0 instead of those where target == pad_id. The pad id is an "
-        "argument (here not 0), and 0 is an ordinary token in these targets: compare with pad_id."
-    ),
-}
-_REDUCE = {
-    "mean_real": "",
-    "mean_all": (
-        "The pad positions are counted: you average over all N positions, padding included. Positions where "
-        "target == pad_id must add nothing to the sum and must not be counted in the average: divide by the "
-        "number of non-pad tokens."
-    ),
-    "mean_all_zeroed": (
-        "You zero the loss at pad positions but still divide by N, all positions: divide by the number of "
-        "non-pad tokens instead."
-    ),
-    "mean_pad": (
-        "You average over the pad positions only: the mask is inverted. Keep the positions where "
-        "target != pad_id, and leave out those where target == pad_id."
-    ),
-    "sum_real": (
-        "You return the sum over tokens; F.cross_entropy returns the mean over the non-pad tokens (reduction='mean')."
-    ),
-    "sum_all": (
-        "You return the sum over all tokens, padding included; F.cross_entropy returns the mean over the non-pad "
-        "tokens (reduction='mean'), and pad positions add nothing."
-    ),
-}
+# Known slips: flags of one slipped oracle, one family of flags at a time (how the smoothing is spread, what is
+# scored, which divergence, which pad id, how the positions are reduced); any combination of families is named too.
 
 
-def _slip_per_token(case: dict, spread: str, score: str, kind: str, pad_id: int) -> torch.Tensor:
-    """The loss at each position under the given slips (float64)."""
-    logits, target, s = case["logits"].double(), case["target"], case["smoothing"]
-    v = logits.shape[-1]
-    one_hot = F.one_hot(target, v).double()
-    if spread == "all":
-        q = (1 - s) * one_hot + s / v
-    elif spread == "others":
-        q = (1 - s) * one_hot + s / (v - 1) * (1 - one_hot)
-    elif spread == "others_no_pad":
+def _slipped_loss(logits: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int, spread: str = "all",
+                  score: str = "log", kind: str = "ce", pad: str = "given", reduce: str = "mean_real",
+                  memo: dict | None = None) -> torch.Tensor:
+    """The loss, in float64, with the slips the flags name; with none, what F.cross_entropy computes. ``memo``
+    keeps the loss at each position for these inputs, which slips that differ only in the reduction share."""
+    pad_id = pad_id if pad == "given" else 0
+    memo = {} if memo is None else memo
+    key = (spread, score, kind, pad_id)
+    if key not in memo:
+        memo[key] = _slipped_per_token(logits.detach().double(), target, smoothing, spread, score, kind, pad_id)
+    per_token = memo[key]
+    real = target != pad_id
+    return {"mean_real": lambda: per_token[real].sum() / real.sum().clamp(min=1),
+            "mean_all": lambda: per_token.mean(),
+            "mean_all_zeroed": lambda: per_token[real].sum() / target.numel(),
+            "mean_pad": lambda: per_token[~real].sum() / (~real).sum().clamp(min=1),
+            "sum_real": lambda: per_token[real].sum(),
+            "sum_all": lambda: per_token.sum()}[reduce]()
+
+
+def _slipped_per_token(logits: torch.Tensor, target: torch.Tensor, smoothing: float, spread: str, score: str,
+                       kind: str, pad_id: int) -> torch.Tensor:
+    """The loss at each position, (N,), with the slips the flags name."""
+    q = _target_distribution(F.one_hot(target, logits.shape[-1]).double(), smoothing, spread, pad_id)
+    scores = {"log": lambda: F.log_softmax(logits, dim=-1), "prob": lambda: F.softmax(logits, dim=-1),
+              "raw": lambda: logits, "dim0": lambda: F.log_softmax(logits, dim=0)}[score]()
+    per_token = -(q * scores).sum(-1)
+    return per_token + torch.xlogy(q, q).sum(-1) if kind == "kl" else per_token
+
+
+def _target_distribution(one_hot: torch.Tensor, s: float, spread: str, pad_id: int) -> torch.Tensor:
+    """The smoothed target q, (N, V), with the smoothing mass spread as ``spread`` says."""
+    v = one_hot.shape[-1]
+    if spread == "others_no_pad":
         rest = s / (v - 2) * (1 - one_hot)
         rest[:, pad_id] = 0.0
-        q = (1 - s) * one_hot + rest
-    elif spread == "overwrite":
-        q = (1 - s) * one_hot + s / v * (1 - one_hot)
-    elif spread == "swapped":
-        q = s * one_hot + (1 - s) / v
-    elif spread == "none":
-        q = one_hot
-    elif spread == "summed":
-        q = (1 - s) * one_hot + s
-    else:
-        q = (1 - s) * one_hot
-    if score == "log":
-        scores = F.log_softmax(logits, dim=-1)
-    elif score == "prob":
-        scores = F.softmax(logits, dim=-1)
-    elif score == "raw":
-        scores = logits
-    else:
-        scores = F.log_softmax(logits, dim=0)
-    per_token = -(q * scores).sum(-1)
-    if kind == "kl":
-        per_token = per_token + torch.xlogy(q, q).sum(-1)
-    return per_token
+        return (1 - s) * one_hot + rest
+    return {"all": lambda: (1 - s) * one_hot + s / v,
+            "others": lambda: (1 - s) * one_hot + s / (v - 1) * (1 - one_hot),
+            "overwrite": lambda: (1 - s) * one_hot + s / v * (1 - one_hot),
+            "swapped": lambda: s * one_hot + (1 - s) / v,
+            "none": lambda: one_hot,
+            "summed": lambda: (1 - s) * one_hot + s,
+            "true_only": lambda: (1 - s) * one_hot}[spread]()
 
 
-def _slip_value(per_token: torch.Tensor, target: torch.Tensor, pad_id: int, reduce: str) -> torch.Tensor:
-    real = target != pad_id
-    if reduce == "mean_real":
-        return per_token[real].sum() / real.sum().clamp(min=1)
-    if reduce == "mean_all":
-        return per_token.mean()
-    if reduce == "mean_all_zeroed":
-        return per_token[real].sum() / target.numel()
-    if reduce == "mean_pad":
-        return per_token[~real].sum() / (~real).sum().clamp(min=1)
-    if reduce == "sum_real":
-        return per_token[real].sum()
-    return per_token.sum()
+#: the known slips, one flag of ``_slipped_loss`` each, tried once the values differ (never to accept); after them,
+#: every combination of flags from different families (``_COMBINED``), fewest first
+LOSS_SLIPS = (
+    Slip("V-1 classes", Diagnosis(
+        "The smoothing mass is spread over the V-1 wrong classes (smoothing/(V-1) each, 1-smoothing on the true "
+        "class).", "F.cross_entropy(label_smoothing=smoothing) spreads smoothing/V over all V classes, the true one "
+        "included: the target is (1-smoothing) * one_hot + smoothing / V, so the true class gets "
+        "1-smoothing+smoothing/V."), dict(spread="others")),
+    Slip("the Annotated Transformer's target", Diagnosis(
+        "Your target distribution follows the Annotated Transformer: smoothing/(V-2) on the classes other than the "
+        "true one and the pad column, which is set to 0.", "That is a reasonable choice, but this course follows "
+        "F.cross_entropy(label_smoothing=...): smoothing/V on every one of the V classes, the true class and the pad "
+        "column included."), dict(spread="others_no_pad")),
+    Slip("true class overwritten", Diagnosis(
+        "The true class gets 1-smoothing, and the other classes smoothing/V: the uniform part was overwritten on the "
+        "true class (a `fill` then a `scatter` of 1-smoothing, for example), so each row of your target "
+        "distribution sums to 1-smoothing/V instead of 1.", "The target is (1-smoothing) * one_hot + smoothing / V: "
+        "the true class gets 1-smoothing+smoothing/V."), dict(spread="overwrite")),
+    Slip("weights swapped", Diagnosis(
+        "The two weights are swapped: your target puts smoothing on the true class and 1-smoothing on the uniform "
+        "part, so with smoothing = 0.1 it is nearly uniform.", "The target is (1-smoothing) * one_hot + smoothing / "
+        "V: the one-hot part keeps most of the mass."), dict(spread="swapped")),
+    Slip("no smoothing", Diagnosis(
+        "Your loss ignores the smoothing: it equals plain cross entropy with one-hot targets.",
+        "Mix the one-hot target with the uniform distribution: (1-smoothing) * one_hot + smoothing / V."),
+        dict(spread="none")),
+    Slip("true class only", Diagnosis(
+        "Only the true class is smoothed: it gets 1-smoothing and every other class 0, so the smoothing mass "
+        "disappears.", "It should be spread as smoothing/V over all V classes."), dict(spread="true_only")),
+    Slip("uniform part summed", Diagnosis(
+        "The uniform part is summed over the V classes instead of averaged: smoothing * -log_probs.sum(-1) gives "
+        "every class the weight smoothing, V times the smoothing/V it should get.",
+        "Average it, `-log_probs.mean(-1)`, or divide the sum by V."), dict(spread="summed")),
+    Slip("probabilities", Diagnosis(
+        "You used probabilities (softmax) where log-probabilities belong: cross entropy is -sum(q * log p).",
+        "Use F.log_softmax(logits, dim=-1)."), dict(score="prob")),
+    Slip("raw logits", Diagnosis(
+        "You used the raw logits where log-probabilities belong (F.nll_loss, for example, expects log-probabilities, "
+        "not logits).", "Apply F.log_softmax(logits, dim=-1) first."), dict(score="raw")),
+    Slip("log_softmax over the positions", Diagnosis(
+        "Your log-probabilities are normalised over the wrong axis: log_softmax over dim=0 (the N positions) "
+        "instead of the vocabulary.", "Use F.log_softmax(logits, dim=-1)."), dict(score="dim0")),
+    Slip("KL divergence", Diagnosis(
+        "You computed the KL divergence KL(q || p) instead of the cross entropy. They differ by the entropy H(q) of "
+        "the smoothed target distribution q: CE(q, p) = KL(q || p) + H(q). H(q) is a constant (it does not depend "
+        "on the logits), so the gradients are the same and training is unaffected, but the loss value is lower than "
+        "F.cross_entropy's (and can reach 0).", "Return -sum(q * log p) averaged over the real tokens."),
+        dict(kind="kl")),
+    Slip("pad id 0", Diagnosis(
+        "You skip the positions where target == 0 instead of those where target == pad_id.",
+        "The pad id is an argument (here not 0), and 0 is an ordinary token in these targets: compare with pad_id."),
+        dict(pad="zero")),
+    Slip("pads counted", Diagnosis(
+        "The pad positions are counted: you average over all N positions, padding included.",
+        "Positions where target == pad_id must add nothing to the sum and must not be counted in the average: "
+        "divide by the number of non-pad tokens."), dict(reduce="mean_all")),
+    Slip("pads zeroed, divided by N", Diagnosis(
+        "You zero the loss at pad positions but still divide by N, all positions.",
+        "Divide by the number of non-pad tokens instead."), dict(reduce="mean_all_zeroed")),
+    Slip("pads only", Diagnosis(
+        "You average over the pad positions only: the mask is inverted.",
+        "Keep the positions where target != pad_id, and leave out those where target == pad_id."),
+        dict(reduce="mean_pad")),
+    Slip("summed over the real tokens", Diagnosis(
+        "You return the sum over tokens; F.cross_entropy returns the mean over the non-pad tokens (reduction='mean').",
+        "Divide the sum by the number of non-pad tokens."), dict(reduce="sum_real")),
+    Slip("summed over every token", Diagnosis(
+        "You return the sum over all tokens, padding included; F.cross_entropy returns the mean over the non-pad "
+        "tokens (reduction='mean'), and pad positions add nothing.",
+        "Sum over the non-pad tokens only, and divide by their number."), dict(reduce="sum_all")),
+)
+
+_FAMILIES = ("spread", "score", "kind", "pad", "reduce")
 
 
-class _Slips:
-    """Loss values under combinations of slips, computed once per case and combination."""
-
-    def __init__(self, cases: list[dict]):
-        self.cases = cases
-        self.cache: dict[tuple, torch.Tensor] = {}
-
-    def value(self, i: int, combo: tuple[str, ...]) -> torch.Tensor:
-        spread, score, kind, pad, reduce = combo
-        case = self.cases[i]
-        pad_id = case["pad_id"] if pad == "given" else 0
-        key = (i, spread, score, kind, pad_id)
-        if key not in self.cache:
-            self.cache[key] = _slip_per_token(case, spread, score, kind, pad_id)
-        return _slip_value(self.cache[key], case["target"], pad_id, reduce)
+def _combined(slips: tuple[Slip, ...]) -> tuple[Slip, ...]:
+    """Every combination of two or more slips from different families, as one slip (its flags together, its message
+    the list of theirs), fewest slips first."""
+    families = [[None] + [slip for slip in slips if family in slip.mutant] for family in _FAMILIES]
+    combinations = [[slip for slip in combo if slip is not None] for combo in itertools.product(*families)]
+    return tuple(Slip(" + ".join(slip.name for slip in combo), Diagnosis(
+        f"Your loss does not match {_ORACLE}. It matches a loss with these differences:\n"
+        + "\n".join(f"- {slip.says}" for slip in combo)), {k: v for slip in combo for k, v in slip.mutant.items()})
+        for combo in sorted((c for c in combinations if len(c) > 1), key=len))
 
 
-def _slips() -> list[tuple[tuple[str, ...], list[str]]]:
-    """Every combination of slips, simplest explanations first."""
-    combos = []
-    for combo in itertools.product(_SPREAD, _SCORE, _KIND, _PAD, _REDUCE):
-        tables = (_SPREAD, _SCORE, _KIND, _PAD, _REDUCE)
-        messages = [table[key] for table, key in zip(tables, combo) if table[key]]
-        if messages:
-            combos.append((combo, messages))
-    combos.sort(key=lambda item: len(item[1]))
-    return combos
+_COMBINED = _combined(LOSS_SLIPS)
+
+
+def _loss_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's label_smoothing_loss (for the generated catalogue tests)."""
+    def label_smoothing_loss(logits, target, smoothing, pad_id):
+        return slip.replay(_slipped_loss, logits, target, smoothing, pad_id).to(logits.dtype)
+
+    return label_smoothing_loss
 
 
 # --------------------------------------------------------------------------
@@ -340,75 +313,66 @@ def _check_untouched(check: Check, label_smoothing_loss: Callable, case: dict) -
                what="label_smoothing_loss")
 
 
-def _lowered(sentence: str) -> str:
-    """A sentence to follow a colon: its first letter in lower case, unless it starts a code name."""
-    return sentence[:1].lower() + sentence[1:] if sentence[:1].isupper() and sentence[1:2].islower() else sentence
-
-
 def _check_values(check: Check, cases: list[dict], values: list[torch.Tensor], losses: list[torch.Tensor]) -> None:
-    """Values against PyTorch; a mismatch is explained by the simplest combination of slips that fits."""
+    """Values against PyTorch; a mismatch is explained by the known slip, or the fewest slips together, that fit."""
     wrong = [i for i, (value, loss) in enumerate(zip(values, losses)) if not close_enough(value, loss)]
     if not wrong:
         return
-    table = "\n".join(
+    table = f"Compared with {_ORACLE}:\n" + "\n".join(
         f"  {_describe_case(cases[i])}: expected {fmt_number(losses[i])}, got {fmt_number(values[i])}"
         for i in range(len(cases))
     )
-    head = f"Your loss does not match {_ORACLE}.\n{table}\n"
-    slips = _Slips(cases)
     observed = torch.stack(values)
-    for combo, messages in _slips():  # a named slip first, the figures after it
-        if close_enough(observed, torch.stack([slips.value(i, combo) for i in range(len(cases))])):
-            if len(messages) == 1:
-                check.fail(f"Your loss does not match {_ORACLE}: {_lowered(messages[0])}\n{table}")
-            check.fail(f"Your loss does not match {_ORACLE}. It matches a loss with these differences:\n"
-                       + "\n".join(f"- {m}" for m in messages) + f"\n{table}")
+    slip = matching_slip(LOSS_SLIPS + _COMBINED, _replayer(cases), lambda wrong: close_enough(observed, wrong))
+    if slip is not None:
+        check.fail(slip.says.showing(table))
     hint = ""
     if 1 not in wrong:  # the case with smoothing 0.0 is right
         hint = (
-            "It is right when smoothing is 0, so the difference is in the smoothing term: how its mass is spread "
+            " It is right when smoothing is 0, so the difference is in the smoothing term: how its mass is spread "
             "over the classes, or which positions its average covers (if you compute it apart from the cross "
-            "entropy, it too counts only the positions where target != pad_id).\n"
+            "entropy, it too counts only the positions where target != pad_id)."
         )
-    check.fail(
-        head
-        + hint
-        + "The target distribution is (1-smoothing) * one_hot(target) + smoothing / V; the loss at a position "
-        "is -sum(q * log_softmax(logits)), and the result is the mean over the positions where target != pad_id."
-    )
+    check.fail(Diagnosis(
+        f"Your loss does not match {_ORACLE}.{hint}",
+        "The target distribution is (1-smoothing) * one_hot(target) + smoothing / V; the loss at a position "
+        "is -sum(q * log_softmax(logits)), and the result is the mean over the positions where target != pad_id.",
+        table))
+
+
+def _replayer(cases: list[dict]) -> Callable[[Slip], torch.Tensor]:
+    """A slip's losses on the cases, stacked; the losses at each position are computed once per case and flags,
+    however many slips share them."""
+    memos: list[dict] = [{} for _ in cases]
+    return lambda slip: torch.stack([slip.replay(_slipped_loss, **case, memo=memo) for case, memo in zip(cases, memos)])
 
 
 def _check_large_logits(check: Check, label_smoothing_loss: Callable) -> None:
     """Numerically stable for logits far apart."""
-    _check_one_case(
-        check, label_smoothing_loss, _large_case(),
+    _check_one_case(check, label_smoothing_loss, _large_case(), Diagnosis(
         "Your loss is wrong when the logits are far apart (differences of about 150, as a confident model "
-        "produces): expected {expected}, got {value}.\n"
-        "In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) is "
-        "-inf (a small epsilon inside the log only moves the error). Compute the log-probabilities directly "
-        "with F.log_softmax(logits, dim=-1), which subtracts the maximum first.",
-    )
+        "produces). In float32, softmax of such logits underflows to exactly 0 for the unlikely classes, and log(0) "
+        "is -inf (a small epsilon inside the log only moves the error).", "Compute the log-probabilities directly "
+        "with F.log_softmax(logits, dim=-1), which subtracts the maximum first."))
     check.ok("stays exact for logits far apart (log_softmax, not log of softmax)")
 
 
 def _check_lesson_sizes(check: Check, label_smoothing_loss: Callable) -> None:
     """Lesson 06's sizes: a vocabulary of hundreds and hundreds of positions."""
     case = _lesson_case()
-    _check_one_case(
-        check, label_smoothing_loss, case,
-        f"Your loss is right on small inputs but not at lesson 06's sizes ({_describe_case(case)}): expected "
-        "{expected}, got {value}.\nDoes your code depend on a fixed vocabulary size, a fixed number of positions, "
-        "or a value remembered from an earlier call?",
-    )
+    _check_one_case(check, label_smoothing_loss, case, Diagnosis(
+        f"Your loss is right on small inputs but not at lesson 06's sizes ({_describe_case(case)}).",
+        "Does your code depend on a fixed vocabulary size, a fixed number of positions, or a value remembered from "
+        "an earlier call?"))
     check.ok("matches it at lesson 06's sizes too (V=629, 320 positions, a third of them padding)")
 
 
-def _check_one_case(check: Check, label_smoothing_loss: Callable, case: dict, message: str) -> None:
-    """Fail with ``message`` (``{expected}``, ``{value}`` filled in) unless the loss matches PyTorch's on ``case``."""
+def _check_one_case(check: Check, label_smoothing_loss: Callable, case: dict, diagnosis: Diagnosis) -> None:
+    """Fail with ``diagnosis``, the two values after it, unless the loss matches PyTorch's on ``case``."""
     value = _loss(check, label_smoothing_loss, case).detach().double()
     expected, _ = _oracle(case)
     if not close_enough(value, expected):
-        check.fail(message.format(expected=fmt_number(expected), value=fmt_number(value)))
+        check.fail(diagnosis.showing(f"Expected {fmt_number(expected)} ({_ORACLE}), got {fmt_number(value)}."))
 
 
 def _check_gradients(check: Check, label_smoothing_loss: Callable, cases: list[dict], grads: list[torch.Tensor]) -> None:
@@ -456,6 +420,15 @@ def _scalar(check: Check, value, case: dict) -> torch.Tensor:
             f"for logits of shape {fmt_shape(case['logits'].shape)}.\n{cause}"
         )
     return value
+
+
+LABEL_SMOOTHING_LOSS = Exercise(
+    "label_smoothing_loss", _check_label_smoothing_loss,
+    oracle=f"{_ORACLE} in float64, for the loss and its gradient with respect to the logits",
+    cases="three (N, V) cases with N != V, pad ids other than 0, real targets equal to 0 and smoothing 0.1, 0.0 and "
+          "0.3 (the first lacks the last class); logits about 150 apart; lesson 06's sizes (V=629, 320 positions, a "
+          "third of them padding); a pretend GPU; all drawn from fixed seeds",
+    slips=LOSS_SLIPS, answer=_loss_answer)
 
 
 __all__ = ["check_label_smoothing_loss"]

@@ -2,8 +2,12 @@
 
 The oracle is the formula of the paper (section 5.3),
 ``d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)`` with step 0 read
-as step 1, evaluated in double precision. Buggy variants of the formula serve
-only to name a likely cause once a value is already known to be wrong.
+as step 1, evaluated in double precision. The known slips of each exercise
+(``NOAM_LR_SLIPS``, ``SCHEDULER_SLIPS``) are mutants of that oracle, replayed
+only to name a likely cause once a value is already known to be wrong; mistakes
+seen in how the lrs relate (factors that compound, a constant scale, a number
+written into the code) are named diagnoses beside them. ``NOAM_LR`` and
+``NOAM_SCHEDULER``, at the bottom, declare the two exercises.
 
 The scheduler is also held to what lesson 06 calls on it (its contract in
 ``course_utils.contracts``): ``step()``, ``get_last_lr()``, and a
@@ -24,19 +28,20 @@ import torch
 from ..contracts import contract
 from . import stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_number, generator
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
 
 _RTOL = 1e-4  # relative: learning rates are tiny, so an absolute tolerance would accept anything
 
 
 def check_noam_lr(noam_lr: Callable) -> CheckResult:
     """Check ``noam_lr(step, d_model, warmup_steps)`` against the formula of the paper."""
-    return run_check("noam_lr", _check_noam_lr, noam_lr)
+    return NOAM_LR.check(noam_lr)
 
 
 def check_noam_scheduler(make_noam_scheduler: Callable) -> CheckResult:
     """Check that ``make_noam_scheduler(optimizer, d_model, warmup_steps)`` scales every param group's lr."""
-    return run_check("make_noam_scheduler", _check_noam_scheduler, make_noam_scheduler)
+    return NOAM_SCHEDULER.check(make_noam_scheduler)
 
 
 def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
@@ -62,17 +67,25 @@ def _check_noam_lr(check: Check, noam_lr: Callable) -> None:
                        f"GPU (\"lr as a Tensor is not supported for capturable=False and foreach=True\"), where "
                        f"lessons 06 and 08 train.")
         return
+    _wrong_values(check, rows, bad, zero_problem)
+
+
+def _wrong_values(check: Check, rows: list[tuple], bad: list[tuple], zero_problem: str) -> None:
+    """The values differ from the paper's: name the slip whose formula gives them, a number written into the code,
+    or else describe how the curve behaves; the rows that differ are the figures."""
     table = "\n".join(
         f"  step={s:>6}, d_model={d}, warmup_steps={w}: expected {fmt_number(e)}, got {fmt_number(v)}"
         for d, w, s, v, e in bad[:4]
     )
-    for formula, message in _NOAM_SLIPS:
-        if _near([v for *_, v, _e in rows], [formula(s, d, w) for d, w, s, _v, _e in rows]):
-            _fail_values(check, f"noam_lr returns the wrong values. {message}\n{table}", zero_problem)
+    values = [v for *_, v, _e in rows]
+    slip = matching_slip(NOAM_LR_SLIPS, lambda slip: [slip.replay(_paper, s, d, w) for d, w, s, _v, _e in rows],
+                         lambda wrong: _near(values, wrong))
+    if slip is not None:
+        _fail_values(check, slip.says.showing(table), zero_problem)
     fixed = _fixed_argument([(s, d, w, v) for d, w, s, v, _e in rows], "noam_lr")
     if fixed:
-        _fail_values(check, f"noam_lr returns the wrong values. {fixed}\n{table}", zero_problem)
-    check.fail("noam_lr returns the wrong values. " + "\n".join(_curve_notes(rows)) + f"\n{table}")
+        _fail_values(check, fixed.showing(table), zero_problem)
+    check.fail(Diagnosis("noam_lr returns the wrong values.", "\n".join(_curve_notes(rows)), table))
 
 
 def _check_noam_scheduler(check: Check, make_noam_scheduler: Callable) -> None:
@@ -116,12 +129,13 @@ def _schedulers_independent(check: Check, make_noam_scheduler: Callable) -> None
     got = [g["lr"] for g in optimizer.param_groups]
     expected = [lr * _paper(2, first[2], first[3]) for lr in first[1]]
     if not _near(got, expected):
-        check.fail(f"A scheduler built first {setup} takes on the settings of the next one: after another "
-                   f"make_noam_scheduler(optimizer, d_model={second[2]}, warmup_steps={second[3]}), one step of the "
-                   f"first gives the lrs {[fmt_number(v) for v in got]} instead of {[fmt_number(v) for v in expected]}. "
-                   f"Something is shared between calls (a global, or a function defined outside "
-                   f"make_noam_scheduler reading settings that the next call changes): build the schedule function "
-                   f"inside make_noam_scheduler, from its own arguments.")
+        check.fail(Diagnosis(
+            f"A scheduler built first {setup} takes on the settings of the next one: something is shared between "
+            f"calls (a global, or a function defined outside make_noam_scheduler reading settings that the next call "
+            f"changes).", "Build the schedule function inside make_noam_scheduler, from its own arguments.",
+            f"After another make_noam_scheduler(optimizer, d_model={second[2]}, warmup_steps={second[3]}), one step "
+            f"of the first gives the lrs {[fmt_number(v) for v in got]} instead of "
+            f"{[fmt_number(v) for v in expected]}."))
     check.ok("two schedulers built one after the other each keep their own settings")
 
 
@@ -146,62 +160,64 @@ _STEP_ZERO = (
     "schedule must treat step 0 as step 1, for example with `step = max(step, 1)` as its first line."
 )
 
-# (formula, message) pairs: each formula is a common slip, used only to name the cause.
-_NOAM_SLIPS: list[tuple[Callable[[int, int, int], float], str]] = [
-    (
-        lambda s, d, w: d**-0.5 * s**-0.5,
+#: the known slips of the formula, tried in this order once the values differ (never to accept): each mutant is
+#: what the slipped formula gives for (step, d_model, warmup_steps), step 1 or more
+NOAM_LR_SLIPS = (
+    Slip("no warmup", Diagnosis(
         "There is no warmup: your learning rate is largest at step 1 and only decreases. It matches "
-        "`d_model ** -0.5 * step ** -0.5` alone, which is what `min` returns when the warmup term is huge. "
-        "Check the sign of the exponent: the paper has `step * warmup_steps ** -1.5` (not `** 1.5`).",
-    ),
-    (
-        lambda s, d, w: d**0.5 * min(s**-0.5, s * w**-1.5),
-        "Your values are d_model times too large: they match `d_model ** 0.5 * ...`. The factor in front "
-        "is `d_model ** -0.5` (one over the square root of d_model), so bigger models get smaller steps.",
-    ),
-    (
-        lambda s, d, w: d**-0.5 * max(s**-0.5, s * w**-1.5),
+        "`d_model ** -0.5 * step ** -0.5` alone, which is what `min` returns when the warmup term is huge.",
+        "Check the sign of the exponent: the paper has `step * warmup_steps ** -1.5` (not `** 1.5`)."),
+        lambda s, d, w: d**-0.5 * s**-0.5),
+    Slip("d_model ** 0.5", Diagnosis(
+        "Your values are d_model times too large: they match `d_model ** 0.5 * ...`.",
+        "The factor in front is `d_model ** -0.5` (one over the square root of d_model), so bigger models get "
+        "smaller steps."),
+        lambda s, d, w: d**0.5 * min(s**-0.5, s * w**-1.5)),
+    Slip("max", Diagnosis(
         "Your schedule takes the larger of the two terms: it matches `max(...)` where the paper has "
-        "`min(step ** -0.5, step * warmup_steps ** -1.5)`. With `min`, the linear warmup term is used "
-        "while it is the smaller one (step < warmup_steps) and the decay term afterwards.",
-    ),
-    (
-        lambda s, d, w: min(s**-0.5, s * w**-1.5),
-        "Your values are missing the factor `d_model ** -0.5` in front of `min(...)`: they match the "
-        "formula without it.",
-    ),
-    (
-        lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, (s + 1) * w**-1.5),
-        "Your schedule is one step ahead: noam_lr(step) returns the paper's value for step + 1. "
-        "Use `step` itself (only step 0 is read as step 1, with `max(step, 1)`); the `+ 1` that "
-        "LambdaLR needs belongs in the scheduler, not in noam_lr.",
-    ),
-    (
-        lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, s * w**-1.5),
+        "`min(step ** -0.5, step * warmup_steps ** -1.5)`.",
+        "With `min`, the linear warmup term is used while it is the smaller one (step < warmup_steps) and the decay "
+        "term afterwards."),
+        lambda s, d, w: d**-0.5 * max(s**-0.5, s * w**-1.5)),
+    Slip("no d_model factor", Diagnosis(
+        "Your values are missing the factor `d_model ** -0.5` in front of `min(...)`: they match the formula "
+        "without it.", "Multiply the `min(...)` by `d_model ** -0.5`."),
+        lambda s, d, w: min(s**-0.5, s * w**-1.5)),
+    Slip("one step ahead", Diagnosis(
+        "Your schedule is one step ahead: noam_lr(step) returns the paper's value for step + 1.",
+        "Use `step` itself (only step 0 is read as step 1, with `max(step, 1)`); the `+ 1` that LambdaLR needs "
+        "belongs in the scheduler, not in noam_lr."),
+        lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, (s + 1) * w**-1.5)),
+    Slip("decay term ahead", Diagnosis(
         "The decay term is one step ahead: your values match `(step + 1) ** -0.5` where the paper has "
-        "`step ** -0.5` (the warmup term is right). Use `step` in both terms of the `min`.",
-    ),
-    (
-        lambda s, d, w: d**-0.5 * min(s**-0.5, (s + 1) * w**-1.5),
+        "`step ** -0.5` (the warmup term is right).", "Use `step` in both terms of the `min`."),
+        lambda s, d, w: d**-0.5 * min((s + 1) ** -0.5, s * w**-1.5)),
+    Slip("warmup term ahead", Diagnosis(
         "The warmup term is one step ahead: your values match `(step + 1) * warmup_steps ** -1.5` where the paper "
-        "has `step * warmup_steps ** -1.5` (the decay term is right). Use `step` in both terms of the `min`.",
-    ),
-    (
-        lambda s, d, w: _paper(d, s, w),
-        "Your values match the formula with step and d_model swapped: noam_lr takes its arguments in the "
-        "order (step, d_model, warmup_steps).",
-    ),
-    (
-        lambda s, d, w: _paper(s, w, d),
-        "Your values match the formula with d_model and warmup_steps swapped: noam_lr takes its arguments in "
-        "the order (step, d_model, warmup_steps).",
-    ),
-    (
-        lambda s, d, w: d**-0.5 * s * w**-1.5,
+        "has `step * warmup_steps ** -1.5` (the decay term is right).", "Use `step` in both terms of the `min`."),
+        lambda s, d, w: d**-0.5 * min(s**-0.5, (s + 1) * w**-1.5)),
+    Slip("step and d_model swapped", Diagnosis(
+        "Your values match the formula with step and d_model swapped.",
+        "noam_lr takes its arguments in the order (step, d_model, warmup_steps)."),
+        lambda s, d, w: _paper(d, s, w)),
+    Slip("d_model and warmup_steps swapped", Diagnosis(
+        "Your values match the formula with d_model and warmup_steps swapped.",
+        "noam_lr takes its arguments in the order (step, d_model, warmup_steps)."),
+        lambda s, d, w: _paper(s, w, d)),
+    Slip("warmup term alone", Diagnosis(
         "Your learning rate keeps growing after warmup_steps: it matches the warmup term "
-        "`step * warmup_steps ** -1.5` alone. Take the `min` with the decay term `step ** -0.5`.",
-    ),
-]
+        "`step * warmup_steps ** -1.5` alone.", "Take the `min` with the decay term `step ** -0.5`."),
+        lambda s, d, w: d**-0.5 * s * w**-1.5),
+)
+
+
+def _noam_lr_answer(slip: Slip) -> Callable[[int, int, int], float]:
+    """The slip made into a learner's noam_lr (for the generated catalogue tests): step 0 read as step 1."""
+    def noam_lr(step: int, d_model: int, warmup_steps: int) -> float:
+        return slip.replay(_paper, max(step, 1), d_model, warmup_steps)
+
+    return noam_lr
+
 
 # (d_model, warmup_steps, steps) grids: steps cross the warmup boundary, hit it exactly, and go far.
 _GRIDS = [
@@ -267,7 +283,7 @@ def _number(check: Check, value: Any, where: str) -> tuple[float, bool]:
     return float(value), isinstance(value, int)
 
 
-def _fail_values(check: Check, message: str, zero_problem: str) -> None:
+def _fail_values(check: Check, message: Diagnosis | str, zero_problem: str) -> None:
     check.problem(message)
     if zero_problem:
         check.problem(zero_problem)
@@ -313,22 +329,19 @@ def _noam_grid(check: Check, noam_lr: Callable, zero_problem: str) -> list[tuple
             ints = ints or is_int
             rows.append((d_model, warmup_steps, step, value, _paper(step, d_model, warmup_steps)))
     if ints or all(v == 0 for *_, v, _e in rows):
-        _fail_values(
-            check,
-            "noam_lr returns "
-            + ("integers" if ints else "0.0 everywhere")
-            + f" (at step=4000, d_model=512, warmup_steps=4000 you return {fmt_number(rows[7][3])}, expected "
-            f"{fmt_number(rows[7][4])}).\nThe learning rate is a small fraction, and integer arithmetic rounds it "
-            f"down to 0. Likely causes: floor division `//` (write `1 / x` or `x ** -0.5`), a cast with `int(...)`, "
-            f"or a tensor built from integers with an integer dtype (use floats, e.g. `torch.tensor(step, dtype=torch.float32)`).",
-            zero_problem,
-        )
+        _fail_values(check, Diagnosis(
+            f"noam_lr returns {'integers' if ints else '0.0 everywhere'}: the learning rate is a small fraction, and "
+            f"integer arithmetic rounds it down to 0.", "Likely causes: floor division `//` (write `1 / x` or "
+            "`x ** -0.5`), a cast with `int(...)`, or a tensor built from integers with an integer dtype (use floats, "
+            "e.g. `torch.tensor(step, dtype=torch.float32)`).", f"At step=4000, d_model=512, warmup_steps=4000 you "
+            f"return {fmt_number(rows[7][3])}, expected {fmt_number(rows[7][4])}."), zero_problem)
     return rows
 
 
-def _fixed_argument(points: list[tuple[int, int, int, float]], where: str) -> str:
+def _fixed_argument(points: list[tuple[int, int, int, float]], where: str) -> Diagnosis | None:
     """Name a d_model or warmup_steps written into the code, when every (step, d_model, warmup_steps, rate) fits one
-    ("" otherwise). The rate at step 1 is D ** -0.5 * W ** -1.5, which gives W for each D tried."""
+    (None otherwise). The rate at step 1 is D ** -0.5 * W ** -1.5, which gives W for each D tried: the value written
+    in is inferred from the rates, so this is a diagnosis of its own rather than a slip of the table."""
     firsts = {(d, w): v for s, d, w, v in points if s == 1 and v > 0}
     for fixed_d in (None, 512):  # 512: the paper's d_model, the one a learner writes in
         guesses = {round((v * (fixed_d or d) ** 0.5) ** (-2 / 3), 6) for (d, _w), v in firsts.items()}
@@ -339,10 +352,10 @@ def _fixed_argument(points: list[tuple[int, int, int, float]], where: str) -> st
                 ("d_model", d_used, {d for _s, d, _w, _v in points}), ("warmup_steps", w_used, {p[2] for p in points}))
                 if value and given != {value}]
             if wrong and _near([v for *_, v in points], rebuilt):
-                return (f"Your {where} uses {' and '.join(wrong)} whatever it is given: a number written into the "
-                        f"code where the argument belongs. Use the function's own arguments, so that lesson 06's "
-                        f"small model gets its own schedule.")
-    return ""
+                return Diagnosis(f"Your {where} uses {' and '.join(wrong)} whatever it is given: a number written "
+                                 "into the code where the argument belongs.", "Use the function's own arguments, so "
+                                 "that lesson 06's small model gets its own schedule.")
+    return None
 
 
 def _curve_notes(rows: list[tuple]) -> list[str]:
@@ -543,62 +556,244 @@ def _observe(check: Check, optimizer, scheduler, n_steps: int, setup: str) -> li
 
 
 def _diagnose_scheduler(check, observed, lrs, d_model, warmup_steps, setup, later=False, built=()) -> None:
-    """Compare the observed lrs with initial lr * noam_lr(n + 1); name the likely slip when they differ.
+    """Compare the observed lrs with initial lr * noam_lr(n + 1); name the likely cause when they differ.
 
     ``built`` is the (optimizer, scheduler) observed: its schedule function is probed once the lrs are wrong.
     """
-    n_rows = len(observed)
-
-    def table(predict) -> list[list[float]]:  # predicted lrs, (n_rows, 2)
-        return [[predict(n, g) for g in range(2)] for n in range(n_rows)]
-
-    def expected(n, g):
-        return lrs[g] * _paper(n + 1, d_model, warmup_steps)
-
-    if _near(observed, table(expected)):
+    expected = _contract(lrs, d_model, warmup_steps, len(observed))
+    if _near(observed, expected):
         if later:  # recorded on the last case only: it held on every case before it too
             check.ok("before any step every param group's lr is its initial lr * noam_lr(1)")
             check.ok("after n calls of scheduler.step() each lr is its initial lr * noam_lr(n + 1), past warmup_steps too")
         return
-    shown = "\n".join(
-        f"  after {n} step{'s' if n != 1 else ''}: expected "
-        f"[{', '.join(fmt_number(expected(n, g)) for g in range(2))}], got "
-        f"[{', '.join(fmt_number(observed[n][g]) for g in range(2))}]"
-        for n in sorted({0, 1, 2, warmup_steps - 1, warmup_steps, n_rows - 1})
-        if 0 <= n < n_rows
-    )
-    head = f"The learning rates in the optimizer's param groups are wrong {setup}.\n{shown}\n"
+    diagnosis = _scheduler_cause(check, observed, (lrs, d_model, warmup_steps), built)
     if later:
-        head += (
-            "The scheduler from your first call of make_noam_scheduler (on an SGD optimizer) was right, but this "
-            "one, from a second call, is not. Does your scheduler keep state outside itself (a global step "
-            "counter, a mutable default argument) that carries over from one call to the next? Each scheduler "
-            "must count its own steps from 0.\n"
-        )
-    if not all(math.isfinite(v) for row in observed for v in row):
-        where = "before the first step" if not all(math.isfinite(v) for v in observed[0]) else "during training"
-        check.fail(head + f"Some learning rates are inf or NaN {where}.\n" + (_STEP_ZERO if where.startswith("before") else ""))
-    overwritten = _write_overwritten(check, *built) if built else ""
-    if overwritten:
-        check.fail(head + overwritten)
-    if built and _counts_on_its_own(check, built[1]):
-        check.fail(head + "Your schedule function gives two different values when it is called twice with the same "
-                   "step number: it counts steps with state of its own (a global, an attribute, a default "
-                   "argument), and LambdaLR calls it once per param group at every step, and again when a "
-                   "scheduler is rebuilt or restored. Compute the factor from the step number LambdaLR passes, and "
-                   "from nothing else: `lambda step: noam_lr(step + 1, d_model, warmup_steps)`.")
-    factor = lambda k: _paper(k, d_model, warmup_steps)  # noqa: E731  the paper's rate at step k
-    swapped = lambda k: _paper(k, warmup_steps, d_model)  # noqa: E731  d_model and warmup_steps swapped
+        diagnosis = Diagnosis(f"{_LATER_CALL} {diagnosis.cause}", diagnosis.fix)
+    check.fail(diagnosis.showing(_lr_figures(observed, expected, setup, warmup_steps)))
+
+
+_LATER_CALL = (
+    "The scheduler from your first call of make_noam_scheduler (on an SGD optimizer) was right, but this one, from a "
+    "second call, is not. Does your scheduler keep state outside itself (a global step counter, a mutable default "
+    "argument) that carries over from one call to the next? Each scheduler must count its own steps from 0."
+)
+
+
+def _lr_figures(observed, expected, setup: str, warmup_steps: int) -> str:
+    """The lrs expected and observed, at the first steps, around warmup_steps and at the last step."""
+    n_rows = len(observed)
+    shown = "\n".join(
+        f"  after {n} step{'s' if n != 1 else ''}: expected [{', '.join(fmt_number(v) for v in expected[n])}], "
+        f"got [{', '.join(fmt_number(v) for v in observed[n])}]"
+        for n in sorted({0, 1, 2, warmup_steps - 1, warmup_steps, n_rows - 1}) if 0 <= n < n_rows
+    )
+    return f"The learning rates in the optimizer's param groups {setup}:\n{shown}"
+
+
+def _scheduler_cause(check, observed, setting: tuple, built: tuple) -> Diagnosis:
+    """Why the lrs differ from the contract's, the most specific cause first: rates that are not finite, the
+    schedule function probed, a known slip replayed, a relation between the lrs, or else the contract restated."""
+    slip = matching_slip(SCHEDULER_SLIPS, lambda slip: slip.replay(None, *setting, len(observed)), _fits(observed))
+    return (_not_finite(observed)
+            or (_write_overwritten(check, *built) if built else None)
+            or (_COUNTS_ON_ITS_OWN if built and _counts_on_its_own(check, built[1]) else None)
+            or (slip.says if slip is not None else None)
+            or _scheduler_relations(observed, *setting)
+            or Diagnosis("The learning rates in the optimizer's param groups are wrong.", "Each group's lr should be "
+                         "its initial lr times noam_lr(n + 1) after n calls of scheduler.step(), and nothing else: "
+                         "`torch.optim.lr_scheduler.LambdaLR` multiplies every group's initial lr by the value of a "
+                         "function of the step count, which is exactly this."))
+
+
+def _not_finite(observed) -> Diagnosis | None:
+    if all(math.isfinite(v) for row in observed for v in row):
+        return None
+    if not all(math.isfinite(v) for v in observed[0]):
+        return Diagnosis("Some learning rates are inf or NaN before the first step.", _STEP_ZERO)
+    return Diagnosis("Some learning rates are inf or NaN during training.")
+
+
+def _fits(observed) -> Callable[[Any], bool]:
+    """``agrees`` for :func:`matching_slip`: a slip's table of lrs is the observed one, where it predicts a value
+    (None: the slip says nothing about that lr)."""
+    def agrees(predicted) -> bool:
+        if not isinstance(predicted, list) or len(predicted) != len(observed):
+            return False
+        pairs = [(o, p) for seen, said in zip(observed, predicted) for o, p in zip(seen, said) if p is not None]
+        return _near([o for o, _p in pairs], [p for _o, p in pairs])
+
+    return agrees
+
+
+def _table(n_rows: int, lr: Callable[[int, int], float | None]) -> list[list[float | None]]:
+    """The lrs of the two param groups, ``lr(n, g)``, after n = 0 .. n_rows - 1 calls of scheduler.step()."""
+    return [[lr(n, g) for g in range(2)] for n in range(n_rows)]
+
+
+def _contract(lrs, d_model: int, warmup_steps: int, n_rows: int) -> list[list[float]]:
+    """The oracle: after n calls of scheduler.step(), group g's lr is its initial lr * noam_lr(n + 1)."""
+    return _table(n_rows, lambda n, g: lrs[g] * _paper(n + 1, d_model, warmup_steps))
+
+
+def _reading(group: int | None) -> Callable[..., list[list[float]]]:
+    """The mutant whose schedule function multiplies by a group's current lr (``group``; None: each its own), read
+    before LambdaLR writes: after n steps, lr = initial lr * (that lr just before) * noam_lr(n + 1)."""
+    def mutant(lrs, d_model: int, warmup_steps: int, n_rows: int) -> list[list[float]]:
+        rows = [list(lrs)]  # the lrs before the scheduler is built
+        for n in range(n_rows):
+            rows.append([lrs[g] * rows[-1][g if group is None else group] * _paper(n + 1, d_model, warmup_steps)
+                         for g in range(2)])
+        return rows[1:]
+
+    return mutant
+
+
+#: the scheduler's known slips, tried in this order once the lrs differ from the contract's (never to accept): each
+#: mutant gives the table of lrs, ``mutant(lrs, d_model, warmup_steps, n_rows)``, the slip makes (None: any lr)
+SCHEDULER_SLIPS = (
+    Slip("never written", Diagnosis(
+        "The learning rates never change: your scheduler computes a value but never writes it into the optimizer "
+        "it was given.", "Build the scheduler on that optimizer (not on a new optimizer or a copy) and set every "
+        "`param_group['lr']`; `optimizer.defaults` is not read once the groups exist (LambdaLR(optimizer, ...) "
+        "sets the groups for you on construction and on every `scheduler.step()`)."),
+        lambda lrs, d, w, rows: _table(rows, lambda n, g: lrs[g])),
+    Slip("first group only", Diagnosis(
+        "Only the first param group is updated: the second keeps its initial lr.",
+        "Loop over `optimizer.param_groups` and set the lr of every group (LambdaLR does this for you)."),
+        lambda lrs, d, w, rows: _table(rows, lambda n, g: lrs[1] if g else None)),
+    Slip("first group's lr for all", Diagnosis(
+        "Every group is scaled from the FIRST group's initial lr: the second group gets the first group's initial "
+        "lr times noam_lr(n + 1) instead of its own initial lr times noam_lr(n + 1).",
+        "Keep one initial lr per group (LambdaLR stores them as `base_lrs`)."),
+        lambda lrs, d, w, rows: _table(rows, lambda n, g: lrs[0] * _paper(n + 1, d, w))),
+    Slip("one step behind", Diagnosis(
+        "Your scheduler is one step behind: after n calls of scheduler.step() the lr is initial lr * noam_lr(n), "
+        "but it should be noam_lr(n + 1).", "LambdaLR passes your function the number of scheduler.step() calls "
+        "made so far (0 before the first), while the update that follows is the paper's step number n + 1: give "
+        "noam_lr the step count plus one."),
+        lambda lrs, d, w, rows: _table(rows, lambda n, g: lrs[g] * _paper(n, d, w))),
+    Slip("one step ahead", Diagnosis(
+        "Your scheduler is one step ahead: after n calls of scheduler.step() the lr is initial lr * noam_lr(n + 2), "
+        "but it should be noam_lr(n + 1).", "Did you add 1 twice (in the scheduler and in noam_lr), or call "
+        "scheduler.step() once inside make_noam_scheduler? The training loop makes every call of scheduler.step()."),
+        lambda lrs, d, w, rows: _table(rows, lambda n, g: lrs[g] * _paper(n + 2, d, w))),
+    Slip("d_model and warmup_steps swapped", Diagnosis(
+        "Your rates match noam_lr(step + 1, warmup_steps, d_model): d_model and warmup_steps are swapped in the "
+        "call.", "noam_lr takes (step, d_model, warmup_steps): `noam_lr(step + 1, d_model, warmup_steps)`, or pass "
+        "them by keyword."),
+        lambda lrs, d, w, rows: _table(rows, lambda n, g: lrs[g] * _paper(n + 1, w, d))),
+    Slip("two steps per step", Diagnosis(
+        "Your scheduler moves two steps at every step: after n calls of scheduler.step() the lr is initial lr * "
+        "noam_lr(2n + 1). Something steps it a second time: a hook on the optimizer that calls scheduler.step(), "
+        "or a step inside the schedule function.", "make_noam_scheduler only builds the scheduler; the training "
+        "loop calls scheduler.step() once per step, after optimizer.step()."),
+        lambda lrs, d, w, rows: _table(rows, lambda n, g: lrs[g] * _paper(2 * n + 1, d, w)) if rows > 2 else None),
+    Slip("not set when built", Diagnosis(
+        "Before the first scheduler.step() the lr is still the initial lr: it should already be initial lr * "
+        "noam_lr(1).", "Set the lr when the scheduler is built (LambdaLR does this in its constructor)."),
+        lambda lrs, d, w, rows: _table(rows, lambda n, g: lrs[g] * (_paper(n + 1, d, w) if n else 1))),
+    Slip("0 at step 0", Diagnosis("Before the first step the lr is 0: your schedule returned 0 for step 0.",
+                                  _STEP_ZERO),
+         lambda lrs, d, w, rows: _table(rows, lambda n, g: None if n else 0.0)),
+    *(Slip(name, Diagnosis(
+        "Your schedule function multiplies by the optimizer's current lr (it reads `param_groups[...]['lr']`), so "
+        "each lr carries the one before it and the rates collapse.", "LambdaLR already multiplies each group's "
+        "initial lr by your function's value: return the factor alone, `noam_lr(step + 1, d_model, "
+        "warmup_steps)`, with no lr in it."), _reading(group))
+      for name, group in (("reads its group's lr", None), ("reads the first group's lr", 0),
+                          ("reads the second group's lr", 1))),
+)
+
+
+def _scheduler_relations(observed, lrs, d_model: int, warmup_steps: int) -> Diagnosis | None:
+    """Mistakes seen in how the lrs relate (to each other, to the step before, to the contract's) rather than
+    replayed, the first that holds: both groups equal, factors that compound, a constant scale or a number written
+    in, the right ratio between the groups with another factor."""
+    if _near([row[0] for row in observed], [row[1] for row in observed]):
+        return Diagnosis(
+            "Both param groups get the same lr although they started from different ones: your scheduler sets the lr "
+            "to the schedule's value and ignores the optimizer's own lr.", "The contract is lr = initial lr * "
+            "noam_lr(...): the optimizer's lr acts as a factor (that is what LambdaLR does).")
+    if _compounds(observed, d_model, warmup_steps):
+        return Diagnosis(
+            "Each scheduler.step() multiplies the current lr by the schedule's value, so the factors compound and "
+            "the lr collapses.", "The lr after n steps should be the initial lr times noam_lr(n + 1), not the "
+            "product of all the rates so far (MultiplicativeLR compounds; LambdaLR scales the initial lr).")
+    ratios = [[observed[n][g] / lrs[g] for g in range(2)] for n in range(len(observed))]
+    return _scaled_or_fixed(observed, lrs, d_model, warmup_steps) or (Diagnosis(
+        "Both groups are scaled by the same factor, as they should be, but the factor is not the paper's "
+        "noam_lr(n + 1).", "Check the formula (run check_noam_lr on your noam_lr) and that the scheduler passes "
+        "step + 1, d_model and warmup_steps in the right order.")
+        if all(math.isclose(r[0], r[1], rel_tol=1e-4) for r in ratios) else None)
+
+
+def _compounds(observed, d_model: int, warmup_steps: int) -> bool:
+    """Each lr is the one before it times noam_lr(n) or noam_lr(n + 1), in both groups (MultiplicativeLR's way)."""
+    n_rows = len(observed)
+    return all(observed[n - 1][g] for n in range(1, n_rows) for g in range(2)) and any(
+        _near([[observed[n][g] / observed[n - 1][g] for g in range(2)] for n in range(1, n_rows)],
+              [[_paper(n + shift, d_model, warmup_steps)] * 2 for n in range(1, n_rows)])
+        for shift in (0, 1))
+
+
+def _scaled_or_fixed(observed, lrs, d_model: int, warmup_steps: int) -> Diagnosis | None:
+    """Every lr a constant times the contract's (an lr multiplied or divided in), or a d_model or warmup_steps
+    written into the code; a constant that is an lr is named before a number written in."""
+    n_rows = len(observed)
     fixed = _fixed_argument([(n + 1, d_model, warmup_steps, observed[n][g] / lrs[g]) for n in range(n_rows)
                              for g in range(2)], "scheduler")
-    for fits, message in _scheduler_slips(observed, lrs, factor, table, swapped, fixed):
-        if fits:
-            check.fail(head + message)
-    check.fail(
-        head + "Each group's lr should be its initial lr times noam_lr(n + 1) after n calls of scheduler.step(), "
-        "and nothing else: `torch.optim.lr_scheduler.LambdaLR` multiplies every group's initial lr by the value "
-        "of a function of the step count, which is exactly this."
-    )
+    scale = [observed[n][g] / (lrs[g] * _paper(n + 1, d_model, warmup_steps)) for n in range(n_rows)
+             for g in range(2) if lrs[g] * _paper(n + 1, d_model, warmup_steps)]
+    constant = bool(scale) and all(math.isfinite(c) for c in scale) and \
+        all(math.isclose(c, scale[0], rel_tol=1e-4) for c in scale) and not math.isclose(scale[0], 1.0, rel_tol=1e-4)
+    if not constant:
+        return fixed
+    by_lr = _by_an_lr(scale[0], lrs)
+    if fixed and not by_lr:
+        return fixed
+    return Diagnosis(
+        f"Every lr is {scale[0]:.4g} times the contract's{by_lr}, at every step and in both groups: the schedule's "
+        f"shape is right, its scale is not.", "LambdaLR multiplies each group's initial lr by the value of your "
+        "function, so return the factor itself, `noam_lr(step + 1, d_model, warmup_steps)`, with no lr in it.")
+
+
+def _by_an_lr(scale: float, lrs) -> str:
+    """How a constant scale comes from the initial lrs ("" when it does not)."""
+    divided = [lr for lr in lrs if math.isclose(scale * lr, 1, rel_tol=1e-4)]
+    multiplied = [lr for lr in lrs if math.isclose(scale, lr, rel_tol=1e-4)]
+    return (f" (exactly {multiplied[0]:g}, which is 1 / {divided[0]:g}: your function multiplies by one "
+            f"group's lr, or divides by the other's)" if divided and multiplied else
+            f" (exactly 1 / {divided[0]:g}: your function divides by an lr)" if divided else
+            f" (exactly {multiplied[0]:g}: your function multiplies by an lr)" if multiplied else "")
+
+
+class _Replayed:
+    """A scheduler that writes a slip's table of lrs into the optimizer (the contract's where the slip says
+    nothing): a slip made into a learner's answer."""
+
+    def __init__(self, optimizer, slipped: list, right: list):
+        self.optimizer, self.rows, self.n = optimizer, [[s if s is not None else r for s, r in zip(*pair)]
+                                                        for pair in zip(slipped, right)], 0
+        self._write()
+
+    def _write(self) -> None:
+        for group, lr in zip(self.optimizer.param_groups, self.rows[self.n]):
+            group["lr"] = lr
+
+    def step(self) -> None:
+        self.n += 1
+        self._write()
+
+
+def _scheduler_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's make_noam_scheduler (for the generated catalogue tests)."""
+    def make_noam_scheduler(optimizer, d_model, warmup_steps):
+        lrs = tuple(group["lr"] for group in optimizer.param_groups)
+        rows = 100  # more steps than any case takes
+        return _Replayed(optimizer, slip.replay(None, lrs, d_model, warmup_steps, rows),
+                         _contract(lrs, d_model, warmup_steps, rows))
+
+    return make_noam_scheduler
 
 
 def _counts_on_its_own(check, scheduler) -> bool:
@@ -610,6 +805,12 @@ def _counts_on_its_own(check, scheduler) -> bool:
     return all(isinstance(v, (int, float)) for v in (first, second)) and not _near(first, second)
 
 
+_COUNTS_ON_ITS_OWN = Diagnosis(
+    "Your schedule function gives two different values when it is called twice with the same step number: it counts "
+    "steps with state of its own (a global, an attribute, a default argument), and LambdaLR calls it once per param "
+    "group at every step, and again when a scheduler is rebuilt or restored.", "Compute the factor from the step "
+    "number LambdaLR passes, and from nothing else: `lambda step: noam_lr(step + 1, d_model, warmup_steps)`.")
+
 _RETURN_THE_FACTOR = (
     "Leave the optimizer alone in that function: return the factor, `noam_lr(step + 1, d_model, warmup_steps)`, "
     "and LambdaLR writes initial lr * factor into every group itself, on construction and on every "
@@ -617,12 +818,12 @@ _RETURN_THE_FACTOR = (
 )
 
 
-def _write_overwritten(check: Check, optimizer: Any, scheduler: Any) -> str:
-    """"" unless the scheduler's schedule function writes lrs into the optimizer itself and returns a constant,
+def _write_overwritten(check: Check, optimizer: Any, scheduler: Any) -> Diagnosis | None:
+    """None unless the scheduler's schedule function writes lrs into the optimizer itself and returns a constant,
     which LambdaLR multiplies into each initial lr and writes over the function's own write."""
     functions = getattr(scheduler, "lr_lambdas", None)
     if not isinstance(functions, (list, tuple)) or not functions or not callable(functions[0]):
-        return ""
+        return None
     groups = optimizer.param_groups
     before = [g["lr"] for g in groups]
     returned, wrote = set(), False
@@ -631,7 +832,7 @@ def _write_overwritten(check: Check, optimizer: Any, scheduler: Any) -> str:
             for function in functions:
                 value = check.attempt(function, step, what="the scheduler's schedule function")
                 if isinstance(value, Raised):
-                    return ""
+                    return None
                 returned.add(_lr(value))
                 wrote = wrote or any(g["lr"] is not lr and _lr(g["lr"]) != _lr(lr) for g, lr in zip(groups, before))
                 for g, lr in zip(groups, before):
@@ -640,110 +841,13 @@ def _write_overwritten(check: Check, optimizer: Any, scheduler: Any) -> str:
         for g, lr in zip(groups, before):
             g["lr"] = lr
     if not wrote or len(returned) != 1:
-        return ""
+        return None
     value = returned.pop()
-    return (
+    return Diagnosis(
         f"The learning rates never change: your schedule function writes the rate into `optimizer.param_groups` "
         f"itself and returns {value:g}. LambdaLR calls it, then sets every group's lr to that group's initial lr "
         f"times the returned value, so it overwrites your write at once (here with initial lr * {value:g}"
-        + (", the initial lr" if value == 1 else "")
-        + f").\n{_RETURN_THE_FACTOR}"
-    )
-
-
-def _reads_current_lr(observed, lrs, factor) -> bool:
-    """After n steps, lr = initial lr * (a group's lr just before) * noam_lr(n + 1), in every row: the schedule
-    function multiplies by the optimizer's current lr."""
-    def fits(h):  # h: the group whose current lr it reads; None: each group its own
-        return all(math.isclose(observed[n][g], lrs[g] * (lrs if n == 0 else observed[n - 1])[g if h is None else h]
-                                * factor(n + 1), rel_tol=1e-4) for n in range(len(observed)) for g in range(2))
-    return len(observed) > 2 and any(fits(h) for h in (None, 0, 1))
-
-
-def _scheduler_slips(observed, lrs, factor, table, swapped, fixed) -> list[tuple[bool, str]]:
-    """(does the slip fit the observed lrs, its message), in the order they are tried."""
-    n_rows = len(observed)
-    first_row_initial = _near(observed[0], list(lrs))
-    later_rows_right = _near(observed[1:], table(lambda n, g: lrs[g] * factor(n + 1))[1:])
-    compounding = any(
-        all(observed[n - 1][g] for n in range(1, n_rows) for g in range(2))
-        and _near([[observed[n][g] / observed[n - 1][g] for g in range(2)] for n in range(1, n_rows)],
-                  [[factor(n + shift)] * 2 for n in range(1, n_rows)])
-        for shift in (0, 1)
-    )
-    ratios = [[observed[n][g] / lrs[g] for g in range(2)] for n in range(n_rows)]
-    scale = [observed[n][g] / (lrs[g] * factor(n + 1)) for n in range(n_rows) for g in range(2)
-             if lrs[g] * factor(n + 1)]
-    constant = bool(scale) and all(math.isfinite(c) for c in scale) and \
-        all(math.isclose(c, scale[0], rel_tol=1e-4) for c in scale) and not math.isclose(scale[0], 1.0, rel_tol=1e-4)
-    divided = [lr for lr in lrs if constant and math.isclose(scale[0] * lr, 1, rel_tol=1e-4)]
-    multiplied = [lr for lr in lrs if constant and math.isclose(scale[0], lr, rel_tol=1e-4)]
-    by_lr = (f" (exactly {multiplied[0]:g}, which is 1 / {divided[0]:g}: your function multiplies by one "
-             f"group's lr, or divides by the other's)" if divided and multiplied else
-             f" (exactly 1 / {divided[0]:g}: your function divides by an lr)" if divided else
-             f" (exactly {multiplied[0]:g}: your function multiplies by an lr)" if multiplied else "")
-    return [
-        (_near(observed, table(lambda n, g: lrs[g])),
-         "The learning rates never change: your scheduler computes a value but never writes it into "
-         "the optimizer it was given. Build the scheduler on that optimizer (not on a new optimizer or a copy) "
-         "and set every `param_group['lr']`; `optimizer.defaults` is not read once the groups exist "
-         "(LambdaLR(optimizer, ...) sets the groups for you on construction and on every `scheduler.step()`)."),
-        (_near([row[1] for row in observed], [lrs[1]] * n_rows),
-         "Only the first param group is updated: the second keeps its initial lr. Loop over "
-         "`optimizer.param_groups` and set the lr of every group (LambdaLR does this for you)."),
-        (_near(observed, table(lambda n, g: lrs[0] * factor(n + 1))),
-         "Every group is scaled from the FIRST group's initial lr: the second group gets the first "
-         "group's initial lr times noam_lr(n + 1) instead of its own initial lr times noam_lr(n + 1). Keep "
-         "one initial lr per group (LambdaLR stores them as `base_lrs`)."),
-        (_near([row[0] for row in observed], [row[1] for row in observed]),
-         "Both param groups get the same lr although they started from different ones: your scheduler "
-         "sets the lr to the schedule's value and ignores the optimizer's own lr. The contract is "
-         "lr = initial lr * noam_lr(...): the optimizer's lr acts as a factor (that is what LambdaLR does)."),
-        (_near(observed, table(lambda n, g: lrs[g] * factor(n))),
-         "Your scheduler is one step behind: after n calls of scheduler.step() the lr is "
-         "initial lr * noam_lr(n), but it should be noam_lr(n + 1). LambdaLR passes your function the number "
-         "of scheduler.step() calls made so far (0 before the first), while the update that follows is the "
-         "paper's step number n + 1: give noam_lr the step count plus one."),
-        (_near(observed, table(lambda n, g: lrs[g] * factor(n + 2))),
-         "Your scheduler is one step ahead: after n calls of scheduler.step() the lr is "
-         "initial lr * noam_lr(n + 2), but it should be noam_lr(n + 1). Did you add 1 twice "
-         "(in the scheduler and in noam_lr), or call scheduler.step() once inside make_noam_scheduler? "
-         "The training loop makes every call of scheduler.step()."),
-        (_near(observed, table(lambda n, g: lrs[g] * swapped(n + 1))),
-         "Your rates match noam_lr(step + 1, warmup_steps, d_model): d_model and warmup_steps are swapped in the "
-         "call. noam_lr takes (step, d_model, warmup_steps): `noam_lr(step + 1, d_model, warmup_steps)`, or pass "
-         "them by keyword."),
-        (n_rows > 2 and _near(observed, table(lambda n, g: lrs[g] * factor(2 * n + 1))),
-         "Your scheduler moves two steps at every step: after n calls of scheduler.step() the lr is "
-         "initial lr * noam_lr(2n + 1). Something steps it a second time: a hook on the optimizer that calls "
-         "scheduler.step(), or a step inside the schedule function. make_noam_scheduler only builds the "
-         "scheduler; the training loop calls scheduler.step() once per step, after optimizer.step()."),
-        (first_row_initial and later_rows_right,
-         "Before the first scheduler.step() the lr is still the initial lr: it should already be "
-         "initial lr * noam_lr(1). Set the lr when the scheduler is built (LambdaLR does this in its constructor)."),
-        (all(observed[0][g] == 0 for g in range(2)),
-         "Before the first step the lr is 0: your schedule returned 0 for step 0.\n" + _STEP_ZERO),
-        (compounding,
-         "Each scheduler.step() multiplies the current lr by the schedule's value, so the factors "
-         "compound and the lr collapses. The lr after n steps should be the initial lr times "
-         "noam_lr(n + 1), not the product of all the rates so far (MultiplicativeLR compounds; LambdaLR "
-         "scales the initial lr)."),
-        (_reads_current_lr(observed, lrs, factor),
-         "Your schedule function multiplies by the optimizer's current lr (it reads `param_groups[...]['lr']`), "
-         "so each lr carries the one before it and the rates collapse. LambdaLR already multiplies each group's "
-         "initial lr by your function's value: return the factor alone, `noam_lr(step + 1, d_model, "
-         "warmup_steps)`, with no lr in it."),
-        (constant and bool(by_lr or not fixed),
-         f"Every lr is {scale[0]:.4g} times the contract's{by_lr}, at every step and in both groups: the "
-         f"schedule's shape is right, its scale is not. LambdaLR multiplies each group's initial lr by the value "
-         f"of your function, so return the factor itself, `noam_lr(step + 1, d_model, warmup_steps)`, with no lr "
-         f"in it." if constant else ""),
-        (bool(fixed), fixed),
-        (all(math.isclose(r[0], r[1], rel_tol=1e-4) for r in ratios),
-         "Both groups are scaled by the same factor, as they should be, but the factor is not the "
-         "paper's noam_lr(n + 1). Check the formula (run check_noam_lr on your noam_lr) and that the scheduler "
-         "passes step + 1, d_model and warmup_steps in the right order."),
-    ]
+        + (", the initial lr" if value == 1 else "") + ").", _RETURN_THE_FACTOR)
 
 
 # --------------------------------------------------------------------------
@@ -820,14 +924,13 @@ def _check_round_trip(check: Check, make_noam_scheduler: Callable, case: tuple) 
         check.call(sched.step, what="scheduler.step()", guard_inputs=False)
         after.append([_lr(g["lr"]) for g in opt.param_groups])
     if not _near(after[1], after[0]):
-        check.fail(
-            f"A scheduler restored from a checkpoint does not resume the schedule {setup}: saved after 3 steps and "
-            f"restored into a new scheduler (with the optimizer's state restored too), one more step gives lrs "
-            f"[{', '.join(fmt_number(v) for v in after[1])}] instead of [{', '.join(fmt_number(v) for v in after[0])}], "
-            f"so a resumed run's warm-up starts again.\n"
-            f"state_dict() must hold the step count and load_state_dict() must put it back into the scheduler "
-            f"itself (LambdaLR does both)."
-        )
+        check.fail(Diagnosis(
+            f"A scheduler restored from a checkpoint does not resume the schedule {setup}, so a resumed run's warm-up "
+            f"starts again.", "state_dict() must hold the step count and load_state_dict() must put it back into the "
+            "scheduler itself (LambdaLR does both).",
+            f"Saved after 3 steps and restored into a new scheduler (with the optimizer's state restored too), one "
+            f"more step gives lrs [{', '.join(fmt_number(v) for v in after[1])}] instead of "
+            f"[{', '.join(fmt_number(v) for v in after[0])}]."))
     check.ok("its state_dict() survives torch.save / torch.load(weights_only=True), and load_state_dict() resumes "
              "the schedule exactly")
 
@@ -839,6 +942,23 @@ def _state_kinds(state: Any) -> str:
         if kinds:
             return "objects of type " + ", ".join(kinds)
     return describe(state)
+
+
+NOAM_LR = Exercise(
+    "noam_lr", _check_noam_lr,
+    oracle="the paper's formula (section 5.3), d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5) with step 0 "
+           "read as step 1, in double precision",
+    cases="three (d_model, warmup_steps) grids whose steps cross warmup_steps, hit it and go far past it, one grid "
+          "drawn from the check's seed, and step 0",
+    slips=NOAM_LR_SLIPS, answer=_noam_lr_answer)
+
+NOAM_SCHEDULER = Exercise(
+    "make_noam_scheduler", _check_noam_scheduler,
+    oracle="after n calls of scheduler.step(), each param group's initial lr * noam_lr(n + 1), by the paper's formula",
+    cases="an SGD and an Adam optimizer with two param groups of different lrs, stepped past warmup_steps, one case "
+          "drawn from the check's seed; two schedulers built one after the other; a state_dict saved mid-warm-up "
+          "and loaded into a new scheduler",
+    slips=SCHEDULER_SLIPS, answer=_scheduler_answer)
 
 
 __all__ = ["check_noam_lr", "check_noam_scheduler"]
