@@ -16,7 +16,7 @@ the raw stream, memory normalised, a layer that normalises its own output...).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,7 @@ from .exercise import checked as run_check
 from .exercise import Exercise
 from .layers import layer_attention_dropout, layer_components, own_norm_problem
 from .slips import Diagnosis, Slip
-from .stages.wiring import GIVEN, Pieces, Wiring
+from .stages.wiring import Pieces, Wiring
 
 _LPE = "LearnedPositionalEncoding"
 _PRE_LN = "x + dropout(sublayer(LayerNorm(x)))"
@@ -175,11 +175,12 @@ def _zero_input(check: Check, module: nn.Module, table: torch.Tensor, first: tor
 # Pre-LN, lesson 09's wiring: what lesson 05's layer stages read instead of post-LN's, and its slip tables.
 
 
-def _pre_ln_encoder(p: Pieces, res: tuple = (1, 1), kv_raw: bool = False, m: Any = GIVEN, act: Callable = torch.relu,
+def _pre_ln_encoder(p: Pieces, res: tuple = (1, 1), kv_raw: bool = False, act: Callable = torch.relu,
                     stale: bool = False, reads_h: bool = False) -> torch.Tensor:
-    """The pre-LN encoder layer over a twin's pieces; each flag is one known slip."""
+    """The pre-LN encoder layer over a twin's pieces; each flag is one known slip. (A mask not used is named earlier,
+    by what the layer must do: hide the padded positions.)"""
     x, n1 = p.x, p.n1
-    y = x * res[0] + p.sa(n1(x), x if kv_raw else None, m)
+    y = x * res[0] + p.sa(n1(x), x if kv_raw else None)
     return y * res[1] + p.ff(p.n2(n1(x) if reads_h else x if stale else y), act)
 
 
@@ -234,8 +235,6 @@ ENCODER_SLIPS = (
     Slip("no residual around feed-forward", Diagnosis(
         "the residual connection around the feed-forward network is missing:",
         "y + dropout(feed_forward(norm2(y)))"), dict(res=(1, 0))),
-    Slip("mask unused", Diagnosis("the mask is not used by the self-attention:", "self_attn(h, h, h, mask)"),
-         dict(m=None)),
     Slip("LayerNorm on the output", Diagnosis(
         "the LayerNorm normalises the sublayer's output, before the residual addition.",
         f"Pre-LN normalises its input: {_PRE_LN}"), lambda p: (lambda y: y + p.n2(p.ff(y)))(p.x + p.n1(p.sa(p.x)))),
@@ -254,14 +253,14 @@ ENCODER_SLIPS = (
 )
 
 
-def _pre_ln_decoder(p: Pieces, res: tuple = (1, 1, 1), kv: str = "memory", query: str = "norm2", kv_raw: bool = False,
-                    tm: Any = GIVEN, sm: Any = GIVEN, act: Callable = torch.relu, ff_reads: str = "y2") -> torch.Tensor:
-    """The pre-LN decoder layer over a twin's pieces; each flag is one known slip."""
+def _pre_ln_decoder(p: Pieces, res: tuple = (1, 1, 1), memory_normalised: bool = False, query: str = "norm2",
+                    kv_raw: bool = False, act: Callable = torch.relu, ff_reads: str = "y2") -> torch.Tensor:
+    """The pre-LN decoder layer over a twin's pieces; each flag is one known slip. (A mask not used, or keys and
+    values not read from memory, are named earlier by what the layer must do: hide, be causal, read memory.)"""
     x, memory, n1, n2 = p.x, p.memory, p.n1, p.n2
-    y1 = x * res[0] + p.sa(n1(x), x if kv_raw else None, tm)
-    source = memory if kv == "memory" else n2(memory) if kv == "normalised memory" else n2(y1)
+    y1 = x * res[0] + p.sa(n1(x), x if kv_raw else None)
     q = n2(y1) if query == "norm2" else n1(x) if query == "h" else y1
-    y2 = y1 * res[1] + p.ca(q, source, p.self_mask if kv == "own" else sm)
+    y2 = y1 * res[1] + p.ca(q, n2(memory) if memory_normalised else memory)
     return y2 * res[2] + p.ff(p.n3({"y2": y2, "y1": y1, "x": x}[ff_reads]), act)
 
 
@@ -285,19 +284,12 @@ DECODER_SLIPS = (
     Slip("memory normalised", Diagnosis(
         "memory is normalised by norm2 before the cross-attention reads it.",
         "memory comes from the encoder stack, whose final LayerNorm has already normalised it: only the query is "
-        "normalised, cross_attn(norm2(y), memory, memory, src_mask)"), dict(kv="normalised memory")),
+        "normalised, cross_attn(norm2(y), memory, memory, src_mask)"), dict(memory_normalised=True)),
     Slip("raw query", Diagnosis("the query of the cross-attention is not normalised:",
                                 "cross_attn(norm2(y), memory, memory, src_mask)"), dict(query="raw")),
     Slip("raw keys and values", Diagnosis(
         "the keys and values of the masked self-attention read x itself, and only the query is normalised:",
         "all three read h = norm1(x), self_attn(h, h, h, tgt_mask)"), dict(kv_raw=True)),
-    Slip("target mask unused", Diagnosis("the target mask is not used by the self-attention:",
-                                         "self_attn(h, h, h, tgt_mask)"), dict(tm=None)),
-    Slip("source mask unused", Diagnosis("the source mask is not used by the cross-attention:",
-                                         "cross_attn(norm2(y), memory, memory, src_mask)"), dict(sm=None)),
-    Slip("keys and values from the decoder", Diagnosis(
-        "the cross-attention takes its keys and values from the decoder's own stream instead of memory:",
-        "cross_attn(norm2(y), memory, memory, src_mask)"), dict(kv="own")),
     Slip("no residual around self-attention",
          Diagnosis("the residual connection around the masked self-attention is missing"), dict(res=(0, 1, 1))),
     Slip("no residual around cross-attention",

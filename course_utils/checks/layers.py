@@ -27,7 +27,7 @@ from . import stages
 from ._core import Check, CheckResult, close_enough, generator
 from .exercise import Exercise
 from .slips import Diagnosis, Slip, matching_slip, same_tensor
-from .stages.wiring import GIVEN, D_FF as _D_FF, D_MODEL as _D_MODEL, Pieces, Wiring, decoder_layer_stages, \
+from .stages.wiring import D_FF as _D_FF, D_MODEL as _D_MODEL, Pieces, Wiring, decoder_layer_stages, \
     encoder_layer_stages, slipped_layer
 
 _ATOL, _RTOL = 1e-4, 1e-4  # layers compare float32 stacks with float64 twins
@@ -351,10 +351,10 @@ _GELU = Diagnosis("the feed-forward network uses GELU:", "the paper's uses ReLU,
 _POST_LN = "LayerNorm(x + dropout(sublayer(x)))"
 
 
-def _post_ln_encoder(p: Pieces, ffn: bool = True, res1: bool = True, res2: bool = True, m: Any = GIVEN,
+def _post_ln_encoder(p: Pieces, ffn: bool = True, res1: bool = True, res2: bool = True,
                      act: Callable = torch.relu) -> torch.Tensor:
     """The post-LN encoder layer over a twin's pieces; each flag is one known slip."""
-    y = p.n1((p.x if res1 else 0) + p.sa(p.x, m=m))
+    y = p.n1((p.x if res1 else 0) + p.sa(p.x))
     return p.n2((y if res2 else 0) + p.ff(y, act)) if ffn else y
 
 
@@ -382,7 +382,6 @@ ENCODER_SLIPS = (
         "the residual connection around the feed-forward network is missing:",
         "LayerNorm(y + dropout(ffn(y))) adds the sublayer's input y back"), dict(res2=False)),
     Slip("no residuals", _NO_RESIDUALS, dict(res1=False, res2=False)),
-    Slip("mask unused", Diagnosis("the mask is not used by the self-attention"), dict(m=None)),
     Slip("no feed-forward", Diagnosis("the feed-forward sublayer is missing:",
                                       "after self-attention comes LayerNorm(y + dropout(ffn(y)))"), dict(ffn=False)),
     Slip("pre-LN", _PRE_LN_HERE, lambda p: (lambda y: y + p.ff(p.n2(y)))(p.x + p.sa(p.n1(p.x)))),
@@ -400,13 +399,14 @@ ENCODER_SLIPS = (
 )
 
 
-def _post_ln_decoder(p: Pieces, res: tuple = (1, 1, 1), tm: Any = GIVEN, sm: Any = GIVEN, own_kv: bool = False,
-                     query_x: bool = False, ffn: bool = True, act: Callable = torch.relu, kv_norm: str = "") -> torch.Tensor:
-    """The post-LN decoder layer over a twin's pieces; each flag is one known slip."""
+def _post_ln_decoder(p: Pieces, res: tuple = (1, 1, 1), query_x: bool = False, ffn: bool = True,
+                     act: Callable = torch.relu, kv_norm: str = "") -> torch.Tensor:
+    """The post-LN decoder layer over a twin's pieces; each flag is one known slip. (A mask not used, or keys and
+    values not read from memory, are named earlier by what the layer must do: hide, be causal, read memory.)"""
     x, memory = p.x, p.memory
-    y1 = p.n1((x if res[0] else 0) + p.sa(x, m=tm))
-    kv = getattr(p, kv_norm)(memory) if kv_norm else y1 if own_kv else memory
-    y2 = p.n2((y1 if res[1] else 0) + p.ca(x if query_x else y1, kv, p.self_mask if own_kv else sm))
+    y1 = p.n1((x if res[0] else 0) + p.sa(x))
+    kv = getattr(p, kv_norm)(memory) if kv_norm else memory
+    y2 = p.n2((y1 if res[1] else 0) + p.ca(x if query_x else y1, kv))
     return p.n3((y2 if res[2] else 0) + p.ff(y2, act)) if ffn else y2
 
 
@@ -427,13 +427,6 @@ def _memory_normalised(norm: str) -> Slip:
 
 #: the known wrong post-LN decoder layers, tried in order once the values differ
 DECODER_SLIPS = (
-    Slip("target mask unused", Diagnosis("the target mask is not used by the self-attention:",
-                                         "self_attn(x, x, x, tgt_mask)"), dict(tm=None)),
-    Slip("source mask unused", Diagnosis("the source mask is not used by the cross-attention:",
-                                         "cross_attn(x, memory, memory, src_mask)"), dict(sm=None)),
-    Slip("keys and values from the decoder", Diagnosis(
-        "the cross-attention takes its keys and values from the decoder's own states instead of memory:",
-        "cross_attn(x, memory, memory, src_mask)"), dict(own_kv=True)),
     *(_memory_normalised(norm) for norm in ("norm1", "norm2", "norm3")),
     Slip("query from the input", Diagnosis(
         "the cross-attention query is the layer's input instead of the output of the first sublayer",

@@ -15,7 +15,7 @@ components (from the solutions folder), wired as the slip says.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
