@@ -159,7 +159,7 @@ def _as_feed_forward(slip: Slip) -> type[nn.Module]:
         def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0):
             super().__init__()
             self.linear1, self.linear2 = nn.Linear(d_model, d_ff), nn.Linear(d_ff, d_model)
-            self.dropout = nn.Dropout(dropout)
+            self.dropout = nn.Dropout(p=dropout)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             weights = (self.linear1.weight.T, self.linear1.bias, self.linear2.weight.T, self.linear2.bias)

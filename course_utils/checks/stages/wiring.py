@@ -942,7 +942,7 @@ def slipped_layer(wiring: Wiring, kind: str, slip: Slip) -> type[nn.Module]:
                 setattr(self, norm, nn.LayerNorm(d_model))
             if getattr(slip.mutant, "norms", 0) > len(_NORMS[kind]):  # a slip that needs a LayerNorm of its own
                 self.norm_out = nn.LayerNorm(d_model)
-            self.dropout = nn.Dropout(dropout)
+            self.dropout = nn.Dropout(p=dropout)
 
     def encoder_forward(self, x, mask=None):
         return wiring.replay(kind, slip, LayerPieces(self, x, None, mask))
