@@ -7,11 +7,12 @@ so that a table that starts at zero cannot hide a forward that ignores it, nor
 one that adds a copy made in ``__init__``. Bespoke: the table learns, is float32,
 starts finite and belongs to one instance; what a zero input gets back.
 
-``PreLNEncoderLayer`` and ``PreLNDecoderLayer`` are lesson 05's layer checkers
-(:mod:`.layers`) run with :data:`PRE_LN`: PyTorch's twins built with
-``norm_first=True``, the pre-LN formula in the messages, and the known wrong
-pre-LN wirings (post-LN, the residual normalised too, keys and values read from
-the raw stream, memory normalised, a layer that normalises its own output...).
+``PreLNEncoderLayer`` and ``PreLNDecoderLayer`` are the library's layer stages
+(:mod:`.stages.wiring`, lesson 05's layers run them too) with :data:`PRE_LN`:
+PyTorch's twins built with ``norm_first=True``, the pre-LN formula in the
+messages, and the pre-LN slip tables, wrong layers as mutants of the right one
+(post-LN, the residual normalised too, keys and values read from the raw
+stream, memory normalised, a layer that normalises its own output...).
 """
 
 from __future__ import annotations
