@@ -184,21 +184,60 @@ class PreLNEncoderLayer(nn.Module):
     def forward(self, x, mask=None):
         return self.steps(x, mask)
 
-    def steps(self, x, mask, res=(1, 1), kv="h", drop="output", act=None, n1=None, n2=None, order=None, add_normalised=False):
+    def steps(self, x, mask, drop="output", n1=None, n2=None):
+        """The forward with its dropout elsewhere (``drop``) or its LayerNorms swapped (the slips of the wiring itself
+        are written out below, as a learner would)."""
         sa, n1, n2, d = self.self_attn, n1 or self.norm1, n2 or self.norm2, {"none": nn.Identity()}.get(drop, self.dropout)
-        f = self.feed_forward
-        ff = f if act is None else (lambda t: f.linear2(f.dropout(act(f.linear1(t)))))
-        if order:  # "ffn first", "norm on the output" (of the sublayer)
-            return {"ffn first": lambda: (lambda y: y + d(sa(n2(y), n2(y), n2(y), mask)))(x + d(ff(n1(x)))),
-                    "norm on the output": lambda: (lambda y: y + n2(ff(y)))(x + n1(sa(x, x, x, mask)))}[order]()
-        h = n1(x)
-        k = x if kv == "x" else h
+        ff, h = self.feed_forward, n1(x)
         if drop == "sum":
-            return (lambda y: d(y * res[1] + ff(n2(y))))(d(x * res[0] + sa(h, k, k, mask)))
+            return (lambda y: d(y + ff(n2(y))))(d(x + sa(h, h, h, mask)))
         if drop == "input":
-            return (lambda y: y * res[1] + ff(d(n2(y))))(x * res[0] + sa(d(h), d(h), d(h), mask))
-        y = (h if add_normalised else x) * res[0] + d(sa(h, k, k, mask))
-        return (n2(y) if add_normalised else y) * res[1] + d(ff(n2(y)))
+            return (lambda y: y + ff(d(n2(y))))(x + sa(d(h), d(h), d(h), mask))
+        y = x + d(sa(h, h, h, mask))
+        return y + d(ff(n2(y)))
+
+
+def _residual_normalised_encoder(s, x, m=None):
+    h = s.norm1(x)
+    y = h + s.dropout(s.self_attn(h, h, h, m))
+    g = s.norm2(y)
+    return g + s.dropout(s.feed_forward(g))
+
+
+def _raw_keys_encoder(s, x, m=None):
+    h = s.norm1(x)
+    y = x + s.dropout(s.self_attn(h, x, x, m))
+    return y + s.dropout(s.feed_forward(s.norm2(y)))
+
+
+def _no_attention_residual_encoder(s, x, m=None):
+    h = s.norm1(x)
+    y = s.dropout(s.self_attn(h, h, h, m))
+    return y + s.dropout(s.feed_forward(s.norm2(y)))
+
+
+def _no_ffn_residual_encoder(s, x, m=None):
+    h = s.norm1(x)
+    y = x + s.dropout(s.self_attn(h, h, h, m))
+    return s.dropout(s.feed_forward(s.norm2(y)))
+
+
+def _norm_on_the_output_encoder(s, x, m=None):
+    y = x + s.norm1(s.self_attn(x, x, x, m))
+    return y + s.norm2(s.feed_forward(y))
+
+
+def _ffn_first_encoder(s, x, m=None):
+    y = x + s.dropout(s.feed_forward(s.norm1(x)))
+    g = s.norm2(y)
+    return y + s.dropout(s.self_attn(g, g, g, m))
+
+
+def _gelu_encoder(s, x, m=None):
+    h = s.norm1(x)
+    y = x + s.dropout(s.self_attn(h, h, h, m))
+    f = s.feed_forward
+    return y + s.dropout(f.linear2(f.dropout(F.gelu(f.linear1(s.norm2(y))))))
 
 
 def _fused_encoder(s, x, mask=None):  # keyword calls, the residual on the right
@@ -238,16 +277,16 @@ def enc(init=None, forward=None, **change):
 
 WRONG_ENCODER_LAYERS = {
     "post-LN (lesson 05's layer)": (EncoderLayer, ["this is post-LN", "x + dropout(sublayer(LayerNorm(x)))"]),
-    "the residual normalised too": (enc(add_normalised=True), ["adds the normalised stream LayerNorm(x) instead of x itself"]),
-    "keys and values not normalised": (enc(kv="x"), ["keys and values of the self-attention read x itself"]),
+    "the residual normalised too": (enc(forward=_residual_normalised_encoder), ["adds the normalised stream LayerNorm(x) instead of x itself"]),
+    "keys and values not normalised": (enc(forward=_raw_keys_encoder), ["keys and values of the self-attention read x itself"]),
     "a LayerNorm on the output of every layer": (enc(parts(final_norm=nn.LayerNorm), _output_norm),
                                                  ["normalises its own output", "after its last layer"]),
-    "no residual around self-attention": (enc(res=(0, 1)), ["residual connection around self-attention is missing"]),
-    "no residual around the feed-forward network": (enc(res=(1, 0)), ["around the feed-forward network is missing"]),
+    "no residual around self-attention": (enc(forward=_no_attention_residual_encoder), ["residual connection around self-attention is missing"]),
+    "no residual around the feed-forward network": (enc(forward=_no_ffn_residual_encoder), ["around the feed-forward network is missing"]),
     "mask ignored": (enc(forward=lambda s, x, m=None: s.steps(x, None)), ["hidden by the mask"]),
-    "norm on the sublayer's output": (enc(order="norm on the output"), ["normalises the sublayer's output"]),
+    "norm on the sublayer's output": (enc(forward=_norm_on_the_output_encoder), ["normalises the sublayer's output"]),
     "no LayerNorm used": (enc(n1=nn.Identity(), n2=nn.Identity()), ["there is no LayerNorm"]),
-    "feed-forward first": (enc(order="ffn first"), ["wrong order"]),
+    "feed-forward first": (enc(forward=_ffn_first_encoder), ["wrong order"]),
     "norm1 used twice": (enc(forward=lambda s, x, m=None: s.steps(x, m, n2=s.norm1)),
                          ["same LayerNorm for two sublayers", "copy-paste"]),
     "one LayerNorm module shared": (enc(lambda s, **_: (delattr(s, "norm2"), setattr(s, "norm2", s.norm1))),
@@ -272,7 +311,7 @@ WRONG_ENCODER_LAYERS = {
     "mask on the query axis": (enc(forward=lambda s, x, m=None: s.steps(x, None if m is None else m.mT)),
                                ["NaN", "hides queries instead"]),
     "mask polarity inverted": (enc(parts(self_attn=InvertedMaskAttention)), ["InvertedMaskAttention", "fix that first"]),
-    "GELU": (enc(act=F.gelu), ["GELU"]),
+    "GELU": (enc(forward=_gelu_encoder), ["GELU"]),
     "LayerNorm without gain and bias": (enc(parts(norm1=NoAffineNorm, norm2=NoAffineNorm)), ["no learned gain and bias"]),
     "RMSNorm": (enc(parts(norm1=RMSNorm, norm2=RMSNorm)), ["`norm1`", "does not subtract the mean", "RMSNorm"]),
     "the Annotated Transformer's norm": (enc(parts(norm1=AnnotatedNorm, norm2=AnnotatedNorm)),
@@ -325,18 +364,69 @@ class PreLNDecoderLayer(nn.Module):
     def forward(self, x, memory, src_mask=None, tgt_mask=None):
         return self.steps(x, memory, src_mask, tgt_mask)
 
-    def steps(self, x, memory, src_mask, tgt_mask, res=(1, 1, 1), kv="memory", query="norm", self_kv="h",
-              drop_memory=False, norms=(0, 1, 2), drop=True, add_normalised=False):
+    def steps(self, x, memory, src_mask, tgt_mask, drop_memory=False, norms=(0, 1, 2), drop=True):
+        """The forward with its LayerNorms in another order, memory dropped, or no dropout on the sublayers' outputs
+        (the slips of the wiring itself are written out below, as a learner would)."""
         d = self.dropout if drop else nn.Identity()
         n1, n2, n3 = ((self.norm1, self.norm2, self.norm3)[i] for i in norms)
         h = n1(x)
-        k = x if self_kv == "x" else h
-        y = (h if add_normalised else x) * res[0] + d(self.self_attn(h, k, k, tgt_mask))
-        q = n2(y) if query == "norm" else y
-        source = memory if kv == "memory" else n2(memory) if kv == "normalised memory" else q
-        source = self.dropout(source) if drop_memory else source
-        y = (q if add_normalised else y) * res[1] + d(self.cross_attn(q, source, source, tgt_mask if kv == "own" else src_mask))
-        return (n3(y) if add_normalised else y) * res[2] + d(self.feed_forward(n3(y)))
+        y = x + d(self.self_attn(h, h, h, tgt_mask))
+        source = self.dropout(memory) if drop_memory else memory
+        y = y + d(self.cross_attn(n2(y), source, source, src_mask))
+        return y + d(self.feed_forward(n3(y)))
+
+
+def _residuals_normalised_decoder(s, x, memory, src_mask=None, tgt_mask=None):
+    h = s.norm1(x)
+    y = h + s.dropout(s.self_attn(h, h, h, tgt_mask))
+    q = s.norm2(y)
+    y = q + s.dropout(s.cross_attn(q, memory, memory, src_mask))
+    g = s.norm3(y)
+    return g + s.dropout(s.feed_forward(g))
+
+
+def _memory_normalised_decoder(s, x, memory, src_mask=None, tgt_mask=None):
+    h = s.norm1(x)
+    y = x + s.dropout(s.self_attn(h, h, h, tgt_mask))
+    kv = s.norm2(memory)
+    y = y + s.dropout(s.cross_attn(s.norm2(y), kv, kv, src_mask))
+    return y + s.dropout(s.feed_forward(s.norm3(y)))
+
+
+def _raw_query_decoder(s, x, memory, src_mask=None, tgt_mask=None):
+    h = s.norm1(x)
+    y = x + s.dropout(s.self_attn(h, h, h, tgt_mask))
+    y = y + s.dropout(s.cross_attn(y, memory, memory, src_mask))
+    return y + s.dropout(s.feed_forward(s.norm3(y)))
+
+
+def _raw_self_keys_decoder(s, x, memory, src_mask=None, tgt_mask=None):
+    h = s.norm1(x)
+    y = x + s.dropout(s.self_attn(h, x, x, tgt_mask))
+    y = y + s.dropout(s.cross_attn(s.norm2(y), memory, memory, src_mask))
+    return y + s.dropout(s.feed_forward(s.norm3(y)))
+
+
+def _cross_over_its_own_stream_decoder(s, x, memory, src_mask=None, tgt_mask=None):
+    h = s.norm1(x)
+    y = x + s.dropout(s.self_attn(h, h, h, tgt_mask))
+    q = s.norm2(y)
+    y = y + s.dropout(s.cross_attn(q, q, q, tgt_mask))  # memory is never read
+    return y + s.dropout(s.feed_forward(s.norm3(y)))
+
+
+def _no_cross_residual_decoder(s, x, memory, src_mask=None, tgt_mask=None):
+    h = s.norm1(x)
+    y = x + s.dropout(s.self_attn(h, h, h, tgt_mask))
+    y = s.dropout(s.cross_attn(s.norm2(y), memory, memory, src_mask))
+    return y + s.dropout(s.feed_forward(s.norm3(y)))
+
+
+def _no_self_residual_decoder(s, x, memory, src_mask=None, tgt_mask=None):
+    h = s.norm1(x)
+    y = s.dropout(s.self_attn(h, h, h, tgt_mask))
+    y = y + s.dropout(s.cross_attn(s.norm2(y), memory, memory, src_mask))
+    return y + s.dropout(s.feed_forward(s.norm3(y)))
 
 
 def _fused_decoder(s, x, memory, src_mask=None, tgt_mask=None):  # keyword calls
@@ -392,20 +482,20 @@ def dec(init=None, forward=None, **change):
 
 WRONG_DECODER_LAYERS = {
     "post-LN (lesson 05's layer)": (DecoderLayer, ["this is post-LN"]),
-    "the residuals normalised too": (dec(add_normalised=True), ["add the normalised stream instead of the stream itself"]),
-    "memory normalised by norm2": (dec(kv="normalised memory"), ["memory is normalised by norm2", "final LayerNorm"]),
-    "cross-attention query not normalised": (dec(query="raw"), ["query of the cross-attention is not normalised"]),
-    "self-attention keys and values not normalised": (dec(self_kv="x"), ["values of the masked self-attention read x itself"]),
+    "the residuals normalised too": (dec(forward=_residuals_normalised_decoder), ["add the normalised stream instead of the stream itself"]),
+    "memory normalised by norm2": (dec(forward=_memory_normalised_decoder), ["memory is normalised by norm2", "final LayerNorm"]),
+    "cross-attention query not normalised": (dec(forward=_raw_query_decoder), ["query of the cross-attention is not normalised"]),
+    "self-attention keys and values not normalised": (dec(forward=_raw_self_keys_decoder), ["values of the masked self-attention read x itself"]),
     "a LayerNorm on the output of every layer": (dec(parts(final_norm=nn.LayerNorm), _output_norm), ["normalises its own output"]),
     "target mask ignored": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: s.steps(x, m, sm, None)), ["can see the future"]),
     "source mask ignored": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: s.steps(x, m, None, tgt_mask)), ["hidden by src_mask"]),
     "masks swapped": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: s.steps(x, m, tgt_mask, sm)), ["wrong way round"]),
     "own causal mask instead of tgt_mask": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: s.steps(
         x, m, sm, torch.ones(x.size(1), x.size(1), dtype=torch.bool).tril())), ["causal mask of its own"]),
-    "cross-attention over its own stream": (dec(kv="own"), ["does not use it"]),
-    "no residual around the cross-attention": (dec(res=(1, 0, 1)), ["residual connection around the cross-attention is missing"]),
+    "cross-attention over its own stream": (dec(forward=_cross_over_its_own_stream_decoder), ["does not use it"]),
+    "no residual around the cross-attention": (dec(forward=_no_cross_residual_decoder), ["residual connection around the cross-attention is missing"]),
     "no residual around the masked self-attention": (
-        dec(res=(0, 1, 1)), ["residual connection around the masked self-attention is missing"]),
+        dec(forward=_no_self_residual_decoder), ["residual connection around the masked self-attention is missing"]),
     "cross-attention first": (dec(forward=lambda s, x, m, sm=None, tgt_mask=None: (lambda y2: y2 + s.feed_forward(s.norm3(y2)))(
         (lambda y1: y1 + s.self_attn(s.norm2(y1), s.norm2(y1), s.norm2(y1), tgt_mask))(x + s.cross_attn(s.norm1(x), m, m, sm)))),
         ["wrong order"]),

@@ -571,19 +571,35 @@ def _dec(forward):
     return Variant
 
 
-def _dec_steps(self, x, memory, src_mask, tgt_mask, sa_mask="tgt", kv="memory", query="y", res=(1, 1, 1), pre=False):
-    """A decoder forward with one thing changed."""
-    n1, n2, n3, d = self.norm1, self.norm2, self.norm3, self.dropout
-    tm = tgt_mask if sa_mask == "tgt" else None
-    if pre:
-        y = x + d(self.self_attn(n1(x), n1(x), n1(x), tm))
-        y = y + d(self.cross_attn(n2(y), memory, memory, src_mask))
-        return y + d(self.feed_forward(n3(y)))
-    y = n1(x * res[0] + d(self.self_attn(x, x, x, tm)))
-    source = memory if kv == "memory" else y
-    mask = src_mask if kv == "memory" else tgt_mask
-    z = n2(y * res[1] + d(self.cross_attn(y if query == "y" else x, source, source, mask)))
-    return n3(z * res[2] + d(self.feed_forward(z)))
+def _cross_attention_over_its_own_states(self, x, memory, src_mask=None, tgt_mask=None):
+    x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+    x = self.norm2(x + self.dropout(self.cross_attn(x, x, x, tgt_mask)))  # memory is never read
+    return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+def _cross_query_from_the_input(self, x, memory, src_mask=None, tgt_mask=None):
+    y = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+    y = self.norm2(y + self.dropout(self.cross_attn(x, memory, memory, src_mask)))
+    return self.norm3(y + self.dropout(self.feed_forward(y)))
+
+
+def _no_residual_around_cross_attention(self, x, memory, src_mask=None, tgt_mask=None):
+    x = self.norm1(x + self.dropout(self.self_attn(x, x, x, tgt_mask)))
+    x = self.norm2(self.dropout(self.cross_attn(x, memory, memory, src_mask)))
+    return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+def _no_residual_around_self_attention(self, x, memory, src_mask=None, tgt_mask=None):
+    x = self.norm1(self.dropout(self.self_attn(x, x, x, tgt_mask)))
+    x = self.norm2(x + self.dropout(self.cross_attn(x, memory, memory, src_mask)))
+    return self.norm3(x + self.dropout(self.feed_forward(x)))
+
+
+def _pre_ln_decoder(self, x, memory, src_mask=None, tgt_mask=None):
+    h = self.norm1(x)
+    x = x + self.dropout(self.self_attn(h, h, h, tgt_mask))
+    x = x + self.dropout(self.cross_attn(self.norm2(x), memory, memory, src_mask))
+    return x + self.dropout(self.feed_forward(self.norm3(x)))
 
 
 class SharedNormDecoderLayer(DecoderLayer):
@@ -668,23 +684,23 @@ def _own_dec(forward):
 
 
 WRONG_DECODER_LAYERS = {
-    "target mask ignored": (_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, sa_mask=None)), ["can see the future"]),
-    "source mask ignored": (_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, None, tm)), ["hidden by src_mask"]),
-    "cross-attention over x": (_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, kv="x")), ["does not use it", "memory"]),
+    "target mask ignored": (_dec(lambda s, x, m, sm=None, tm=None: DecoderLayer.forward(s, x, m, sm, None)), ["can see the future"]),
+    "source mask ignored": (_dec(lambda s, x, m, sm=None, tm=None: DecoderLayer.forward(s, x, m, None, tm)), ["hidden by src_mask"]),
+    "cross-attention over x": (_dec(_cross_attention_over_its_own_states), ["does not use it", "memory"]),
     "memory as query": (
         _dec(lambda s, x, m, sm=None, tm=None: s.norm2(s.cross_attn(m, x, x, None))),
         ["one row per memory position"],
     ),
-    "cross query from input": (_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, query="x")), ["query is the layer's input"]),
+    "cross query from input": (_dec(_cross_query_from_the_input), ["query is the layer's input"]),
     "no residual around cross-attention": (
-        _dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, res=(1, 0, 1))),
+        _dec(_no_residual_around_cross_attention),
         ["residual connection around the cross-attention"],
     ),
     "no residual around self-attention": (
-        _dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, res=(0, 1, 1))),
+        _dec(_no_residual_around_self_attention),
         ["residual connection around the masked self-attention"],
     ),
-    "pre-LN": (_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, pre=True)), ["pre-LN"]),
+    "pre-LN": (_dec(_pre_ln_decoder), ["pre-LN"]),
     "feed-forward missing": (NoFeedForwardDecoderLayer, ["no submodule `feed_forward`"]),
     "shared LayerNorm": (SharedNormDecoderLayer, ["shared"]),
     "cross-attention first": (
@@ -716,11 +732,11 @@ WRONG_DECODER_LAYERS = {
     "the Annotated Transformer's LayerNorm": (BesselNormDecoderLayer, ["`norm1`", "d_model - 1", "lesson 07"]),
     "memory detached": (_memory_detached(), ["no gradient reaches `memory`", "detach"]),
     "own LayerNorm, no residual around cross-attention": (
-        _own_dec(lambda s, x, m, sm=None, tm=None: _dec_steps(s, x, m, sm, tm, res=(1, 0, 1))),
+        _own_dec(_no_residual_around_cross_attention),
         ["residual connection around the cross-attention"],
     ),
     "dropout on the output": (
-        _dec(lambda s, x, m, sm=None, tm=None: s.dropout(_dec_steps(s, x, m, sm, tm))),
+        _dec(lambda s, x, m, sm=None, tm=None: s.dropout(DecoderLayer.forward(s, x, m, sm, tm))),
         ["exactly 0"],
     ),
     # a learner walkthrough: lesson 06's plot hooks cross_attn, and .forward(...) skips hooks

@@ -7,11 +7,12 @@ so that a table that starts at zero cannot hide a forward that ignores it, nor
 one that adds a copy made in ``__init__``. Bespoke: the table learns, is float32,
 starts finite and belongs to one instance; what a zero input gets back.
 
-``PreLNEncoderLayer`` and ``PreLNDecoderLayer`` are lesson 05's layer checkers
-(:mod:`.layers`) run with :data:`PRE_LN`: PyTorch's twins built with
-``norm_first=True``, the pre-LN formula in the messages, and the known wrong
-pre-LN wirings (post-LN, the residual normalised too, keys and values read from
-the raw stream, memory normalised, a layer that normalises its own output...).
+``PreLNEncoderLayer`` and ``PreLNDecoderLayer`` are the library's layer stages
+(:mod:`.stages.wiring`, lesson 05's layers run them too) with :data:`PRE_LN`:
+PyTorch's twins built with ``norm_first=True``, the pre-LN formula in the
+messages, and the pre-LN slip tables, wrong layers as mutants of the right one
+(post-LN, the residual normalised too, keys and values read from the raw
+stream, memory normalised, a layer that normalises its own output...).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from torch import nn
 from . import positional, stages
 from ._core import Check, CheckResult, close_enough, generator
 from .exercise import checked as run_check
-from .layers import Pieces, Wiring, decoder_layer_stages, encoder_layer_stages
+from .exercise import Exercise
+from .layers import layer_attention_dropout, layer_components, own_norm_problem
+from .slips import Diagnosis, Slip
+from .stages.wiring import Pieces, Wiring
 
 _LPE = "LearnedPositionalEncoding"
 _PRE_LN = "x + dropout(sublayer(LayerNorm(x)))"
@@ -38,12 +42,12 @@ def check_learned_positional_encoding(LearnedPositionalEncoding: type[nn.Module]
 
 def check_pre_ln_encoder_layer(PreLNEncoderLayer: type[nn.Module]) -> CheckResult:
     """Check ``PreLNEncoderLayer(d_model, num_heads, d_ff, dropout)``: x + dropout(sublayer(LayerNorm(x))), twice."""
-    return run_check("PreLNEncoderLayer", encoder_layer_stages, PreLNEncoderLayer, wiring=PRE_LN)
+    return PRE_LN_ENCODER_LAYER.check(PreLNEncoderLayer)
 
 
 def check_pre_ln_decoder_layer(PreLNDecoderLayer: type[nn.Module]) -> CheckResult:
     """Check ``PreLNDecoderLayer(d_model, num_heads, d_ff, dropout)``: pre-LN self-, cross-attention and feed-forward."""
-    return run_check("PreLNDecoderLayer", decoder_layer_stages, PreLNDecoderLayer, wiring=PRE_LN)
+    return PRE_LN_DECODER_LAYER.check(PreLNDecoderLayer)
 
 
 def _check_learned_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
@@ -169,123 +173,160 @@ def _zero_input(check: Check, module: nn.Module, table: torch.Tensor, first: tor
 
 
 # --------------------------------------------------------------------------
-# Pre-LN, lesson 09's wiring: what lesson 05's layer stages read instead of post-LN's.
+# Pre-LN, lesson 09's wiring: what lesson 05's layer stages read instead of post-LN's, and its slip tables.
 
 
-def _pre_ln_encoder(p: Pieces) -> list:
-    """Known wrong pre-LN encoder layers, as functions of a twin's pieces: (cause, variant)."""
-    x, sa, ff, n1, n2 = p.x, p.sa, p.ff, p.n1, p.n2
-
-    def pre(res=(1, 1), kv_raw=False, m=p.self_mask, act=torch.relu, stale=False, reads_h=False):
-        y = x * res[0] + sa(n1(x), x if kv_raw else None, m)
-        return y * res[1] + ff(n2(n1(x) if reads_h else x if stale else y), act)
-
-    return [
-        ("this is post-LN, lesson 05's layer: LayerNorm(x + dropout(sublayer(x))). Pre-LN normalises what enters the "
-         f"sublayer and leaves the residual path alone: {_PRE_LN}", lambda: (lambda y: n2(y + ff(y)))(n1(x + sa(x)))),
-        ("the residual connection adds the normalised stream LayerNorm(x) instead of x itself. In pre-LN the residual "
-         f"path carries x untouched, and only the sublayer reads the normalised copy: {_PRE_LN}",
-         lambda: (lambda y: n2(y) + ff(n2(y)))(n1(x) + sa(n1(x)))),
-        ("the keys and values of the self-attention read x itself, and only the query is normalised: all three "
-         "read h = norm1(x), self_attn(h, h, h, mask)", lambda: pre(kv_raw=True)),
-        ("the residual connection around self-attention is missing: x + dropout(self_attn(h, h, h, mask)) adds "
-         "the sublayer's input stream x back", lambda: pre(res=(0, 1))),
-        ("the residual connection around the feed-forward network is missing: y + dropout(feed_forward(norm2(y)))",
-         lambda: pre(res=(1, 0))),
-        ("the mask is not used by the self-attention: self_attn(h, h, h, mask)", lambda: pre(m=None)),
-        ("the LayerNorm normalises the sublayer's output, before the residual addition. Pre-LN normalises its "
-         f"input: {_PRE_LN}", lambda: (lambda y: y + n2(ff(y)))(x + n1(sa(x)))),
-        (f"there is no LayerNorm: each sublayer is {_PRE_LN}", lambda: (lambda y: y + ff(y))(x + sa(x))),
-        ("the sublayers are in the wrong order: self-attention comes first, then the feed-forward network",
-         lambda: (lambda y: y + sa(n2(y)))(x + ff(n1(x)))),
-        (_stale("feed_forward(norm2(x))", "layer's input x", "feed_forward(norm2(y))"), lambda: pre(stale=True)),
-        (_stale("feed_forward(norm2(h))", "copy h = norm1(x) of the layer's input", "feed_forward(norm2(y))"),
-         lambda: pre(reads_h=True)),
-        (_GELU, lambda: pre(act=F.gelu)),
-        (_one_post_ln("self_attn", "norm1"), lambda: (lambda y: y + ff(n2(y)))(n1(x + sa(x)))),
-        (_one_post_ln("feed_forward", "norm2"), lambda: (lambda y: n2(y + ff(y)))(x + sa(n1(x)))),
-    ] + [(_OUTPUT_NORMALISED, lambda n=n: n(pre())) for n in p.norms]
+def _pre_ln_encoder(p: Pieces, res: tuple = (1, 1), kv_raw: bool = False, act: Callable = torch.relu,
+                    stale: bool = False, reads_h: bool = False) -> torch.Tensor:
+    """The pre-LN encoder layer over a twin's pieces; each flag is one known slip. (A mask not used is named earlier,
+    by what the layer must do: hide the padded positions.)"""
+    x, n1 = p.x, p.n1
+    y = x * res[0] + p.sa(n1(x), x if kv_raw else None)
+    return y * res[1] + p.ff(p.n2(n1(x) if reads_h else x if stale else y), act)
 
 
-def _stale(read: str, stream: str, right: str) -> str:
-    return (f"the feed-forward network reads {read}, the normalised {stream}, computed before the sublayers above it "
-            f"changed the stream. Each sublayer reads the stream as it is now: y + dropout({right}), where y already "
-            f"holds the residual additions before it")
+def _stale(read: str, stream: str, right: str) -> Diagnosis:
+    return Diagnosis(f"the feed-forward network reads {read}, the normalised {stream}, computed before the sublayers "
+                     f"above it changed the stream.", f"Each sublayer reads the stream as it is now: "
+                     f"y + dropout({right}), where y already holds the residual additions before it")
 
 
-def _one_post_ln(sublayer: str, norm: str) -> str:
-    return (f"the {sublayer} sublayer is post-LN, {norm}(y + dropout({sublayer}(y))), while the rest of the layer is pre-LN. "
-            f"In pre-LN every sublayer reads its normalised input and the residual path stays untouched: "
-            f"y + dropout({sublayer}({norm}(y)))")
+def _one_post_ln(sublayer: str, norm: str) -> Diagnosis:
+    return Diagnosis(f"the {sublayer} sublayer is post-LN, {norm}(y + dropout({sublayer}(y))), while the rest of the "
+                     f"layer is pre-LN.", f"In pre-LN every sublayer reads its normalised input and the residual path "
+                     f"stays untouched: y + dropout({sublayer}({norm}(y)))")
 
 
-def _pre_ln_decoder(p: Pieces) -> list:
-    """Known wrong pre-LN decoder layers, as functions of a twin's pieces: (cause, variant)."""
-    x, memory, sa, ca, ff, n1, n2, n3 = p.x, p.memory, p.sa, p.ca, p.ff, p.n1, p.n2, p.n3
+def _output_normalised(kind: str, i: int) -> Slip:
+    """The output normalised by the layer's ``i``-th LayerNorm: one of its sublayers' or (past them) one of its own."""
+    wrong = _pre_ln_encoder if kind == "encoder" else _pre_ln_decoder
 
-    def pre(res=(1, 1, 1), kv="memory", query="norm2", kv_raw=False, tm=p.self_mask, sm=p.cross_mask, act=torch.relu,
-            ff_reads="y2"):
-        y1 = x * res[0] + sa(n1(x), x if kv_raw else None, tm)
-        source = memory if kv == "memory" else n2(memory) if kv == "normalised memory" else n2(y1)
-        q = n2(y1) if query == "norm2" else n1(x) if query == "h" else y1
-        y2 = y1 * res[1] + ca(q, source, p.self_mask if kv == "own" else sm)
-        return y2 * res[2] + ff(n3({"y2": y2, "y1": y1, "x": x}[ff_reads]), act)
+    def mutant(p: Pieces) -> torch.Tensor:
+        return p.norms[i](wrong(p))
 
-    def one_post(i: int) -> torch.Tensor:  # sublayer i post-LN, the others pre-LN
-        y1 = n1(x + sa(x, None, p.self_mask)) if i == 0 else x + sa(n1(x), None, p.self_mask)
-        y2 = n2(y1 + ca(y1, memory, p.cross_mask)) if i == 1 else y1 + ca(n2(y1), memory, p.cross_mask)
-        return n3(y2 + ff(y2)) if i == 2 else y2 + ff(n3(y2))
-
-    return [
-        ("this is post-LN, lesson 05's layer: LayerNorm(x + dropout(sublayer(x))). Pre-LN normalises what "
-         f"enters each sublayer and leaves the residual path alone: {_PRE_LN}",
-         lambda: (lambda y2: n3(y2 + ff(y2)))((lambda y1: n2(y1 + ca(y1)))(n1(x + sa(x))))),
-        ("the residual connections add the normalised stream instead of the stream itself. In pre-LN the residual "
-         f"path carries x untouched, and only the sublayer reads the normalised copy: {_PRE_LN}",
-         lambda: (lambda y2: n3(y2) + ff(n3(y2)))((lambda y1: n2(y1) + ca(n2(y1)))(n1(x) + sa(n1(x))))),
-        ("memory is normalised by norm2 before the cross-attention reads it. memory comes from the encoder stack, "
-         "whose final LayerNorm has already normalised it: only the query is normalised, "
-         "cross_attn(norm2(y), memory, memory, src_mask)", lambda: pre(kv="normalised memory")),
-        ("the query of the cross-attention is not normalised: cross_attn(norm2(y), memory, memory, src_mask)",
-         lambda: pre(query="raw")),
-        ("the keys and values of the masked self-attention read x itself, and only the query is normalised: all "
-         "three read h = norm1(x), self_attn(h, h, h, tgt_mask)", lambda: pre(kv_raw=True)),
-        ("the target mask is not used by the self-attention: self_attn(h, h, h, tgt_mask)", lambda: pre(tm=None)),
-        ("the source mask is not used by the cross-attention: cross_attn(norm2(y), memory, memory, src_mask)",
-         lambda: pre(sm=None)),
-        ("the cross-attention takes its keys and values from the decoder's own stream instead of memory: "
-         "cross_attn(norm2(y), memory, memory, src_mask)", lambda: pre(kv="own")),
-        ("the residual connection around the masked self-attention is missing", lambda: pre(res=(0, 1, 1))),
-        ("the residual connection around the cross-attention is missing", lambda: pre(res=(1, 0, 1))),
-        ("the residual connection around the feed-forward network is missing", lambda: pre(res=(1, 1, 0))),
-        (f"there is no LayerNorm: each sublayer is {_PRE_LN}",
-         lambda: (lambda y2: y2 + ff(y2))((lambda y1: y1 + ca(y1))(x + sa(x)))),
-        ("the sublayers are in the wrong order: masked self-attention first, then cross-attention, then the "
-         "feed-forward network", lambda: (lambda y2: y2 + ff(n3(y2)))((lambda y1: y1 + sa(n2(y1)))(x + ca(n1(x))))),
-        ("the query of the cross-attention is h = norm1(x), the normalised input of the layer, computed before the "
-         "self-attention sublayer changed the stream. It must read the stream as it is now, normalised by its own "
-         "LayerNorm: cross_attn(norm2(y), memory, memory, src_mask), y = x + dropout(self_attn(h, h, h, tgt_mask))",
-         lambda: pre(query="h")),
-        (_stale("feed_forward(norm3(x))", "layer's input x", "feed_forward(norm3(y))"), lambda: pre(ff_reads="x")),
-        (_stale("feed_forward(norm3(y)) with y taken before the cross-attention", "stream",
-                "feed_forward(norm3(y))"), lambda: pre(ff_reads="y1")),
-        (_GELU, lambda: pre(act=F.gelu)),
-        *[(_one_post_ln(sub, norm), lambda i=i: one_post(i))
-          for i, (sub, norm) in enumerate((("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3")))],
-    ] + [(_OUTPUT_NORMALISED, lambda n=n: n(pre())) for n in p.norms]
+    mutant.norms = i + 1  # the LayerNorms a layer with this slip has (for the slip made into a learner's layer)
+    slots = 2 if kind == "encoder" else 3
+    return Slip(f"output normalised by norm{i + 1}" if i < slots else "output normalised by a LayerNorm of its own",
+                _OUTPUT_NORMALISED, mutant)
 
 
-_GELU = "the feed-forward network uses GELU: the paper's uses ReLU, FFN(x) = max(0, x W1 + b1) W2 + b2"
-_OUTPUT_NORMALISED = ("it normalises its own output. A pre-LN layer returns the residual stream as it stands; the one "
-                      "final LayerNorm a pre-LN stack needs comes once, after its last layer (the lesson adds it to "
-                      "the stack), not inside every layer")
+_GELU = Diagnosis("the feed-forward network uses GELU:", "the paper's uses ReLU, FFN(x) = max(0, x W1 + b1) W2 + b2")
+_OUTPUT_NORMALISED = Diagnosis(
+    "it normalises its own output.", "A pre-LN layer returns the residual stream as it stands; the one final LayerNorm "
+    "a pre-LN stack needs comes once, after its last layer (the lesson adds it to the stack), not inside every layer")
+_POST_LN_HERE = Diagnosis("this is post-LN, lesson 05's layer: LayerNorm(x + dropout(sublayer(x))).",
+                          f"Pre-LN normalises what enters the sublayer and leaves the residual path alone: {_PRE_LN}")
+_NO_NORM = Diagnosis("there is no LayerNorm:", f"each sublayer is {_PRE_LN}")
+_SWAPPED = Diagnosis("the sublayers are in the wrong order:", "self-attention comes first, then the feed-forward network")
+
+#: the known wrong pre-LN encoder layers, tried in order once the values differ (flags of _pre_ln_encoder, or
+#: functions of the pieces)
+ENCODER_SLIPS = (
+    Slip("post-LN", _POST_LN_HERE, lambda p: (lambda y: p.n2(y + p.ff(y)))(p.n1(p.x + p.sa(p.x)))),
+    Slip("normalised residual", Diagnosis(
+        "the residual connection adds the normalised stream LayerNorm(x) instead of x itself.",
+        f"In pre-LN the residual path carries x untouched, and only the sublayer reads the normalised copy: {_PRE_LN}"),
+        lambda p: (lambda y: p.n2(y) + p.ff(p.n2(y)))(p.n1(p.x) + p.sa(p.n1(p.x)))),
+    Slip("raw keys and values", Diagnosis(
+        "the keys and values of the self-attention read x itself, and only the query is normalised:",
+        "all three read h = norm1(x), self_attn(h, h, h, mask)"), dict(kv_raw=True)),
+    Slip("no residual around self-attention", Diagnosis(
+        "the residual connection around self-attention is missing:",
+        "x + dropout(self_attn(h, h, h, mask)) adds the sublayer's input stream x back"), dict(res=(0, 1))),
+    Slip("no residual around feed-forward", Diagnosis(
+        "the residual connection around the feed-forward network is missing:",
+        "y + dropout(feed_forward(norm2(y)))"), dict(res=(1, 0))),
+    Slip("LayerNorm on the output", Diagnosis(
+        "the LayerNorm normalises the sublayer's output, before the residual addition.",
+        f"Pre-LN normalises its input: {_PRE_LN}"), lambda p: (lambda y: y + p.n2(p.ff(y)))(p.x + p.n1(p.sa(p.x)))),
+    Slip("no LayerNorm", _NO_NORM, lambda p: (lambda y: y + p.ff(y))(p.x + p.sa(p.x))),
+    Slip("sublayers swapped", _SWAPPED, lambda p: (lambda y: y + p.sa(p.n2(y)))(p.x + p.ff(p.n1(p.x)))),
+    Slip("feed-forward reads x", _stale("feed_forward(norm2(x))", "layer's input x", "feed_forward(norm2(y))"),
+         dict(stale=True)),
+    Slip("feed-forward reads h", _stale("feed_forward(norm2(h))", "copy h = norm1(x) of the layer's input",
+                                        "feed_forward(norm2(y))"), dict(reads_h=True)),
+    Slip("gelu", _GELU, dict(act=F.gelu)),
+    Slip("self-attention post-LN", _one_post_ln("self_attn", "norm1"),
+         lambda p: (lambda y: y + p.ff(p.n2(y)))(p.n1(p.x + p.sa(p.x)))),
+    Slip("feed-forward post-LN", _one_post_ln("feed_forward", "norm2"),
+         lambda p: (lambda y: p.n2(y + p.ff(y)))(p.x + p.sa(p.n1(p.x)))),
+    *(_output_normalised("encoder", i) for i in range(3)),
+)
+
+
+def _pre_ln_decoder(p: Pieces, res: tuple = (1, 1, 1), memory_normalised: bool = False, query: str = "norm2",
+                    kv_raw: bool = False, act: Callable = torch.relu, ff_reads: str = "y2") -> torch.Tensor:
+    """The pre-LN decoder layer over a twin's pieces; each flag is one known slip. (A mask not used, or keys and
+    values not read from memory, are named earlier by what the layer must do: hide, be causal, read memory.)"""
+    x, memory, n1, n2 = p.x, p.memory, p.n1, p.n2
+    y1 = x * res[0] + p.sa(n1(x), x if kv_raw else None)
+    q = n2(y1) if query == "norm2" else n1(x) if query == "h" else y1
+    y2 = y1 * res[1] + p.ca(q, n2(memory) if memory_normalised else memory)
+    return y2 * res[2] + p.ff(p.n3({"y2": y2, "y1": y1, "x": x}[ff_reads]), act)
+
+
+def _one_post_ln_decoder(p: Pieces, i: int) -> torch.Tensor:
+    """Sublayer ``i`` post-LN, the others pre-LN."""
+    x, memory = p.x, p.memory
+    y1 = p.n1(x + p.sa(x)) if i == 0 else x + p.sa(p.n1(x))
+    y2 = p.n2(y1 + p.ca(y1, memory)) if i == 1 else y1 + p.ca(p.n2(y1), memory)
+    return p.n3(y2 + p.ff(y2)) if i == 2 else y2 + p.ff(p.n3(y2))
+
+
+#: the known wrong pre-LN decoder layers, tried in order once the values differ
+DECODER_SLIPS = (
+    Slip("post-LN", Diagnosis(_POST_LN_HERE.cause, _POST_LN_HERE.fix.replace("the sublayer", "each sublayer")),
+         lambda p: (lambda y2: p.n3(y2 + p.ff(y2)))((lambda y1: p.n2(y1 + p.ca(y1)))(p.n1(p.x + p.sa(p.x))))),
+    Slip("normalised residual", Diagnosis(
+        "the residual connections add the normalised stream instead of the stream itself.",
+        f"In pre-LN the residual path carries x untouched, and only the sublayer reads the normalised copy: {_PRE_LN}"),
+        lambda p: (lambda y2: p.n3(y2) + p.ff(p.n3(y2)))(
+            (lambda y1: p.n2(y1) + p.ca(p.n2(y1)))(p.n1(p.x) + p.sa(p.n1(p.x))))),
+    Slip("memory normalised", Diagnosis(
+        "memory is normalised by norm2 before the cross-attention reads it.",
+        "memory comes from the encoder stack, whose final LayerNorm has already normalised it: only the query is "
+        "normalised, cross_attn(norm2(y), memory, memory, src_mask)"), dict(memory_normalised=True)),
+    Slip("raw query", Diagnosis("the query of the cross-attention is not normalised:",
+                                "cross_attn(norm2(y), memory, memory, src_mask)"), dict(query="raw")),
+    Slip("raw keys and values", Diagnosis(
+        "the keys and values of the masked self-attention read x itself, and only the query is normalised:",
+        "all three read h = norm1(x), self_attn(h, h, h, tgt_mask)"), dict(kv_raw=True)),
+    Slip("no residual around self-attention",
+         Diagnosis("the residual connection around the masked self-attention is missing"), dict(res=(0, 1, 1))),
+    Slip("no residual around cross-attention",
+         Diagnosis("the residual connection around the cross-attention is missing"), dict(res=(1, 0, 1))),
+    Slip("no residual around feed-forward",
+         Diagnosis("the residual connection around the feed-forward network is missing"), dict(res=(1, 1, 0))),
+    Slip("no LayerNorm", _NO_NORM,
+         lambda p: (lambda y2: y2 + p.ff(y2))((lambda y1: y1 + p.ca(y1))(p.x + p.sa(p.x)))),
+    Slip("sublayers out of order", Diagnosis(
+        "the sublayers are in the wrong order:",
+        "masked self-attention first, then cross-attention, then the feed-forward network"),
+        lambda p: (lambda y2: y2 + p.ff(p.n3(y2)))((lambda y1: y1 + p.sa(p.n2(y1)))(p.x + p.ca(p.n1(p.x))))),
+    Slip("query h", Diagnosis(
+        "the query of the cross-attention is h = norm1(x), the normalised input of the layer, computed before the "
+        "self-attention sublayer changed the stream.", "It must read the stream as it is now, normalised by its own "
+        "LayerNorm: cross_attn(norm2(y), memory, memory, src_mask), y = x + dropout(self_attn(h, h, h, tgt_mask))"),
+        dict(query="h")),
+    Slip("feed-forward reads x", _stale("feed_forward(norm3(x))", "layer's input x", "feed_forward(norm3(y))"),
+         dict(ff_reads="x")),
+    Slip("feed-forward reads y1", _stale("feed_forward(norm3(y)) with y taken before the cross-attention", "stream",
+                                         "feed_forward(norm3(y))"), dict(ff_reads="y1")),
+    Slip("gelu", _GELU, dict(act=F.gelu)),
+    *(Slip(f"{sub} post-LN", _one_post_ln(sub, norm), lambda p, i=i: _one_post_ln_decoder(p, i))
+      for i, (sub, norm) in enumerate((("self_attn", "norm1"), ("cross_attn", "norm2"), ("feed_forward", "norm3")))),
+    *(_output_normalised("decoder", i) for i in range(4)),
+)
 
 PRE_LN = Wiring(
     norm_first=True, names={"encoder": "PreLNEncoderLayer", "decoder": "PreLNDecoderLayer"}, sublayer=_PRE_LN,
     self_attn="self_attn(h, h, h, {mask}) with h = norm1(x)", cross_attn="cross_attn(norm2(x), memory, memory, src_mask)",
     hints={kind.lower(): f"Expected nn.Transformer{kind}Layer(..., norm_first=True) with your weights: each sublayer "
                          f"is {_PRE_LN}, and nothing normalises the output." for kind in ("Encoder", "Decoder")},
-    variants={"encoder": _pre_ln_encoder, "decoder": _pre_ln_decoder}, whose="pre-LN", reads="the normalised stream",
+    slips={"encoder": ENCODER_SLIPS, "decoder": DECODER_SLIPS},
+    wrong={"encoder": _pre_ln_encoder, "decoder": _pre_ln_decoder},
+    components=layer_components, attention_dropout=layer_attention_dropout, own_norm=own_norm_problem,
+    whose="pre-LN", reads="the normalised stream",
     names_why=" (as in lesson 05's layer, whose weights they mirror).",
     read_note=f"in pre-LN each sublayer reads the normalised stream, {_PRE_LN}.",
     residual_note=f"{_PRE_LN} adds back the very stream the LayerNorm read.",
@@ -293,3 +334,26 @@ PRE_LN = Wiring(
     misplaced="In training mode your {name} does not add dropout(sublayer(...)) to an untouched stream: dropout is in "
               "the wrong place (on the sum x + sublayer(...), which drops the residual stream too, or after the "
               "layer?). The pre-LN sublayer is " + _PRE_LN + ".")
+
+
+def _pre_ln_encoder_layer(check: Check, PreLNEncoderLayer: type[nn.Module]) -> None:
+    stages.encoder_layer_stages(check, PreLNEncoderLayer, PRE_LN)
+
+
+def _pre_ln_decoder_layer(check: Check, PreLNDecoderLayer: type[nn.Module]) -> None:
+    stages.decoder_layer_stages(check, PreLNDecoderLayer, PRE_LN)
+
+
+PRE_LN_ENCODER_LAYER = Exercise(
+    "PreLNEncoderLayer", _pre_ln_encoder_layer,
+    oracle="nn.TransformerEncoderLayer(..., norm_first=True) (ReLU, float64) carrying the learner's weights",
+    cases="lesson 05's EncoderLayer cases: d_model 16, 4 heads, d_ff 24, two padded positions; 1 head, d_model 20, "
+          "64 tokens",
+    slips=ENCODER_SLIPS, answer=lambda slip: stages.slipped_layer(PRE_LN, "encoder", slip))
+
+PRE_LN_DECODER_LAYER = Exercise(
+    "PreLNDecoderLayer", _pre_ln_decoder_layer,
+    oracle="nn.TransformerDecoderLayer(..., norm_first=True) (ReLU, float64) carrying the learner's weights",
+    cases="lesson 05's DecoderLayer cases: d_model 16, 4 heads, d_ff 24, memory of another length, a causal tgt_mask; "
+          "1 head, d_model 20, 64 target and 70 memory tokens",
+    slips=DECODER_SLIPS, answer=lambda slip: stages.slipped_layer(PRE_LN, "decoder", slip))

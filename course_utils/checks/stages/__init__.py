@@ -50,6 +50,11 @@ Precision, checkpoints, state
     finite. ``state_dict_round_trip(check, build, run, what)``: a checkpoint loads strictly into a fresh
     instance. ``fresh_instance_agrees(check, module, build, inputs, what, cause)``: nothing kept between calls.
 
+Layers
+    ``encoder_layer_stages(check, cls, wiring)`` and ``decoder_layer_stages(check, cls, wiring)`` (:mod:`.wiring`):
+    a whole encoder or decoder layer checked with a :class:`~.wiring.Wiring` (post-LN in lesson 05, pre-LN in lesson
+    09) and its slip tables; ``slipped_layer(wiring, kind, slip)`` makes a slip into a learner's layer.
+
 Dropout
     ``eval_deterministic(check, module, run, what, p)`` and
     ``train_random(check, module, run, what, p)``: dropout off in eval mode, on in
@@ -69,9 +74,13 @@ from .devices import create_there, decoder_on_gpu, fixed_device, left_on_cpu, mi
 from .precision import attention_of, float16_trial_passes, follows_dtype, in_16_bits, in_16_bits_module
 from .state import fresh_instance_agrees, state_dict_round_trip
 from .dropout import Site, dropout_measured, dropout_set_through, eval_deterministic, train_random
+from . import wiring
+from .wiring import Pieces, Wiring, decoder_layer_stages, encoder_layer_stages, slipped_layer
 
 __all__ = [
     "Case",
+    "Pieces",
+    "Wiring",
     "NO_DEFAULT",
     "Part",
     "Site",
@@ -83,11 +92,13 @@ __all__ = [
     "contract_defaults",
     "contract_parts",
     "create_there",
+    "decoder_layer_stages",
     "decoder_on_gpu",
     "default_of",
     "defined_where_loaded",
     "dropout_measured",
     "dropout_set_through",
+    "encoder_layer_stages",
     "eval_deterministic",
     "every_parameter_learns",
     "fixed_device",
@@ -106,9 +117,10 @@ __all__ = [
     "oracle_gradients",
     "parameter_order",
     "replaced_parts_used",
+    "slipped_layer",
     "state_dict_round_trip",
     "submodule_parts",
     "sweep",
     "train_random",
-    "anatomy", "decoding", "gpu", "hooks", "measuring", "standins", "twins",
+    "anatomy", "decoding", "gpu", "hooks", "measuring", "standins", "twins", "wiring",
 ]

@@ -11,14 +11,13 @@ import inspect
 import math
 import re
 import weakref
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ... import contracts
-from .._core import Check, CheckResult, Raised, Status, describe, fmt_shape, generator
+from .._core import Check, CheckResult, Raised, Status, describe, fmt_shape
 
 
 def is_module(check: Check, obj: Any, name: str) -> nn.Module:
@@ -35,11 +34,13 @@ _SPEC = re.compile(r"^\s*(\w+)\s*:\s*(\w+)\s*\((.*)\)\s*$")
 
 
 def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[str, Any],
-                   components: Sequence["Part"] = (), owner: str = "") -> None:
+                   components: Sequence["Part"] = (), owner: str = "", own_kinds: "OwnKinds | None" = None) -> None:
     """The contract of ``exercise``: the names it gives, then the components' own checkers, then kinds and sizes.
 
     ``sizes`` maps the constructor's parameter names to the values the checker built ``module`` with;
-    ``components`` are the earlier exercises it is made of (see :func:`components_first`).
+    ``components`` are the earlier exercises it is made of (see :func:`components_first`); ``own_kinds`` judge a
+    part of the learner's own class where a PyTorch kind is asked for (a LayerNorm of their own: its exercise says
+    what it must compute); without a judge such a part is taken as it is.
     """
     spec = contracts.contract(exercise)
     parts = [_SPEC.match(part).groups() for part in spec.parts]
@@ -81,7 +82,8 @@ def contract_parts(check: Check, module: nn.Module, exercise: str, sizes: dict[s
                        f"`self.{attribute} = {attribute}`. Later code reads it ({uses}).")
     components_first(check, exercise, components)
     for name, kind, args in parts:
-        problem = _part_problem(getattr(module, name, None), name, kind, args, sizes, module, owner)
+        problem = _part_problem(getattr(module, name, None), name, kind, args, sizes, module, owner,
+                                own_kinds or {})
         if problem:
             check.fail(f"{problem[:1].upper() + problem[1:]}\n{why}")
     if parts:
@@ -159,133 +161,131 @@ def _arguments(text: str, sizes: dict[str, Any]) -> list[Any]:
     return values
 
 
-def _own_norm_problem(norm: nn.Module, shown: str, d_model: int) -> str:
-    """"" if a layer norm of the learner's own class computes nn.LayerNorm's values with its parameters (gain first,
-    then bias, as lesson 07 copies them); else what differs."""
-    params = list(norm.parameters())
-    if len(params) != 2 or not isinstance(d_model, int):
-        return ""
-    gain, bias = params
-    x = torch.randn(2, 3, d_model, generator=generator(4)) * 3 + 1  # (2, 3, d_model)
-    eps = getattr(norm, "eps", 1e-5)
-    eps = eps if isinstance(eps, float) and 0 < eps < 1e-3 else 1e-5
-    try:
-        with torch.no_grad():
-            got = norm(x.clone())
-            want = F.layer_norm(x, (d_model,), gain, bias, eps)
-    except Exception:  # noqa: BLE001  (the layer's own stages run it, and report a crash with its line)
-        return ""
-    if not isinstance(got, torch.Tensor) or got.shape != want.shape or torch.allclose(got, want, atol=1e-4, rtol=1e-4):
-        return ""
-    centred, var = x - x.mean(-1, keepdim=True), x.var(-1, keepdim=True)  # var with Bessel's correction
-    bessel = [centred / torch.sqrt(var + eps) * gain + bias, centred / (var.sqrt() + eps) * gain + bias]
-    rms = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gain + bias
-    over_positions = F.layer_norm(x.transpose(1, 2), (x.shape[1],), eps=eps).transpose(1, 2) * gain + bias
-    close = lambda other: torch.allclose(got, other, atol=1e-3, rtol=1e-3)  # noqa: E731
-    if any(close(b) for b in bessel):
-        cause = ("It divides the variance by d_model - 1: `x.std()` and `x.var()` apply Bessel's correction by "
-                 "default. Use `x.var(-1, unbiased=False, keepdim=True)` (or correction=0), as nn.LayerNorm does; "
-                 "lesson 07 compares your model with PyTorch's layers, which do.")
-    elif close(rms):
-        cause = ("It does not subtract the mean: that is RMSNorm. The paper's layers use layer normalisation, "
-                 "(x - mean) / sqrt(var + eps), with the mean and variance of each vector's d_model features.")
-    elif close(over_positions):
-        cause = ("It normalises over the positions (dim 1) instead of each vector's d_model features: take the "
-                 "statistics along the last axis, `x.mean(-1, keepdim=True)`.")
-    else:
-        cause = "Run check_layer_norm on it: it names what differs."
-    return (f"{shown} is your {type(norm).__name__}, but it does not compute a layer norm: on inputs of shape "
-            f"(2, 3, {d_model}) it differs from nn.LayerNorm with the same gain and bias by up to "
-            f"{float((got - want).abs().max()):.2g}. {cause}")
+#: what judges a part of the learner's own class standing where a PyTorch kind is asked for:
+#: ``judge(part, shown, first_argument) -> str``, what is wrong ('' when nothing is), e.g. ``{"LayerNorm": ...}``
+OwnKinds = Mapping[str, Callable[[nn.Module, str, Any], str]]
 
 
 def _part_problem(part: Any, name: str, kind: str, text: str, sizes: dict[str, Any], module: nn.Module,
-                  owner: str) -> str:
+                  owner: str, own_kinds: OwnKinds) -> str:
     """What is wrong with one part ('' when it fits its spec ``kind(text)``, ``text`` read with ``sizes``)."""
     args = _arguments(text, sizes)
-    named = f"{_qualified(kind)}({text}) = {_qualified(kind)}({', '.join(str(a) for a in args)})"
     if kind == "buffer":
-        buffers = dict(module.named_buffers(recurse=False))
-        if isinstance(getattr(module, name, None), nn.Parameter):
-            return (f"`{name}` of {owner} is an nn.Parameter, which an optimizer would train: it is fixed, so keep "
-                    f"it as a buffer, `self.register_buffer(\"{name}\", ...)`.")
-        if name not in buffers:
-            others = [f"`{n}`, of shape {fmt_shape(b.shape)}" for n, b in buffers.items()]
-            yours = f" (yours is {others[0]})" if others else ""
-            return (f"{owner} has no buffer named `{name}`{yours}: register it with "
-                    f"`self.register_buffer(\"{name}\", ...)`.")
-        shape = tuple(buffers[name].shape)  # read by its first axis: extra axes of size 1 after it are fine
-        rows_fit = len(shape) >= 2 and shape[0] == args[0] and math.prod(shape[1:]) == math.prod(args[1:])
-        return "" if rows_fit else (f"The buffer `{name}` of {owner} has shape {fmt_shape(shape)}, where "
-                                    f"{fmt_shape(args)} was asked for: `{name}[t]` is the row of position t.")
+        return _buffer_problem(module, name, args, owner)
     if kind == "param":
-        if not isinstance(part, nn.Parameter):
-            asked = _asked(kind, text)
-            return (f"{owner} {_no_parameter(part, name, args, module)}. {asked[:1].upper() + asked[1:]} was asked "
-                    f"for: `self.{name} = nn.Parameter(...)`, so that an optimizer trains it and `.to(device)` moves it.")
-        shape, args = tuple(part.shape), tuple(args)
-        cause = ("it looks transposed (its axes are swapped)" if len(shape) > 1 and shape == args[::-1] else
-                 "it has an extra axis of size 1: keep the plain shape, broadcasting adds the others"
-                 if shape[:1] == (1,) and shape[1:] == args else
-                 "build it from the constructor's arguments, not from fixed sizes")
-        return "" if shape == args else (f"The parameter `{name}` of {owner} has shape {fmt_shape(shape)}, where "
-                                         f"({text}) = {fmt_shape(args)} was asked for: {cause}.")
+        return _param_problem(part, name, text, args, module, owner)
     if not isinstance(part, nn.Module):
         found = ", ".join(f"`{n}` = {type(m).__name__}" for n, m in module.named_children()) or "none"
         return f"{owner} has no submodule `{name}` (its submodules: {found})."
     shown = f"`{name}` of {owner}"
-    if kind == "Linear":
-        if not isinstance(part, nn.Linear):
-            return f"{shown} is {describe(part)}, not an nn.Linear."
-        have = (part.in_features, part.out_features)
-        if have != tuple(args):
-            swapped = " (in and out swapped)" if have == tuple(args)[::-1] else ""
-            return f"{shown} is nn.Linear{have}{swapped}, where {named} was asked for."
-    elif kind == "Embedding":
-        if not isinstance(part, nn.Embedding):
-            return f"{shown} is {describe(part)}, not an nn.Embedding."
-        have = (part.num_embeddings, part.embedding_dim)
-        if have != tuple(args):
-            return f"{shown} is nn.Embedding{have}, where {named} was asked for."
-    elif kind == "LayerNorm":
-        if isinstance(part, nn.LayerNorm):
-            if tuple(part.normalized_shape) != tuple(args):
-                return (f"{shown} is nn.LayerNorm({tuple(part.normalized_shape)}): it normalises over the wrong axes; "
-                        f"nn.LayerNorm({args[0]}) normalises each position's d_model features on its own.")
-            if part.eps != 1e-5:
-                return (f"{shown} is nn.LayerNorm({args[0]}, eps={part.eps:g}): the exercise's LayerNorm(d_model) keeps "
-                        f"the default eps=1e-5, which lesson 07's nn.Transformer copy of your model uses too "
-                        f"(layer_norm_eps). Leave eps at its default.")
-        elif any(tuple(p.shape) != tuple(args) for p in part.parameters()):
-            return f"{shown} is {describe(part)}, whose parameters do not have the shape ({args[0]},) of a layer norm's gain and bias."
-        else:
-            return _own_norm_problem(part, shown, args[0])
-    elif kind == "Dropout":
-        if not isinstance(part, nn.Dropout):
-            return f"{shown} is {describe(part)}, not an nn.Dropout."
-        if args and args[0] is not None and part.p != args[0]:
-            return f"{shown} is nn.Dropout(p={part.p}), where it was built with dropout={args[0]}."
-    elif kind == "ModuleList":
-        if not isinstance(part, nn.ModuleList):
-            return f"{shown} is {describe(part)}, not an nn.ModuleList."
-        if args and len(part) != args[0]:
-            return f"{shown} holds {len(part)} layers, where num_layers = {args[0]} were asked for."
-    elif kind in contracts.CONTRACTS:  # another exercise: its own parts, with the sizes it was given
-        inner = contracts.contract(kind)
-        params = _parameters_of(inner.signature)
-        inner_sizes = {p: v for p, v in zip(params, args) if v is not None}
-        for attribute in (a for a in inner.attributes if a in inner_sizes):  # e.g. num_heads, passed on
-            value = getattr(part, attribute, None)
-            if value != inner_sizes[attribute]:
-                return (f"{shown} ({type(part).__name__}) has {attribute} = {describe(value)}, where "
-                        f"{attribute}={inner_sizes[attribute]} was passed on: build it with the {attribute} you were given.")
-        for spec in inner.parts:
-            sub, sub_kind, sub_args = _SPEC.match(spec).groups()
-            if all(a.strip() in inner_sizes or not a.strip().isidentifier() for a in sub_args.split(",") if a.strip()):
-                problem = _part_problem(getattr(part, sub, None), sub, sub_kind, sub_args, inner_sizes, part,
-                                        f"{shown} ({type(part).__name__})")
-                if problem:
-                    return problem
+    named = f"{_qualified(kind)}({text}) = {_qualified(kind)}({', '.join(str(a) for a in args)})"
+    if kind in _KIND_PROBLEMS:
+        return _KIND_PROBLEMS[kind](part, shown, args, named, own_kinds)
+    if kind in contracts.CONTRACTS:  # another exercise: its own parts, with the sizes it was given
+        return _exercise_part_problem(part, shown, kind, args, own_kinds)
+    return ""
+
+
+def _buffer_problem(module: nn.Module, name: str, args: list[Any], owner: str) -> str:
+    buffers = dict(module.named_buffers(recurse=False))
+    if isinstance(getattr(module, name, None), nn.Parameter):
+        return (f"`{name}` of {owner} is an nn.Parameter, which an optimizer would train: it is fixed, so keep "
+                f"it as a buffer, `self.register_buffer(\"{name}\", ...)`.")
+    if name not in buffers:
+        others = [f"`{n}`, of shape {fmt_shape(b.shape)}" for n, b in buffers.items()]
+        yours = f" (yours is {others[0]})" if others else ""
+        return (f"{owner} has no buffer named `{name}`{yours}: register it with "
+                f"`self.register_buffer(\"{name}\", ...)`.")
+    shape = tuple(buffers[name].shape)  # read by its first axis: extra axes of size 1 after it are fine
+    rows_fit = len(shape) >= 2 and shape[0] == args[0] and math.prod(shape[1:]) == math.prod(args[1:])
+    return "" if rows_fit else (f"The buffer `{name}` of {owner} has shape {fmt_shape(shape)}, where "
+                                f"{fmt_shape(args)} was asked for: `{name}[t]` is the row of position t.")
+
+
+def _param_problem(part: Any, name: str, text: str, args: list[Any], module: nn.Module, owner: str) -> str:
+    if not isinstance(part, nn.Parameter):
+        asked = _asked("param", text)
+        return (f"{owner} {_no_parameter(part, name, args, module)}. {asked[:1].upper() + asked[1:]} was asked "
+                f"for: `self.{name} = nn.Parameter(...)`, so that an optimizer trains it and `.to(device)` moves it.")
+    shape, args = tuple(part.shape), tuple(args)
+    cause = ("it looks transposed (its axes are swapped)" if len(shape) > 1 and shape == args[::-1] else
+             "it has an extra axis of size 1: keep the plain shape, broadcasting adds the others"
+             if shape[:1] == (1,) and shape[1:] == args else
+             "build it from the constructor's arguments, not from fixed sizes")
+    return "" if shape == args else (f"The parameter `{name}` of {owner} has shape {fmt_shape(shape)}, where "
+                                     f"({text}) = {fmt_shape(args)} was asked for: {cause}.")
+
+
+def _linear_problem(part: nn.Module, shown: str, args: list[Any], named: str, own_kinds: OwnKinds) -> str:
+    if not isinstance(part, nn.Linear):
+        return f"{shown} is {describe(part)}, not an nn.Linear."
+    have = (part.in_features, part.out_features)
+    if have != tuple(args):
+        swapped = " (in and out swapped)" if have == tuple(args)[::-1] else ""
+        return f"{shown} is nn.Linear{have}{swapped}, where {named} was asked for."
+    return ""
+
+
+def _embedding_problem(part: nn.Module, shown: str, args: list[Any], named: str, own_kinds: OwnKinds) -> str:
+    if not isinstance(part, nn.Embedding):
+        return f"{shown} is {describe(part)}, not an nn.Embedding."
+    have = (part.num_embeddings, part.embedding_dim)
+    return f"{shown} is nn.Embedding{have}, where {named} was asked for." if have != tuple(args) else ""
+
+
+def _layer_norm_problem(part: nn.Module, shown: str, args: list[Any], named: str, own_kinds: OwnKinds) -> str:
+    if isinstance(part, nn.LayerNorm):
+        if tuple(part.normalized_shape) != tuple(args):
+            return (f"{shown} is nn.LayerNorm({tuple(part.normalized_shape)}): it normalises over the wrong axes; "
+                    f"nn.LayerNorm({args[0]}) normalises each position's d_model features on its own.")
+        if part.eps != 1e-5:
+            return (f"{shown} is nn.LayerNorm({args[0]}, eps={part.eps:g}): the exercise's LayerNorm(d_model) keeps "
+                    f"the default eps=1e-5, which lesson 07's nn.Transformer copy of your model uses too "
+                    f"(layer_norm_eps). Leave eps at its default.")
+        return ""
+    if any(tuple(p.shape) != tuple(args) for p in part.parameters()):
+        return f"{shown} is {describe(part)}, whose parameters do not have the shape ({args[0]},) of a layer norm's gain and bias."
+    judge = own_kinds.get("LayerNorm")
+    return judge(part, shown, args[0]) if judge is not None else ""
+
+
+def _dropout_problem(part: nn.Module, shown: str, args: list[Any], named: str, own_kinds: OwnKinds) -> str:
+    if not isinstance(part, nn.Dropout):
+        return f"{shown} is {describe(part)}, not an nn.Dropout."
+    if args and args[0] is not None and part.p != args[0]:
+        return f"{shown} is nn.Dropout(p={part.p}), where it was built with dropout={args[0]}."
+    return ""
+
+
+def _module_list_problem(part: nn.Module, shown: str, args: list[Any], named: str, own_kinds: OwnKinds) -> str:
+    if not isinstance(part, nn.ModuleList):
+        return f"{shown} is {describe(part)}, not an nn.ModuleList."
+    if args and len(part) != args[0]:
+        return f"{shown} holds {len(part)} layers, where num_layers = {args[0]} were asked for."
+    return ""
+
+
+_KIND_PROBLEMS = {"Linear": _linear_problem, "Embedding": _embedding_problem, "LayerNorm": _layer_norm_problem,
+                  "Dropout": _dropout_problem, "ModuleList": _module_list_problem}
+
+
+def _exercise_part_problem(part: nn.Module, shown: str, kind: str, args: list[Any], own_kinds: OwnKinds) -> str:
+    """A part that is another exercise: the attributes passed on to it, then its own parts, with its sizes."""
+    inner = contracts.contract(kind)
+    params = _parameters_of(inner.signature)
+    inner_sizes = {p: v for p, v in zip(params, args) if v is not None}
+    for attribute in (a for a in inner.attributes if a in inner_sizes):  # e.g. num_heads, passed on
+        value = getattr(part, attribute, None)
+        if value != inner_sizes[attribute]:
+            return (f"{shown} ({type(part).__name__}) has {attribute} = {describe(value)}, where "
+                    f"{attribute}={inner_sizes[attribute]} was passed on: build it with the {attribute} you were given.")
+    for spec in inner.parts:
+        sub, sub_kind, sub_args = _SPEC.match(spec).groups()
+        if all(a.strip() in inner_sizes or not a.strip().isidentifier() for a in sub_args.split(",") if a.strip()):
+            problem = _part_problem(getattr(part, sub, None), sub, sub_kind, sub_args, inner_sizes, part,
+                                    f"{shown} ({type(part).__name__})", own_kinds)
+            if problem:
+                return problem
     return ""
 
 
