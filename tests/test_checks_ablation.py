@@ -112,7 +112,7 @@ def test_learned_positional_encoding_accepts_correct_variants(impl):
 
 WRONG_LEARNED_POSITIONS = {
     "starts as loud as the words": (lpe(init=table(lambda n, d: nn.init.normal_(torch.empty(n, d)))),
-                                    ["spread 1.0", "torch.randn(max_len, d_model) * 0.02"]),
+                                    ["spread 1.", "torch.randn(max_len, d_model) * 0.02"]),
     "a buffer, not learned": (lpe(init=lambda s, d_model, max_len, **_: (delattr(s, "pe"), s.register_buffer("pe", torch.randn(
         max_len, d_model)))), ["registered buffer", "nothing ever learns it"]),
     "a plain tensor attribute": (lpe(init=table(torch.randn, keep=False)), ["plain tensor attribute", "not registered"]),

@@ -357,7 +357,7 @@ def target_in_place(tokens, pad_id):
 
 TARGET_WRONG = [
     ("query axis (seed 002)", _target(QUERIES, TRIL), ["query axis", "key axis"]),
-    ("both axes", _target(lambda t, p: QUERIES(t, p) & KEYS(t, p), TRIL), ["query axis", "nothing to attend to"]),
+    ("both axes", _target(lambda t, p: QUERIES(t, p) & KEYS(t, p), TRIL), ["query axis as well as on the key axis", "all False"]),
     ("OR", _target(KEYS, TRIL, lambda a, b: a | b), ["combined with or", "and (`&`)"]),
     ("no causal", _target(KEYS, TRIL, lambda a, b: a.expand(-1, -1, b.size(0), -1)), ["only the padding part"]),
     ("no padding", lambda t, p: TRIL(t.size(1)).expand(t.size(0), 1, -1, -1), ["only the causal part"]),

@@ -1,11 +1,12 @@
 """Checkers for lesson 09: the pieces the ablations swap in, a learned positional table and pre-LN layers.
 
-``LearnedPositionalEncoding`` runs lesson 03's module stages (:mod:`.positional`)
-on a table of its own: the oracle is ``dropout(x + pe[:L])`` with the module's
+``LearnedPositionalEncoding`` runs the stages of a module that adds a table (the
+library's ``stages.table_*``, lesson 03's too) on a table of its own: the oracle is ``dropout(x + pe[:L])`` with the module's
 ``pe``, which the checker first fills with random values (on its own instances),
 so that a table that starts at zero cannot hide a forward that ignores it, nor
 one that adds a copy made in ``__init__``. Bespoke: the table learns, is float32,
-starts finite and belongs to one instance; what a zero input gets back.
+starts finite and belongs to one instance; what a zero input gets back. Its
+known slips (``LPE_SLIPS``) are mutants of that oracle, named by the one matcher.
 
 ``PreLNEncoderLayer`` and ``PreLNDecoderLayer`` are the library's layer stages
 (:mod:`.stages.wiring`, lesson 05's layers run them too) with :data:`PRE_LN`:
@@ -23,12 +24,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import positional, stages
+from . import stages
 from ._core import Check, CheckResult, close_enough, generator
-from .exercise import checked as run_check
 from .exercise import Exercise
 from .layers import layer_attention_dropout, layer_components, own_norm_problem
-from .slips import Diagnosis, Slip
+from .slips import Diagnosis, Slip, matching_slip, same_tensor
 from .stages.wiring import Pieces, Wiring
 
 _LPE = "LearnedPositionalEncoding"
@@ -37,7 +37,7 @@ _PRE_LN = "x + dropout(sublayer(LayerNorm(x)))"
 
 def check_learned_positional_encoding(LearnedPositionalEncoding: type[nn.Module]) -> CheckResult:
     """Check ``LearnedPositionalEncoding(d_model, dropout, max_len)``: dropout(x + pe[:L]) with a learned table."""
-    return run_check(_LPE, _check_learned_positional_encoding, LearnedPositionalEncoding)
+    return LEARNED_POSITIONAL_ENCODING.check(LearnedPositionalEncoding)
 
 
 def check_pre_ln_encoder_layer(PreLNEncoderLayer: type[nn.Module]) -> CheckResult:
@@ -65,17 +65,15 @@ def _check_learned_positional_encoding(check: Check, cls: type[nn.Module]) -> No
     table = _table(check, module, max_len, d_model)
     _zero_input(check, module, table, first, max_len)
     x = torch.randn(3, 11, d_model, generator=generator(4))
-    positional.values_stage(check, module, x, table, max_len, _LEARNED, slips=[
-        (table[:11].expand_as(x), "returns the table alone: add it to x, `x + self.pe[:x.size(1)]`."),
-        (x.double() + first[:11], "adds the table's values from before they changed: forward must read the "
-         "parameter `self.pe` itself, not a copy.")])
+    stages.table_values(check, module, x, table, max_len, _LEARNED, LPE_SLIPS,
+                        replay=lambda slip, x_: slip.replay(None, x_.double(), table, first))
     _table_learns(check, module, x, table, max_len)
-    positional.sizes_stage(check, build, module, table, generator(8), _LEARNED)
+    stages.table_sizes(check, build, module, table, generator(8), _LEARNED)
     stages.follows_dtype(check, build(0.0, 8, 20).eval(), [torch.randn(2, 6, 8, generator=generator(5))], _LPE)
-    positional.dropout_stage(check, build, max_len, d_model, generator(11), _LEARNED)
+    stages.table_dropout(check, build, max_len, d_model, generator(11), _LEARNED)
     stages.module_on_gpu(check, build(0.5).train(), torch.randn(2, 6, d_model, generator=generator(7)), what=_LPE)
     stages.state_dict_round_trip(check, build, lambda m: m(x), _LPE)
-    positional.defaults_stage(check, cls, _LEARNED)
+    stages.table_defaults(check, cls, _LEARNED)
 
 
 def _trainable_table(check: Check, build: Callable[..., nn.Module], module: nn.Module) -> torch.Tensor:
@@ -116,7 +114,7 @@ def _table_learns(check: Check, module: nn.Module, x: torch.Tensor, table: torch
         grad_pe[: x.shape[1]] = r.sum(0)
         return {"x": r, "pe": grad_pe}
 
-    stages.gradients(check, lambda x_: positional.module_forward(check, module, x_, max_len, _LEARNED), {"x": x},
+    stages.gradients(check, lambda x_: stages.table_forward(check, module, x_, max_len, _LEARNED), {"x": x},
                      expected, f"{_LPE}'s output", "the formula x + pe[:L]", params={"pe": module.pe}, causes={
                          frozenset({"pe"}): "The table does not learn as it should: row t must receive the gradient "
                                             "of position t, summed over the batch. Is it used as `self.pe.detach()`, "
@@ -135,41 +133,81 @@ def _table(check: Check, module: nn.Module, max_len: int, d_model: int) -> torch
     return values.double()
 
 
-_LEARNED = positional.Encoding(_LPE, "pe[:L]", _table)
+_LEARNED = stages.AddedTable(_LPE, "pe[:L]", _table)
 
 
 def _zero_input(check: Check, module: nn.Module, table: torch.Tensor, first: torch.Tensor, max_len: int) -> None:
     """An all-zero input gives the table's first L rows, its current values, the same for every sentence."""
     B, L, d_model = 3, 11, table.shape[1]
-    out = positional.module_forward(check, module, torch.zeros(B, L, d_model), max_len, _LEARNED)
+    zeros = torch.zeros(B, L, d_model)
+    out = stages.table_forward(check, module, zeros, max_len, _LEARNED)
     out = check.tensor(out, f"the output of {_LPE}", shape=(B, L, d_model), dtype=torch.float32, shape_hint=(
         "The output has the shape of the input, (B, L, d_model): the table's rows broadcast over the batch axis."))
     rows = out.detach().double()
-    known = [
-        (table[:B, None, :].expand(B, L, d_model), "adds row b of the table to every position of sentence b: it "
-         "slices the table with the batch size instead of the length. x has shape (B, L, d_model), so the length "
-         "is `x.size(1)`, and the table's rows go along the second axis."),
-        (first[:L].expand(B, L, d_model), "adds the table's values from before they changed (the checker filled "
-         "`pe` with other values): forward uses a copy made in __init__ (or `.data`, `.clone()`), not the "
-         "parameter itself, so training would never change what it adds. Read `self.pe` in forward."),
-        (table[1:L + 1].expand(B, L, d_model), "is shifted by one position: the row of position 0 is `pe[0]`. "
-         "Slice `self.pe[:L]`."),
-        (torch.zeros_like(rows), "adds nothing to an all-zero input: forward does not add the table (or adds a "
-         "copy of it made in __init__, before the checker filled `pe` with other values). Return "
-         "dropout(x + self.pe[:L])."),
-        (table[:L].expand(B, L, d_model) * d_model ** 0.5, "multiplies the table by sqrt(d_model). That factor "
-         "belongs to the embeddings, which your Transformer scales before this module: the table is added as it is, "
-         "`x + self.pe[:L]`."),
-    ]
     if not close_enough(rows, table[:L].expand(B, L, d_model)):
-        if close_enough(first, torch.zeros_like(first)):
-            known.insert(1, known.pop(3))  # a table that started at zero: "adds nothing" before "a copy" (both match)
-        for wrong, message in known:
-            if close_enough(rows, wrong):
-                check.fail(f"{_LPE} {message}")
+        slip = matching_slip(LPE_SLIPS, lambda s: s.replay(None, zeros.double(), table, first), same_tensor(rows))
+        if slip is not None:
+            check.fail(slip.says)
         check.close(rows, table[:L].expand(B, L, d_model), f"the output of {_LPE} for an all-zero input",
                     hint="With x = 0 the output is the table's first L rows, pe[:L], for every sentence.")
     check.ok("adds pe[:L], the table's current values, position by position (output for a zero input)")
+
+
+def _copy(x: torch.Tensor, table: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """x plus the table's values from before the checker filled it (a copy made in __init__)."""
+    if not bool(first.abs().gt(0).any()):
+        raise ValueError("a copy of a table of zeros adds nothing: the slip 'ignored' names it")
+    return x + first[: x.shape[1]].to(x.dtype)
+
+
+#: the learned table's slips, mutants ``(x, table, first) -> output`` (float64; ``table`` the values the checker
+#: put in ``pe``, ``first`` those it started with), tried at the zero input, then on random inputs
+LPE_SLIPS = (
+    Slip("batch rows", Diagnosis(
+        f"{_LPE} adds row b of the table to every position of sentence b: it slices the table with the batch size "
+        f"instead of the length.", "x has shape (B, L, d_model), so the length is `x.size(1)`, and the table's rows "
+        "go along the second axis."), lambda x, table, first: x + table[: x.shape[0], None, :]),
+    Slip("copy", Diagnosis(
+        f"{_LPE} adds the table's values from before they changed (the checker filled `pe` with other values): "
+        f"forward uses a copy made in __init__ (or `.data`, `.clone()`), not the parameter itself, so training would "
+        f"never change what it adds.", "Read `self.pe` in forward."), _copy),
+    Slip("shifted", Diagnosis(f"{_LPE} is shifted by one position: the row of position 0 is `pe[0]`.",
+                              "Slice `self.pe[:L]`."), lambda x, table, first: x + table[1: x.shape[1] + 1]),
+    Slip("ignored", Diagnosis(
+        f"{_LPE} adds nothing to an all-zero input: forward does not add the table (or adds a copy of it made in "
+        f"__init__, before the checker filled `pe` with other values).", "Return dropout(x + self.pe[:L])."),
+        lambda x, table, first: x),
+    Slip("table scaled", Diagnosis(
+        f"{_LPE} multiplies the table by sqrt(d_model).", "That factor belongs to the embeddings, which your "
+        "Transformer scales before this module: the table is added as it is, `x + self.pe[:L]`."),
+        lambda x, table, first: x + table[: x.shape[1]] * x.shape[2] ** 0.5),
+    Slip("table alone", Diagnosis(f"{_LPE} returns the table alone:", "add it to x, `x + self.pe[:x.size(1)]`."),
+         lambda x, table, first: table[: x.shape[1]].expand_as(x)),
+    *[slip for slip in stages.added_table_slips(_LPE, "pe[:L]") if slip.name != "x unchanged"],  # that is "ignored"
+)
+
+
+def _lpe_answer(slip: Slip) -> type[nn.Module]:
+    """A slip made into a learner's LearnedPositionalEncoding (for the generated catalogue tests)."""
+    class SlippedLearnedPositionalEncoding(nn.Module):
+        def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
+            super().__init__()
+            self.pe = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+            self.dropout = nn.Dropout(dropout)
+            self.copy = self.pe.detach().clone()  # what the slip "copy" adds
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.dropout(slip.replay(None, x, self.pe, self.copy.to(x.device)).to(x.dtype))
+
+    return SlippedLearnedPositionalEncoding
+
+
+LEARNED_POSITIONAL_ENCODING = Exercise(
+    _LPE, _check_learned_positional_encoding,
+    oracle="dropout(x + pe[:L]), pe the module's own table, filled by the checker with N(0, 1) values (float64)",
+    cases="d_model 16, max_len 40: zeros and random (3, 11) inputs, batch sizes 1, 2, 5 and lengths up to max_len, "
+          "L = 100 of max_len 128; dropout 0.5 and 0.1 in training",
+    slips=LPE_SLIPS, answer=_lpe_answer)
 
 
 # --------------------------------------------------------------------------

@@ -3,8 +3,10 @@
 The oracle is PyTorch's own ``F.scaled_dot_product_attention``, run in float64.
 The attention weights come from the same function with the identity matrix as
 the values (``softmax(...) @ I`` is the weights themselves), so no attention
-formula is written out here. Alternative, deliberately wrong computations
-appear only to *name* a mistake once the comparison with the oracle failed.
+formula is written out here. The known slips (``SOFTMAX_SLIPS``, ``MASK_SLIPS``,
+``FILL_SLIPS``, ``SCALE_SLIPS``, ``OUTPUT_SLIPS``: mutants of the oracle) are
+replayed only to *name* a mistake once the comparison with the oracle failed;
+invariants (rows summing to 1, finite values, the axis of the softmax) name the rest.
 
 What the rest of the course relies on (``contracts.CONTRACTS["scaled_dot_product_attention"]``)
 is checked stage by stage: 4-D and 3-D inputs with every kind of mask the
@@ -25,7 +27,8 @@ from .. import contracts
 from . import stages
 from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, fmt_number, fmt_shape, fmt_values,
                     generator)
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
 
 _NAME = "scaled_dot_product_attention"
 _SIGNATURE = contracts.contract(_NAME).signature.split(" ->")[0]  # how the course calls it
@@ -34,7 +37,7 @@ _LOOSE = (1e-4, 1e-3)  # (atol, rtol) for large scores, where float32 loses digi
 
 def check_scaled_dot_product_attention(scaled_dot_product_attention: Callable) -> CheckResult:
     """Check ``scaled_dot_product_attention(query, key, value, mask=None) -> (output, weights)``."""
-    return run_check(_NAME, _check_scaled_dot_product_attention, scaled_dot_product_attention)
+    return SCALED_DOT_PRODUCT_ATTENTION.check(scaled_dot_product_attention)
 
 
 def _check_scaled_dot_product_attention(check: Check, fn: Callable) -> None:
@@ -452,19 +455,13 @@ def _require_deterministic(check: Check, fn: Callable, q, k, v, out, weights) ->
 
 
 def _name_output_mistake(check: Check, out, q, k, v, mask, ref_out, atol: float, rtol: float) -> None:
-    hint = "Your weights are right, so the output should be `weights @ value`."
-    d_k = q.shape[-1]
-    if close_enough(out.detach().double() * math.sqrt(d_k), ref_out, atol, rtol):
-        hint = (
-            "Your weights are right, but the output is `weights @ value` divided by sqrt(d_k): the scaling "
-            "belongs to the scores (query @ key^T) only, not to the values or the output."
-        )
-    if mask is not None and close_enough(out, _oracle(q, k, v, None)[0], atol, rtol):
-        hint = (
-            "Your weights are right, but the output is the one you get without the mask: "
-            "compute the output from the masked weights (`weights @ value`), or pass the mask on."
-        )
-    check.close(out, ref_out, "the output", atol=atol, rtol=rtol, hint=hint)
+    got = {"output": out.detach().double()}
+    slip = matching_slip(OUTPUT_SLIPS, lambda s: s.replay(None, q, k, v, mask), _agrees(got, atol, rtol))
+    if slip is not None:
+        check.fail(slip.says.showing(f"  expected (first values): {fmt_values(ref_out)}\n"
+                                     f"  actual   (first values): {fmt_values(got['output'])}"))
+    check.close(out, ref_out, "the output", atol=atol, rtol=rtol,
+                hint="Your weights are right, so the output should be `weights @ value`.")
 
 
 # --------------------------------------------------------------------------
@@ -554,21 +551,11 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
                 f"Likely cause: the mask is applied after the softmax. Mask the scores first (fill a large "
                 f"negative number where the mask is False), then take the softmax, so every row still sums to 1."
             )
-    d_k = q.shape[-1]
-    unnormalised = ((1 / math.sqrt(d_k), "the scores divided by sqrt(d_k)"), (1.0, "the unscaled scores query @ key^T"))
-    for scale, what in unnormalised:
-        raw = _scores(q, k) * scale
-        if mask is not None:
-            same = close_enough(w[mask.expand(w.shape)], raw[mask.expand(w.shape)])
-        else:
-            same = close_enough(w, raw)
-        if same:
-            check.fail(
-                f"Your weights equal {what}: the softmax is missing.\n"
-                f"  row sums (first values): {fmt_values(sums)}\n"
-                f"Attention weights are the softmax of the scaled scores over the keys: "
-                f"`torch.softmax(scores, dim=-1)`; each row is then a probability distribution summing to 1."
-            )
+    allowed = torch.ones(w.shape, dtype=torch.bool) if mask is None else mask.expand(w.shape)
+    slip = matching_slip(SOFTMAX_SLIPS, lambda s: s.replay(None, q, k, k, mask),
+                         lambda wrong: close_enough(w[allowed], wrong["weights"][allowed]))
+    if slip is not None:
+        check.fail(slip.says.showing(f"  row sums (first values): {fmt_values(sums)}"))
     if bool((w < -1e-6).any()):
         check.fail(
             f"Your weights contain negative values (smallest {fmt_number(float(w.min()))}), and their rows do not "
@@ -601,7 +588,7 @@ def _require_rows_sum_to_one(check: Check, weights, q, k, mask, ref_w) -> None:
 def _name_scale(check: Check, weights, q, k, v, mask=None, earlier: tuple[int, ...] = ()) -> None:
     """The weights are normalised but wrong: find which scale they used (on the allowed keys)."""
     w = weights.detach().double()
-    d_k, d_v, L_q, L_k = q.shape[-1], v.shape[-1], q.shape[-2], k.shape[-2]
+    d_k = q.shape[-1]
     for old_d_k in earlier:
         if old_d_k != d_k and close_enough(w, _oracle(q, k, v, mask, scale=1 / math.sqrt(old_d_k))[1]):
             check.fail(
@@ -609,27 +596,11 @@ def _name_scale(check: Check, weights, q, k, v, mask=None, earlier: tuple[int, .
                 f"here d_k = {d_k}. The scale is computed once and kept between calls (a global, a default "
                 f"argument or a cache).\nCompute it from each call's own query: `math.sqrt(query.size(-1))`."
             )
-    use_d_k = "Use d_k, the last dimension of query and key"
-    named = [
-        (1.0, "Your weights match a softmax of the scores without any scaling. Divide the scores by sqrt(d_k)"),
-        (1 / d_k, "Your weights match scores divided by d_k instead of sqrt(d_k) (or by sqrt(d_k) twice: once on "
-                  "the query and once on the scores?). Divide once by `math.sqrt(d_k)`"),
-        (math.sqrt(d_k), "Your weights match scores multiplied by sqrt(d_k) instead of divided. Divide by sqrt(d_k)"),
-        (2 / d_k, "Your weights match scores divided by d_k / 2 instead of sqrt(d_k). Careful with precedence: "
-                  "`d_k ** 1 / 2` is (d_k ** 1) / 2; write `d_k ** 0.5` or `math.sqrt(d_k)`"),
-        (1 / math.sqrt(d_v), "Your weights match scores divided by sqrt(d_v), the size of the values. " + use_d_k),
-        (1 / math.sqrt(L_k), "Your weights match scores divided by sqrt(L_k), a sequence length. " + use_d_k),
-        (1 / math.sqrt(L_q), "Your weights match scores divided by sqrt(L_q), a sequence length. " + use_d_k),
-    ]
-    for scale, message in named:
-        if abs(scale - 1 / math.sqrt(d_k)) < 1e-12:
-            continue  # that size happens to give the right scale for these inputs
-        if close_enough(w, _oracle(q, k, v, mask, scale=scale)[1]):
-            check.fail(
-                f"{message} (d_k = {d_k}, so the scores should be multiplied by 1/sqrt(d_k) = "
-                f"{fmt_number(1 / math.sqrt(d_k))}).\n"
-                f"The scaling keeps the scores in a range where the softmax is not saturated."
-            )
+    slip = matching_slip(SCALE_SLIPS, lambda s: s.replay(None, q, k, v, mask), _agrees({"weights": w}))
+    if slip is not None:
+        check.fail(slip.says.showing(
+            f"d_k = {d_k}, so the scores should be multiplied by 1/sqrt(d_k) = {fmt_number(1 / math.sqrt(d_k))}; the "
+            f"scaling keeps the scores in a range where the softmax is not saturated."))
     # Any other constant: on the allowed keys, log-weights are scale * scores up to a per-row constant.
     allowed = torch.ones(w.shape, dtype=torch.bool) if mask is None else mask.expand(w.shape)
     m = allowed.double()
@@ -655,27 +626,10 @@ def _name_mask_mistake(check: Check, out, weights, q, k, v, mask, large: bool) -
     w = weights.detach().double()
     hidden = ~mask.expand(w.shape)
     leaked = w[hidden & (w.abs() > 1e-6)]
-    if close_enough(w, _oracle(q, k, v, ~mask)[1]):
-        check.fail(
-            "Your weights attend exactly where the mask is False and ignore where it is True: the mask polarity "
-            "is inverted.\n"
-            "In this course (as in `F.scaled_dot_product_attention`) True means 'may attend'. Fill the scores "
-            "where the mask is False: `scores.masked_fill(~mask, float('-inf'))` or `mask == 0`, not `mask == 1`."
-        )
-    free_out, free_w = _oracle(q, k, v, None)
-    if close_enough(w, free_w):
-        if close_enough(out, _oracle(q, k, v, mask)[0]):
-            check.fail(
-                "Your output is right, but the weights you return are those from before the mask was applied "
-                "(they are not 0 where the mask is False).\nReturn the weights the output was computed with: "
-                "the softmax of the *masked* scores."
-            )
-        check.fail(
-            f"Your weights are the same with and without the mask: the mask is ignored "
-            f"(weights at masked positions, first values: {fmt_values(w[hidden])}).\n"
-            f"Likely cause: `scores.masked_fill(...)` returns a new tensor; assign it back "
-            f"(`scores = scores.masked_fill(...)`), and apply it when `mask is not None`."
-        )
+    got = {"weights": w, "output": out.detach().double()}
+    slip = matching_slip(MASK_SLIPS, lambda s: s.replay(None, q, k, v, mask), _agrees(got))
+    if slip is not None:
+        check.fail(slip.says.showing(f"Weights at masked positions (first values): {fmt_values(w[hidden])}"))
     if large and leaked.numel():
         check.fail(
             f"With large scores (around +-800) your weights are not 0 where the mask is False (nonzero values "
@@ -684,12 +638,9 @@ def _name_mask_mistake(check: Check, out, weights, q, k, v, mask, large: bool) -
             f"a real score can be even lower. Fill with `float('-inf')` (or a huge negative number such as -1e9 "
             f"or `torch.finfo(scores.dtype).min`)."
         )
-    _name_fill_value(check, w, q, k, hidden, leaked)
-    if mask.dim() >= 3 and mask.shape[0] > 1 and close_enough(w, _oracle(q, k, v, mask[:1])[1]):
-        check.fail(
-            "Your weights use the mask of the first batch element for every batch element.\n"
-            "Use the whole mask as it is given: it already broadcasts against the scores (..., L_q, L_k)."
-        )
+    slip = matching_slip(FILL_SLIPS, lambda s: s.replay(None, q, k, v, mask), _agrees(got))
+    if slip is not None:
+        check.fail(slip.says.showing(f"Weights at masked positions (first values): {fmt_values(w[hidden])}"))
     if leaked.numel():
         check.fail(
             f"Your weights are not 0 everywhere the mask is False ({leaked.numel()} of {int(hidden.sum())} masked "
@@ -699,23 +650,161 @@ def _name_mask_mistake(check: Check, out, weights, q, k, v, mask, large: bool) -
         )
 
 
+# --------------------------------------------------------------------------
+# The known slips: mutants of the oracle, ``mutant(query, key, value, mask) -> {"weights": ..., "output": ...}`` in
+# float64. A tensor left out is not part of the slip (the learner's may be anything there); "tolerance" is how close
+# an answer with the slip comes, where float32 cannot be exact. Each group is tried where its mistake shows.
 
 
-def _name_fill_value(check: Check, w: torch.Tensor, q, k, hidden: torch.Tensor, leaked: torch.Tensor) -> None:
-    """Name a fill value that is not very negative: 0 (or 1e-9, a lost minus sign), or a large positive one."""
-    scores = _scores(q, k) / math.sqrt(q.shape[-1])
-    if close_enough(w, torch.softmax(scores.masked_fill(hidden, 0.0), dim=-1)):
-        check.fail(
-            f"Your weights at masked positions are not 0 (nonzero values there: {fmt_values(leaked)}).\n"
-            f"Likely cause: the masked scores are set to 0 (or to a tiny number such as 1e-9: did you mean -1e9, "
-            f"with a minus sign?), or the scores are multiplied by the mask. A score of 0 still gets a share of the "
-            f"softmax; fill with a large negative number instead: -inf or -1e9."
-        )
-    on_hidden = torch.softmax(scores.masked_fill(hidden, 1e9), dim=-1)
-    if close_enough(w, on_hidden, atol=1e-4, rtol=1e-3):
-        check.fail(
-            f"Your weights put all the weight on the keys the mask hides (values there: {fmt_values(w[hidden])}).\n"
-            f"Likely cause: the hidden scores are filled with a large positive number (such as 1e9 or "
-            f"`torch.finfo(...).max`): a minus sign is missing. Fill with -1e9, `float('-inf')` or "
-            f"`torch.finfo(scores.dtype).min`."
-        )
+def _agrees(got: dict, atol: float = ATOL, rtol: float = RTOL) -> Callable[[dict], bool]:
+    """``agrees`` for :func:`matching_slip`: every tensor the slip gives is close to the learner's."""
+    def agrees(wrong: dict) -> bool:
+        a, r = wrong.get("tolerance", (atol, rtol))
+        return all(close_enough(got[key], wrong[key], a, r) for key in ("weights", "output") if key in wrong)
+
+    return agrees
+
+
+def _weights(q, k, v, mask, scale: float | None = None) -> dict:
+    return {"weights": _oracle(q, k, v, mask, scale=scale)[1]}
+
+
+def _scaled_by(scale_of: Callable) -> Callable:
+    """A scale slip: the scores multiplied by ``scale_of(query, key, value)`` instead of 1/sqrt(d_k)."""
+    def mutant(q, k, v, mask) -> dict:
+        scale = scale_of(q, k, v)
+        if abs(scale - 1 / math.sqrt(q.shape[-1])) < 1e-12:
+            raise ValueError("that size gives the right scale for these inputs")
+        return _weights(q, k, v, mask, scale)
+
+    return mutant
+
+
+def _with_mask(mutant: Callable) -> Callable:
+    """A mask slip: it shows only when a mask is given."""
+    def masked(q, k, v, mask) -> dict:
+        if mask is None:
+            raise ValueError("no mask given")
+        return mutant(q, k, v, mask)
+
+    return masked
+
+
+def _filled(value: float, tolerance: tuple[float, float] = (ATOL, RTOL)) -> Callable:
+    """The hidden scores filled with ``value`` (not a very negative one)."""
+    def mutant(q, k, v, mask) -> dict:
+        scores = _scores(q, k) / math.sqrt(q.shape[-1])
+        return {"weights": torch.softmax(scores.masked_fill(~mask, value), dim=-1), "tolerance": tolerance}
+
+    return _with_mask(mutant)
+
+
+def _first_batch_mask(q, k, v, mask) -> dict:
+    if mask is None or mask.dim() < 3 or mask.shape[0] < 2:
+        raise ValueError("no batch of masks")
+    return _weights(q, k, v, mask[:1])
+
+
+_SOFTMAX_FIX = ("Attention weights are the softmax of the scaled scores over the keys: `torch.softmax(scores, dim=-1)`; "
+                "each row is then a probability distribution summing to 1.")
+
+#: weights that are not a softmax (matched on the keys the mask allows)
+SOFTMAX_SLIPS = (
+    Slip("no softmax", Diagnosis("Your weights equal the scores divided by sqrt(d_k): the softmax is missing.",
+                                 _SOFTMAX_FIX), lambda q, k, v, mask: {"weights": _scores(q, k) / math.sqrt(q.shape[-1])}),
+    Slip("no softmax, no scale", Diagnosis(
+        "Your weights equal the unscaled scores query @ key^T: the softmax is missing.", _SOFTMAX_FIX),
+        lambda q, k, v, mask: {"weights": _scores(q, k)}),
+)
+
+#: the mask used wrongly (before a fill value too weak for large scores is named)
+MASK_SLIPS = (
+    Slip("mask inverted", Diagnosis(
+        "Your weights attend exactly where the mask is False and ignore where it is True: the mask polarity is "
+        "inverted.", "In this course (as in `F.scaled_dot_product_attention`) True means 'may attend'. Fill the "
+        "scores where the mask is False: `scores.masked_fill(~mask, float('-inf'))` or `mask == 0`, not `mask == 1`."),
+        _with_mask(lambda q, k, v, mask: _weights(q, k, v, ~mask))),
+    Slip("weights before the mask", Diagnosis(
+        "Your output is right, but the weights you return are those from before the mask was applied (they are not 0 "
+        "where the mask is False).", "Return the weights the output was computed with: the softmax of the *masked* "
+        "scores."), _with_mask(lambda q, k, v, mask: {"weights": _oracle(q, k, v, None)[1],
+                                                      "output": _oracle(q, k, v, mask)[0]})),
+    Slip("mask ignored", Diagnosis(
+        "Your weights are the same with and without the mask: the mask is ignored.", "Likely cause: "
+        "`scores.masked_fill(...)` returns a new tensor; assign it back (`scores = scores.masked_fill(...)`), and "
+        "apply it when `mask is not None`."), _with_mask(lambda q, k, v, mask: _weights(q, k, v, None))),
+)
+
+#: a fill value that is not very negative, and the first sentence's mask for all
+FILL_SLIPS = (
+    Slip("fill 0", Diagnosis(
+        "Your weights at masked positions are not 0: the masked scores are set to 0 (or to a tiny number such as "
+        "1e-9: did you mean -1e9, with a minus sign?), or the scores are multiplied by the mask.", "A score of 0 still "
+        "gets a share of the softmax; fill with a large negative number instead: -inf or -1e9."), _filled(0.0)),
+    Slip("fill +1e9", Diagnosis(
+        "Your weights put all the weight on the keys the mask hides: the hidden scores are filled with a large "
+        "positive number (such as 1e9 or `torch.finfo(...).max`): a minus sign is missing.", "Fill with -1e9, "
+        "`float('-inf')` or `torch.finfo(scores.dtype).min`."), _filled(1e9, (1e-4, 1e-3))),
+    Slip("first batch's mask", Diagnosis(
+        "Your weights use the mask of the first batch element for every batch element.", "Use the whole mask as it is "
+        "given: it already broadcasts against the scores (..., L_q, L_k)."), _first_batch_mask),
+)
+
+_USE_D_K = "Use d_k, the last dimension of query and key."
+
+#: the scale of the scores (``_scaled_by``): the paper's is 1/sqrt(d_k)
+SCALE_SLIPS = (
+    Slip("no scale", Diagnosis("Your weights match a softmax of the scores without any scaling.",
+                               "Divide the scores by sqrt(d_k)."), _scaled_by(lambda q, k, v: 1.0)),
+    Slip("d_k", Diagnosis(
+        "Your weights match scores divided by d_k instead of sqrt(d_k) (or by sqrt(d_k) twice: once on the query and "
+        "once on the scores?).", "Divide once by `math.sqrt(d_k)`."), _scaled_by(lambda q, k, v: 1 / q.shape[-1])),
+    Slip("times sqrt(d_k)", Diagnosis("Your weights match scores multiplied by sqrt(d_k) instead of divided.",
+                                      "Divide by sqrt(d_k)."), _scaled_by(lambda q, k, v: math.sqrt(q.shape[-1]))),
+    Slip("d_k / 2", Diagnosis(
+        "Your weights match scores divided by d_k / 2 instead of sqrt(d_k).", "Careful with precedence: "
+        "`d_k ** 1 / 2` is (d_k ** 1) / 2; write `d_k ** 0.5` or `math.sqrt(d_k)`."),
+        _scaled_by(lambda q, k, v: 2 / q.shape[-1])),
+    Slip("sqrt(d_v)", Diagnosis("Your weights match scores divided by sqrt(d_v), the size of the values.", _USE_D_K),
+         _scaled_by(lambda q, k, v: 1 / math.sqrt(v.shape[-1]))),
+    Slip("sqrt(L_k)", Diagnosis("Your weights match scores divided by sqrt(L_k), a sequence length.", _USE_D_K),
+         _scaled_by(lambda q, k, v: 1 / math.sqrt(k.shape[-2]))),
+    Slip("sqrt(L_q)", Diagnosis("Your weights match scores divided by sqrt(L_q), a sequence length.", _USE_D_K),
+         _scaled_by(lambda q, k, v: 1 / math.sqrt(q.shape[-2]))),
+)
+
+#: the output, once the weights are right
+OUTPUT_SLIPS = (
+    Slip("output unmasked", Diagnosis(
+        "Your weights are right, but the output is the one you get without the mask:", "compute the output from the "
+        "masked weights (`weights @ value`), or pass the mask on."),
+        _with_mask(lambda q, k, v, mask: {"output": _oracle(q, k, v, None)[0]})),
+    Slip("output scaled", Diagnosis(
+        "Your weights are right, but the output is `weights @ value` divided by sqrt(d_k):", "the scaling belongs to "
+        "the scores (query @ key^T) only, not to the values or the output."),
+        lambda q, k, v, mask: {"output": _oracle(q, k, v, mask)[0] / math.sqrt(q.shape[-1])}),
+)
+
+
+def _as_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's function (for the generated catalogue tests); the oracle where it does not
+    show."""
+    def scaled_dot_product_attention(query, key, value, mask=None):
+        try:
+            wrong = slip.replay(None, query, key, value, mask)
+        except ValueError:
+            wrong = {}
+        weights = wrong.get("weights", _oracle(query, key, value, mask)[1])
+        out = wrong.get("output", weights @ value.double())
+        return out.to(query.dtype), weights.to(query.dtype)
+
+    return scaled_dot_product_attention
+
+
+SCALED_DOT_PRODUCT_ATTENTION = Exercise(
+    _NAME, _check_scaled_dot_product_attention,
+    oracle="F.scaled_dot_product_attention in float64; the weights from the same function with identity values",
+    cases="(B, H, L, d) inputs with every size different, no mask; padding, per-query and (L_q, L_k) masks, 3-D "
+          "inputs; scores around +-800; self-attention; L_q = 64, L_k = 70 with one head; float64 (gradcheck); "
+          "gradients of the output and the weights; a GPU; bfloat16 autocast. Drawn from the check's seed",
+    slips=(*SOFTMAX_SLIPS, *MASK_SLIPS, *FILL_SLIPS, *SCALE_SLIPS, *OUTPUT_SLIPS), answer=_as_answer)

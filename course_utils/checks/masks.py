@@ -4,8 +4,10 @@ Masks are boolean and True means "may attend", as in
 ``F.scaled_dot_product_attention``. Each checker compares the learner's mask
 with the meaning stated in the exercise, on several batch sizes, lengths and
 pad ids (including a pad id other than 0 with real tokens equal to 0). When
-the values are wrong, a list of known mistakes is tried only to *name* the
-cause. The target mask is also used as ``attn_mask`` in PyTorch's attention
+the values are wrong, the known slips (``PADDING_SLIPS``, ``CAUSAL_SLIPS``,
+``TARGET_SLIPS``: mutants of the meaning) are replayed only to *name* the
+cause; where several give the wrong mask, the one that also gives the learner's
+masks for the other batches is named. The target mask is also used as ``attn_mask`` in PyTorch's attention
 to show what leaks when it is wrong.
 
 What the rest of the course relies on (``contracts.CONTRACTS``) is checked as
@@ -27,18 +29,18 @@ import torch.nn.functional as F
 
 from . import stages
 from ._core import Check, CheckResult, fmt_shape, generator
-from .exercise import checked as run_check
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
 
 _BOOL_NOTE = (
     "Masks are boolean (True = may attend): build them with comparisons such as `tokens != pad_id` "
     "or `torch.tril(...)` on a bool tensor, or convert with `.bool()`."
 )
 
-_PREFIX_NOTE = (
+_PREFIX = Diagnosis(
     "Your mask marks the first n positions of each sentence as real (n = its number of real tokens), which "
-    "is right only when the padding sits at the end; here {where}. Compare every token with the pad id "
-    "instead: `tokens != pad_id`."
-)
+    "is right only when the padding sits at the end; here some sentences are padded at the start or in the middle.",
+    "Compare every token with the pad id instead: `tokens != pad_id`.")
 
 _SQUEEZE_FIX = (
     "Never squeeze without naming the axis: build the axes with `unsqueeze(...)` or indexing with None "
@@ -51,17 +53,17 @@ _SIZES = (5, 4, 1, 8, 64, 130)  # causal masks: small, one, lesson 06's max_len 
 
 def check_padding_mask(make_padding_mask: Callable) -> CheckResult:
     """Check ``make_padding_mask(tokens, pad_id) -> bool (B, 1, 1, L)``, True at real tokens."""
-    return run_check("make_padding_mask", _check_make_padding_mask, make_padding_mask)
+    return PADDING_MASK.check(make_padding_mask)
 
 
 def check_causal_mask(make_causal_mask: Callable) -> CheckResult:
     """Check ``make_causal_mask(size) -> bool (size, size)``, True on and below the diagonal."""
-    return run_check("make_causal_mask", _check_make_causal_mask, make_causal_mask)
+    return CAUSAL_MASK.check(make_causal_mask)
 
 
 def check_target_mask(make_target_mask: Callable) -> CheckResult:
     """Check ``make_target_mask(tokens, pad_id) -> bool (B, 1, L, L)``: padding on the key axis AND causal."""
-    return run_check("make_target_mask", _check_make_target_mask, make_target_mask)
+    return TARGET_MASK.check(make_target_mask)
 
 
 def _check_make_padding_mask(check: Check, make_padding_mask: Callable) -> None:
@@ -165,11 +167,6 @@ def _prefix(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
     return torch.arange(tokens.shape[1])[None, :] < count
 
 
-def _where_padding(tokens: torch.Tensor, pad_id: int) -> str:
-    left = bool((tokens[:, 0] == pad_id).any())
-    return "some sentences are padded at the start" if left else "the padding is not only at the end"
-
-
 # --------------------------------------------------------------------------
 # Shared steps.
 
@@ -196,11 +193,35 @@ def _describe_cells(actual: torch.Tensor, expected: torch.Tensor, axes: str, lim
     return "\n".join(lines)
 
 
-def _name_mistake(actual: torch.Tensor, candidates: list[tuple[torch.Tensor, str]]) -> str | None:
-    for candidate, message in candidates:
-        if candidate.shape == actual.shape and torch.equal(candidate, actual):
-            return message
-    return None
+def _same_mask(mask: torch.Tensor) -> Callable[[torch.Tensor], bool]:
+    """``agrees`` for :func:`matching_slip`: a mask of the same shape and values."""
+    return lambda wrong: wrong.shape == mask.shape and torch.equal(wrong, mask)
+
+
+def _learner_mask(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int) -> torch.Tensor | None:
+    """The learner's mask for another batch, as booleans (None when it does not come back as a tensor)."""
+    out = check.attempt(fn, tokens.clone(), pad_id)
+    if not isinstance(out, torch.Tensor):
+        return None
+    return out.detach() if out.dtype == torch.bool else out.detach() != 0
+
+
+def _slip_of(check: Check, fn: Callable, slips: tuple[Slip, ...], tokens: torch.Tensor, pad_id: int,
+             mask: torch.Tensor) -> Slip | None:
+    """The slip that gives this mask. Where several do (a slip of the pad id does not show for pad_id 0), the one
+    that also gives the learner's masks for the course's other batches is named."""
+    seen = [(tokens, pad_id, mask)] + [(t, p, m) for t, p in _BATCHES
+                                      if (m := _learner_mask(check, fn, t, p)) is not None]
+
+    def everywhere(replays: list) -> bool:
+        return all(_same_mask(m)(wrong) for wrong, (_, _, m) in zip(replays, seen))
+
+    return (matching_slip(slips, lambda s: [s.replay(None, t, p) for t, p, _ in seen], everywhere)
+            or matching_slip(slips, lambda s: s.replay(None, tokens, pad_id), _same_mask(mask)))
+
+
+def _wrong_values(check: Check, what: str, tokens: torch.Tensor, pad_id: int, says: Diagnosis, cells: str) -> None:
+    check.fail(f"The {what} has the wrong values for {_inputs_text(tokens, pad_id)}.\n{says.showing(cells)}")
 
 
 def _below(size: int, diagonal: int = 0) -> torch.Tensor:
@@ -215,16 +236,16 @@ def _inputs_text(tokens: torch.Tensor, pad_id: int) -> str:
     return f"tokens = {tokens.tolist()}, pad_id = {pad_id}"
 
 
-def _stale(earlier: list, tokens: torch.Tensor, build: Callable) -> list[tuple[torch.Tensor, str]]:
-    """The masks of earlier calls on batches of the same shape, as named mistakes."""
-    return [
-        (build(old, old_pad),
-         f"Your mask is the one of an earlier call ({_inputs_text(old, old_pad)}), not of these tokens: something is "
-         f"kept between calls (a cache keyed on the batch's shape, or a global). Build the mask from each call's "
-         f"own tokens.")
-        for old, old_pad in earlier
-        if old.shape == tokens.shape and not torch.equal(old, tokens)
-    ]
+def _stale(earlier: list, tokens: torch.Tensor, mask: torch.Tensor, build: Callable) -> Diagnosis | None:
+    """The mask is an earlier call's, on a batch of the same shape: state kept between calls (named by comparing
+    with earlier answers, not a slip of the oracle)."""
+    for old, old_pad in earlier:
+        if old.shape == tokens.shape and not torch.equal(old, tokens) and _same_mask(mask)(build(old, old_pad)):
+            return Diagnosis(
+                f"Your mask is the one of an earlier call ({_inputs_text(old, old_pad)}), not of these tokens: "
+                f"something is kept between calls (a cache keyed on the batch's shape, or a global).",
+                "Build the mask from each call's own tokens.")
+    return None
 
 
 def _long_hint(length: int) -> str:
@@ -287,28 +308,40 @@ def _padding_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int,
     expected = (tokens != pad_id).reshape(B, 1, 1, L)
     if torch.equal(mask, expected):
         return
-    candidates = _stale(earlier, tokens, lambda t, p: (t != p).reshape(B, 1, 1, L)) + [
-        (~expected, "Your mask is True at the padding and False at the real tokens: the polarity is inverted. "
-                    "True means 'may attend', so it must be True at real tokens (`tokens != pad_id`)."),
-        ((tokens != 0).reshape(B, 1, 1, L),
-         f"Your mask treats the token 0 as padding, but here pad_id = {pad_id} and 0 is a real token. "
-         f"Likely cause: the pad id 0 is hard-coded; compare with the `pad_id` argument."),
-        ((tokens == 0).reshape(B, 1, 1, L),
-         f"Your mask is True where the token is 0: the pad id 0 is hard-coded (here pad_id = {pad_id}) and the "
-         f"polarity is inverted. Use `tokens != pad_id`: True at real tokens."),
-        (torch.ones_like(expected), "Your mask is True everywhere, so padding is never hidden. It must be False "
-                                    "where the token equals pad_id."),
-        (_prefix(tokens, pad_id).reshape(B, 1, 1, L), _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
-        ((tokens != pad_id).long().cumprod(1).bool().reshape(B, 1, 1, L),
-         f"Your mask hides everything from the first pad on (a cumulative product or sum, or a `break` at the first "
-         f"pad), which is right only when the padding sits at the end; here "
-         f"{_where_padding(tokens, pad_id)}. Compare every token with the pad id: `tokens != pad_id`."),
-    ]
-    cause = _name_mistake(mask, candidates) or "True must mark the real tokens (those different from pad_id)."
-    check.fail(
-        f"The padding mask has the wrong values for {_inputs_text(tokens, pad_id)}.\n"
-        f"{_describe_cells(mask, expected, 'batch, 1, 1, key')}\n{cause}"
-    )
+    says = (_stale(earlier, tokens, mask, lambda t, p: (t != p).reshape(B, 1, 1, L))
+            or getattr(_slip_of(check, fn, PADDING_SLIPS, tokens, pad_id, mask), "says", None)
+            or Diagnosis("True must mark the real tokens (those different from pad_id)."))
+    _wrong_values(check, "padding mask", tokens, pad_id, says, _describe_cells(mask, expected, "batch, 1, 1, key"))
+
+
+def _keys(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """(B, 1, 1, L): True at the tokens that are not ``pad_id``, the padding mask."""
+    return (tokens != pad_id)[:, None, None, :]
+
+
+#: the padding mask's slips, mutants ``(tokens, pad_id) -> (B, 1, 1, L)``
+PADDING_SLIPS = (
+    Slip("inverted", Diagnosis(
+        "Your mask is True at the padding and False at the real tokens: the polarity is inverted.",
+        "True means 'may attend', so it must be True at real tokens (`tokens != pad_id`)."),
+        lambda tokens, pad_id: ~_keys(tokens, pad_id)),
+    Slip("token 0 as padding", Diagnosis(
+        "Your mask treats the token 0 as padding whatever the pad id, so 0 is hidden even where it is a real token: "
+        "the pad id 0 is hard-coded.", "Compare with the `pad_id` argument."),
+        lambda tokens, pad_id: _keys(tokens, 0)),
+    Slip("True at 0", Diagnosis(
+        "Your mask is True where the token is 0, whatever the pad id: the pad id 0 is hard-coded and the polarity is "
+        "inverted.", "Use `tokens != pad_id`: True at real tokens."), lambda tokens, pad_id: ~_keys(tokens, 0)),
+    Slip("all True", Diagnosis("Your mask is True everywhere, so padding is never hidden.",
+                               "It must be False where the token equals pad_id."),
+         lambda tokens, pad_id: torch.ones_like(_keys(tokens, pad_id))),
+    Slip("first n", _PREFIX, lambda tokens, pad_id: _prefix(tokens, pad_id)[:, None, None, :]),
+    Slip("cut at first pad", Diagnosis(
+        "Your mask hides everything from the first pad on (a cumulative product or sum, or a `break` at the first "
+        "pad), which is right only when the padding sits at the end; here some sentences are padded at the start or "
+        "in the middle.", "Compare every token with the pad id: `tokens != pad_id`."),
+        lambda tokens, pad_id: _keys(tokens, pad_id).long().cumprod(-1).bool()),
+)
 
 
 def _padding_shape_hint(shape: torch.Size, B: int, L: int) -> str:
@@ -344,27 +377,31 @@ def _causal_case(check: Check, fn: Callable, size: int, earlier: tuple[int, ...]
     expected = _below(size)
     if torch.equal(mask, expected):
         return
-    ones = torch.ones(size, size, dtype=torch.bool)
-    candidates = [
-        (_below(size, -1),
-         "The diagonal is False, so a position cannot attend to itself (and the first row is empty, which "
-         "gives NaN in a softmax). Keep the diagonal: True on *and* below it."),
-        (_below(size, 1),
-         "Each position can also see the next one (True just above the diagonal): an off-by-one that leaks "
-         "one future token. Only the diagonal and below should be True."),
-        (~_below(size, -1),
-         "Your mask is True on and *above* the diagonal: upper-triangular (or transposed), so each position "
-         "sees the future and not the past. Row i (the query) must be True for columns j <= i: lower-triangular."),
-        (~_below(size),
-         "Your mask is True strictly above the diagonal and False elsewhere: the polarity is inverted. "
-         "True means 'may attend': the past and the position itself, on and below the diagonal."),
-        (ones, "Your mask is True everywhere, so nothing is hidden: every position sees the future."),
-    ]
-    cause = _name_mistake(mask, candidates) or "Row i (a query) must be True exactly for the columns j <= i."
-    check.fail(
-        f"The causal mask has the wrong values for size = {size}.\n"
-        f"{_describe_cells(mask, expected, 'query, key')}\n{cause}"
-    )
+    slip = matching_slip(CAUSAL_SLIPS, lambda s: s.replay(None, size), _same_mask(mask))
+    says = slip.says if slip is not None else Diagnosis("Row i (a query) must be True exactly for the columns j <= i.")
+    check.fail(f"The causal mask has the wrong values for size = {size}.\n"
+               f"{says.showing(_describe_cells(mask, expected, 'query, key'))}")
+
+
+#: the causal mask's slips, mutants ``size -> (size, size)``
+CAUSAL_SLIPS = (
+    Slip("diagonal hidden", Diagnosis(
+        "The diagonal is False, so a position cannot attend to itself (and the first row is empty, which gives NaN "
+        "in a softmax).", "Keep the diagonal: True on *and* below it."), lambda size: _below(size, -1)),
+    Slip("one ahead", Diagnosis(
+        "Each position can also see the next one (True just above the diagonal): an off-by-one that leaks one future "
+        "token.", "Only the diagonal and below should be True."), lambda size: _below(size, 1)),
+    Slip("upper", Diagnosis(
+        "Your mask is True on and *above* the diagonal: upper-triangular (or transposed), so each position sees the "
+        "future and not the past.", "Row i (the query) must be True for columns j <= i: lower-triangular."),
+        lambda size: ~_below(size, -1)),
+    Slip("inverted", Diagnosis(
+        "Your mask is True strictly above the diagonal and False elsewhere: the polarity is inverted.",
+        "True means 'may attend': the past and the position itself, on and below the diagonal."),
+        lambda size: ~_below(size)),
+    Slip("all True", Diagnosis("Your mask is True everywhere, so nothing is hidden: every position sees the future."),
+         lambda size: torch.ones(size, size, dtype=torch.bool)),
+)
 
 
 def _causal_shape_hint(shape: torch.Size, size: int, earlier: tuple[int, ...] = ()) -> str:
@@ -430,60 +467,77 @@ def _target_case(check: Check, fn: Callable, tokens: torch.Tensor, pad_id: int, 
     expected = keys & _below(L)
     if torch.equal(mask, expected):
         return
-    stale = _stale(earlier, tokens, lambda t, p: (t != p).reshape(B, 1, 1, L) & _below(L))
-    cause = _name_mistake(mask, stale + _target_mistakes(tokens, pad_id))
-    if cause is None:
-        leaks = _leaks(mask, tokens, pad_id)
-        cause = (
-            "Used as attn_mask in F.scaled_dot_product_attention: " + "; ".join(leaks) + "."
-            if leaks else "It must be True exactly where the key is a real token and not after the query."
-        )
-    check.fail(
-        f"The target mask has the wrong values for {_inputs_text(tokens, pad_id)}.\n"
-        f"{_describe_cells(mask, expected, 'batch, 1, query, key')}\n{cause}"
-    )
+    says = (_stale(earlier, tokens, mask, lambda t, p: (t != p).reshape(B, 1, 1, L) & _below(L))
+            or getattr(_slip_of(check, fn, TARGET_SLIPS, tokens, pad_id, mask), "says", None)
+            or _leaks_named(mask, tokens, pad_id))
+    _wrong_values(check, "target mask", tokens, pad_id, says, _describe_cells(mask, expected, "batch, 1, query, key"))
 
 
-def _target_mistakes(tokens: torch.Tensor, pad_id: int) -> list[tuple[torch.Tensor, str]]:
-    B, L = tokens.shape
-    keys = (tokens != pad_id).reshape(B, 1, 1, L)
-    queries = (tokens != pad_id).reshape(B, 1, L, 1)
-    causal = _below(L)
-    expected = keys & causal
-    everything = torch.ones(B, 1, L, L, dtype=torch.bool)
-    return [
-        (~expected, "The whole mask is inverted: True means 'may attend' (a real, earlier-or-same key)."),
-        (queries & causal,
-         "Your mask hides the rows of padded positions (the padding is applied on the query axis), so "
-         "those rows are all False: they have nothing to attend to, which gives NaN in a softmax with -inf. "
-         "Padding hides *keys* only (the key axis, columns): the padding mask has shape (B, 1, 1, L) and "
-         "broadcasts over the rows."),
-        (keys | causal,
-         "The padding and causal parts are combined with OR: a position may then attend to anything that "
-         "is either real or in the past. Combine them with AND (`&`): both must allow it."),
-        (keys & everything,
-         "Only the padding part is there: every position still sees the future. AND it with the causal mask."),
-        (causal & everything,
-         "Only the causal part is there: padded keys can still be attended. AND it with the padding mask "
-         "(True at tokens != pad_id, on the key axis)."),
-        ((tokens != 0).reshape(B, 1, 1, L) & causal,
-         f"Here pad_id = {pad_id} and 0 is a real token, but your mask hides the token 0: the pad id 0 is "
-         f"hard-coded. Compare with the `pad_id` argument."),
-        (~keys & causal, "The padding part is inverted: it keeps padded keys and hides real ones. "
-                         "True must mark real tokens (`tokens != pad_id`)."),
-        (keys & ~causal, "The causal part is inverted: True must be on and below the diagonal."),
-        (keys & ~_below(L, -1),
-         "The causal part is upper-triangular (transposed): each position sees the future instead of "
-         "the past. Use the lower triangle, True where key position <= query position."),
-        (keys & _below(L, -1),
-         "The causal part hides the diagonal: a position must be able to attend to itself."),
-        (keys & queries & causal,
-         "Your mask also hides the rows of padded positions (padding on the query axis as well as on the "
-         "key axis), so those rows are all False: a softmax over a row of -inf gives NaN, which then "
-         "spreads. Padding hides *keys* only: AND the causal mask with a (B, 1, 1, L) padding mask."),
-        (_prefix(tokens, pad_id).reshape(B, 1, 1, L) & causal,
-         _PREFIX_NOTE.format(where=_where_padding(tokens, pad_id))),
-    ]
+def _leaks_named(mask: torch.Tensor, tokens: torch.Tensor, pad_id: int) -> Diagnosis:
+    """No slip gives this mask: say what leaks through it in PyTorch's attention (an invariant, not a slip)."""
+    leaks = _leaks(mask, tokens, pad_id)
+    return Diagnosis("Used as attn_mask in F.scaled_dot_product_attention: " + "; ".join(leaks) + "." if leaks else
+                     "It must be True exactly where the key is a real token and not after the query.")
+
+
+def _target(keys: Callable, causal: Callable, combine: Callable = torch.logical_and) -> Callable:
+    """A target-mask mutant: ``combine(keys(tokens, pad_id), causal(L))``, (B, 1, L, L)."""
+    def mutant(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+        B, L = tokens.shape
+        return combine(keys(tokens, pad_id), causal(L)).expand(B, 1, L, L)
+
+    return mutant
+
+
+def _queries(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """(B, 1, L, 1): the padding put on the query axis."""
+    return (tokens != pad_id)[:, None, :, None]
+
+
+def _everything(tokens: torch.Tensor, pad_id: int) -> torch.Tensor:
+    return torch.ones(tokens.shape[0], 1, 1, tokens.shape[1], dtype=torch.bool)
+
+
+#: the target mask's slips, mutants ``(tokens, pad_id) -> (B, 1, L, L)``
+TARGET_SLIPS = (
+    Slip("inverted", Diagnosis("The whole mask is inverted:", "True means 'may attend' (a real, earlier-or-same key)."),
+         _target(_keys, _below, lambda k, c: ~(k & c))),
+    Slip("query axis", Diagnosis(
+        "Your mask hides the rows of padded positions (the padding is applied on the query axis), so those rows are "
+        "all False: they have nothing to attend to, which gives NaN in a softmax with -inf.", "Padding hides *keys* "
+        "only (the key axis, columns): the padding mask has shape (B, 1, 1, L) and broadcasts over the rows."),
+        _target(_queries, _below)),
+    Slip("OR", Diagnosis(
+        "The padding and causal parts are combined with OR: a position may then attend to anything that is either "
+        "real or in the past.", "Combine them with AND (`&`): both must allow it."),
+        _target(_keys, _below, torch.logical_or)),
+    Slip("no causal", Diagnosis("Only the padding part is there: every position still sees the future.",
+                                "AND it with the causal mask."),
+         _target(_keys, lambda L: torch.ones(L, L, dtype=torch.bool))),
+    Slip("no padding", Diagnosis("Only the causal part is there: padded keys can still be attended.",
+                                 "AND it with the padding mask (True at tokens != pad_id, on the key axis)."),
+         _target(_everything, _below)),
+    Slip("hard-coded 0", Diagnosis(
+        "Your mask hides the token 0 whatever the pad id, so 0 is hidden even where it is a real token: the pad id 0 "
+        "is hard-coded.", "Compare with the `pad_id` argument."), _target(lambda t, p: _keys(t, 0), _below)),
+    Slip("padding inverted", Diagnosis("The padding part is inverted: it keeps padded keys and hides real ones.",
+                                       "True must mark real tokens (`tokens != pad_id`)."),
+         _target(lambda t, p: ~_keys(t, p), _below)),
+    Slip("causal inverted", Diagnosis("The causal part is inverted:", "True must be on and below the diagonal."),
+         _target(_keys, lambda L: ~_below(L))),
+    Slip("causal transposed", Diagnosis(
+        "The causal part is upper-triangular (transposed): each position sees the future instead of the past.",
+        "Use the lower triangle, True where key position <= query position."), _target(_keys, lambda L: ~_below(L, -1))),
+    Slip("diagonal hidden", Diagnosis("The causal part hides the diagonal:",
+                                      "a position must be able to attend to itself."),
+         _target(_keys, lambda L: _below(L, -1))),
+    Slip("both axes", Diagnosis(
+        "Your mask also hides the rows of padded positions (padding on the query axis as well as on the key axis), "
+        "so those rows are all False: a softmax over a row of -inf gives NaN, which then spreads.",
+        "Padding hides *keys* only: AND the causal mask with a (B, 1, 1, L) padding mask."),
+        _target(lambda t, p: _keys(t, p) & _queries(t, p), _below)),
+    Slip("first n", _PREFIX, _target(lambda t, p: _prefix(t, p)[:, None, None, :], _below)),
+)
 
 
 def _target_shape_hint(shape: torch.Size, B: int, L: int) -> str:
@@ -525,3 +579,32 @@ def _leaks(mask: torch.Tensor, tokens: torch.Tensor, pad_id: int) -> list[str]:
     if bool(base[keep].isnan().any()):
         found.append("some real positions attend to nothing at all, which gives NaN in the softmax")
     return found
+
+
+# --------------------------------------------------------------------------
+# The declarations
+
+
+def _token_answer(slip: Slip) -> Callable:
+    """A slip of a mask of tokens made into a learner's function (for the generated catalogue tests)."""
+    return lambda tokens, pad_id: slip.replay(None, tokens, pad_id)
+
+
+PADDING_MASK = Exercise(
+    "make_padding_mask", _check_make_padding_mask,
+    oracle="tokens != pad_id, as (B, 1, 1, L)",
+    cases="nine fixed batches (pad ids 0 to 3, real tokens equal to 0, left padding, B = 1, L = 1, the first batch's "
+          "shape again, L = 70) and two drawn from the check's seed; tokens on a GPU",
+    slips=PADDING_SLIPS, answer=_token_answer)
+
+CAUSAL_MASK = Exercise(
+    "make_causal_mask", _check_make_causal_mask,
+    oracle="column <= row, (size, size)",
+    cases=f"sizes {', '.join(str(n) for n in _SIZES)} called in turn, two drawn from the check's seed; a fixed device",
+    slips=CAUSAL_SLIPS, answer=lambda slip: lambda size: slip.replay(None, size))
+
+TARGET_MASK = Exercise(
+    "make_target_mask", _check_make_target_mask,
+    oracle="(tokens != pad_id) on the key axis AND column <= row, as (B, 1, L, L)",
+    cases="the padding mask's batches; the learner's own padding and causal masks first, when it calls them",
+    slips=TARGET_SLIPS, answer=_token_answer)

@@ -3,8 +3,10 @@
 The oracle is the formula of the paper (section 3.5), evaluated in float64:
 ``PE[pos, 2i] = sin(pos / 10000^(2i / d_model))`` and ``PE[pos, 2i + 1] = cos(same)``.
 Mistakes are told apart by invariants (row 0, one angle per column pair, the
-frequency of each pair) and, only to *name* a cause, by comparing with tables
-built with a known mistake.
+frequency of each pair) and, only to *name* a cause, by the known slips
+(``TABLE_SLIPS``, ``MODULE_SLIPS``: mutants of the formula, matched by
+:func:`~.slips.matching_slip`). The module runs the library's stages for a
+module that adds a table (``stages.table_*``), as lesson 09's learned one does.
 
 What the rest of the course relies on (``contracts.CONTRACTS``) is checked too:
 tables up to the model's default max_len of 5000 (float32 angles may lose
@@ -17,30 +19,28 @@ for every entry and every call, drawn from the global RNG, none in eval mode.
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
 import math
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 from torch import nn
 
 from . import stages
-from ._core import (ATOL, RTOL, Check, CheckResult, Raised, close_enough, fmt_shape, fmt_values, generator)
-from .exercise import checked as run_check
+from ._core import ATOL, RTOL, Check, CheckResult, close_enough, fmt_shape, fmt_values, generator
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip, same_tensor
 
 _LONG = (5000, 10)  # the Transformer's default max_len, a d_model that is not a power of two
 
 
 def check_positional_encoding(sinusoidal_positional_encoding: Callable) -> CheckResult:
     """Check ``sinusoidal_positional_encoding(max_len, d_model)`` against the paper's formula."""
-    return run_check("sinusoidal_positional_encoding", _check_sinusoidal_positional_encoding,
-                     sinusoidal_positional_encoding)
+    return SINUSOIDAL_TABLE.check(sinusoidal_positional_encoding)
 
 
 def check_positional_encoding_module(PositionalEncoding: type[nn.Module]) -> CheckResult:
     """Check the ``PositionalEncoding(d_model, dropout, max_len)`` module: buffer, values, dropout."""
-    return run_check("PositionalEncoding", _check_positional_encoding, PositionalEncoding)
+    return POSITIONAL_ENCODING.check(PositionalEncoding)
 
 
 def _check_sinusoidal_positional_encoding(check: Check, fn: Callable) -> None:
@@ -84,31 +84,22 @@ def _check_positional_encoding(check: Check, cls: type[nn.Module]) -> None:
     g = generator(3)
     table = _reference(max_len, d_model)
     x = _zero_input_stage(check, module, table, max_len, d_model, g)
-    values_stage(check, module, x, table, max_len)
-    stages.gradients(check, lambda x_: module_forward(check, module, x_, max_len), {"x": x}, lambda r: {"x": r},
-                     "PositionalEncoding's output", "the identity (eval mode adds a constant table)")
-    sizes_stage(check, build, module, table, g)
+    stages.table_values(check, module, x, table, max_len, SINUSOIDAL, MODULE_SLIPS)
+    stages.gradients(check, lambda x_: stages.table_forward(check, module, x_, max_len, SINUSOIDAL), {"x": x},
+                     lambda r: {"x": r}, "PositionalEncoding's output", "the identity (eval mode adds a constant table)")
+    stages.table_sizes(check, build, module, table, g, SINUSOIDAL)
     stages.follows_dtype(check, build(0.0, 8, 20).eval(), [torch.randn(2, 6, 8, generator=generator(5))],
                          "PositionalEncoding")
-    dropout_stage(check, build, max_len, d_model, g)
+    stages.table_dropout(check, build, max_len, d_model, g, SINUSOIDAL)
     stages.module_on_gpu(check, build(0.5).train(), torch.randn(2, 6, d_model, generator=generator(7)),
                          what="PositionalEncoding")
     stages.state_dict_round_trip(check, build, lambda m: m(x), "PositionalEncoding")
-    defaults_stage(check, cls)
+    stages.table_defaults(check, cls, SINUSOIDAL)
     _long_module_stage(check, cls)
 
 
-@dataclasses.dataclass(frozen=True)
-class Encoding:
-    """A module that adds a table to x (lesson 03's, lesson 09's learned one): its name, the symbol the messages
-    use, and ``table(check, module, max_len, d_model)``, the float64 table such a module should add."""
-
-    name: str
-    symbol: str
-    table: Callable[[Check, nn.Module, int, int], torch.Tensor]
-
-
-SINUSOIDAL = Encoding("PositionalEncoding", "PE[:L]", lambda check, module, max_len, d_model: _reference(max_len, d_model))
+SINUSOIDAL = stages.AddedTable("PositionalEncoding", "PE[:L]",
+                               lambda check, module, max_len, d_model: _reference(max_len, d_model))
 
 
 # --------------------------------------------------------------------------
@@ -210,7 +201,7 @@ def _long_module_stage(check: Check, cls: type[nn.Module]) -> None:
     """The module built with its default max_len (5000) adds the formula's rows up to the last one."""
     max_len, d_model = _LONG
     module = stages.is_module(check, check.build(cls, d_model), "PositionalEncoding").eval()
-    out = module_forward(check, module, torch.zeros(1, max_len, d_model), max_len)  # (1, max_len, d_model)
+    out = stages.table_forward(check, module, torch.zeros(1, max_len, d_model), max_len, SINUSOIDAL)  # (1, L, d)
     _long_rows(check, out.detach().double()[0],
                f"PositionalEncoding(d_model={d_model}) (max_len={max_len} by default), on {max_len} zero vectors,")
     check.ok(f"built with its default max_len, it adds the right table up to position {max_len - 1}")
@@ -255,100 +246,96 @@ def _reference(max_len: int, d_model: int) -> torch.Tensor:
     return _sinusoids(torch.arange(max_len), freqs, col % 2 == 0)
 
 
-def _named_mistakes(max_len: int, d_model: int, table_len: int) -> list[tuple[torch.Tensor, str]]:
-    """Tables of ``max_len`` rows built with one known mistake each, and what to tell the learner.
-
-    ``table_len`` is the max_len the learner's code was given (the rows shown may be fewer).
-    """
-    d = d_model
-    col = torch.arange(d)
-    pair = torch.div(col, 2, rounding_mode="floor").double()
-    even = col % 2 == 0
-    pos = torch.arange(max_len)
-    ref_freqs = 10000.0 ** (-2.0 * pair / d)
-    half = d // 2
-    out = [
-        (
-            _sinusoids(pos, ref_freqs, ~even),
-            "sine and cosine are swapped: the even columns (0, 2, 4, ...) should hold the sine and the odd "
-            "columns (1, 3, 5, ...) the cosine. Row 0 should read [0, 1, 0, 1, ...] since sin(0) = 0 and cos(0) = 1.",
-        ),
-        (
-            _sinusoids(pos, 10000.0 ** (-2.0 * (col % half).double() / d), col < half),
-            "the sines fill the first half of the columns and the cosines the second half. The paper interleaves "
-            "them: column 2i holds sin and column 2i + 1 holds cos of the same angle (write into `pe[:, 0::2]` "
-            "and `pe[:, 1::2]`, or stack the two on a new last axis before flattening).",
-        ),
-        (
-            _sinusoids(pos, 10000.0 ** (-2.0 * col.double() / d), even),
-            "each column gets its own frequency 10000^(-2 * column / d_model), and the sine and cosine of a pair "
-            "use different angles. In the formula, i counts column *pairs*: columns 2i and 2i + 1 share the "
-            "frequency 10000^(-2i / d_model). If your loop steps over the even columns "
-            "(`for i in range(0, d_model, 2)`), "
-            "that loop variable already is 2i: do not double it, and use the same angle for the cosine column.",
-        ),
-        (
-            _sinusoids(pos, 10000.0 ** (-col.double() / d), even),
-            "each column gets its own frequency 10000^(-column / d_model), so the cosine column 2i + 1 uses the "
-            "exponent (2i + 1) / d_model. Both columns of a pair share one frequency, 10000^(-2i / d_model): "
-            "compute the exponent from the pair index, not from the column index.",
-        ),
-        (
-            _sinusoids(pos, 10000.0 ** (-4.0 * pair / d), even),
-            "the exponent is doubled: pair i uses 10000^(-4i / d_model) instead of 10000^(-2i / d_model). If you "
-            "take `torch.arange(0, d_model, 2)` (or loop with step 2), those numbers already are 2i: do not "
-            "multiply them by 2 again.",
-        ),
-        (
-            _sinusoids(pos, 10000.0 ** (-pair / d), even),
-            "the exponent uses i instead of 2i: pair i should have the frequency 10000^(-2i / d_model), yours "
-            "is 10000^(-i / d_model).",
-        ),
-        (
-            _sinusoids(pos, torch.ones(d, dtype=torch.float64), even),
-            "every pair has the same frequency 1 (the angle is just the position), so the exponent 2i / d_model "
-            "came out as 0. Likely cause: integer (floor) division, `2 * i // d_model`; use true division `/`.",
-        ),
-        (
-            _sinusoids(torch.arange(1, max_len + 1), ref_freqs, even),
-            "your rows are shifted by one position: row 0 looks like position 1. Positions start at 0 "
-            "(`torch.arange(max_len)` or `range(max_len)`), so row 0 is [0, 1, 0, 1, ...].",
-        ),
-        (
-            _sinusoids(pos, 10000.0 ** (2.0 * pair / d), even),
-            "the position is multiplied by 10000^(2i / d_model) instead of divided by it: the frequencies "
-            "should shrink from 1 (pair 0) towards 1/10000, not grow.",
-        ),
-    ]
-    return out + _size_dependent_mistakes(max_len, d_model, table_len)
+def _pair(d_model: int) -> torch.Tensor:
+    """The pair index i of every column (columns 2i and 2i + 1), float64."""
+    return torch.div(torch.arange(d_model), 2, rounding_mode="floor").double()
 
 
-def _size_dependent_mistakes(max_len: int, d_model: int, table_len: int) -> list[tuple[torch.Tensor, str]]:
-    """The named mistakes that exist only for some sizes (linspace needs two pairs; max_len must differ)."""
-    d, half = d_model, d_model // 2
-    col = torch.arange(d)
-    pair = torch.div(col, 2, rounding_mode="floor").double()
-    even = col % 2 == 0
-    pos = torch.arange(max_len)
-    out = []
-    if half > 1:
-        out.append(
-            (
-                _sinusoids(pos, 10000.0 ** (-pair / (half - 1)), even),
-                "the exponents run from 0 to exactly 1 at the last pair, as `torch.linspace(0, 1, d_model // 2)` "
-                "gives. The exponent of pair i is 2i / d_model, so the last pair's is (d_model - 2) / d_model, "
-                "not 1: build it with `torch.arange(0, d_model, 2) / d_model` and keep the base 10000.",
-            )
-        )
-    if table_len != d_model:
-        out.append(
-            (
-                _sinusoids(pos, 10000.0 ** (-2.0 * pair / table_len), even),
-                "the exponent divides by max_len instead of d_model: the frequency of pair i is "
-                "10000^(-2i / d_model), it does not depend on how many positions the table has.",
-            )
-        )
-    return out
+def _even(d_model: int) -> torch.Tensor:
+    return torch.arange(d_model) % 2 == 0
+
+
+def _built(max_len: int, d_model: int, freqs: torch.Tensor, is_sin: torch.Tensor | None = None,
+           start: int = 0) -> torch.Tensor:
+    """A table of ``max_len`` rows (positions from ``start``) with these frequencies, sines where ``is_sin``."""
+    return _sinusoids(torch.arange(start, start + max_len), freqs, _even(d_model) if is_sin is None else is_sin)
+
+
+def _halves(max_len: int, d_model: int, table_len: int) -> torch.Tensor:
+    half = d_model // 2
+    col = torch.arange(d_model)
+    return _built(max_len, d_model, 10000.0 ** (-2.0 * (col % half).double() / d_model), col < half)
+
+
+def _linspace(max_len: int, d_model: int, table_len: int) -> torch.Tensor:
+    if d_model // 2 < 2:
+        raise ValueError("a linspace of exponents needs two pairs")
+    return _built(max_len, d_model, 10000.0 ** (-_pair(d_model) / (d_model // 2 - 1)))
+
+
+def _by_max_len(max_len: int, d_model: int, table_len: int) -> torch.Tensor:
+    if table_len == d_model:
+        raise ValueError("max_len and d_model are equal: the slip does not show")
+    return _built(max_len, d_model, 10000.0 ** (-2.0 * _pair(d_model) / table_len))
+
+
+#: the table's known slips, mutants ``(max_len, d_model, table_len) -> table`` (float64, ``max_len`` rows; ``table_len``
+#: the max_len the learner's code was given); the module's zero-input stage names them too
+TABLE_SLIPS = (
+    Slip("sin and cos swapped", Diagnosis(
+        "sine and cosine are swapped: the even columns (0, 2, 4, ...) should hold the sine and the odd columns "
+        "(1, 3, 5, ...) the cosine.", "Row 0 should read [0, 1, 0, 1, ...] since sin(0) = 0 and cos(0) = 1."),
+        lambda n, d, t: _built(n, d, 10000.0 ** (-2.0 * _pair(d) / d), ~_even(d))),
+    Slip("halves", Diagnosis(
+        "the sines fill the first half of the columns and the cosines the second half.",
+        "The paper interleaves them: column 2i holds sin and column 2i + 1 holds cos of the same angle (write into "
+        "`pe[:, 0::2]` and `pe[:, 1::2]`, or stack the two on a new last axis before flattening)."), _halves),
+    Slip("2 * column", Diagnosis(
+        "each column gets its own frequency 10000^(-2 * column / d_model), and the sine and cosine of a pair use "
+        "different angles.", "In the formula, i counts column *pairs*: columns 2i and 2i + 1 share the frequency "
+        "10000^(-2i / d_model). If your loop steps over the even columns (`for i in range(0, d_model, 2)`), that "
+        "loop variable already is 2i: do not double it, and use the same angle for the cosine column."),
+        lambda n, d, t: _built(n, d, 10000.0 ** (-2.0 * torch.arange(d).double() / d))),
+    Slip("column", Diagnosis(
+        "each column gets its own frequency 10000^(-column / d_model), so the cosine column 2i + 1 uses the exponent "
+        "(2i + 1) / d_model.", "Both columns of a pair share one frequency, 10000^(-2i / d_model): compute the "
+        "exponent from the pair index, not from the column index."),
+        lambda n, d, t: _built(n, d, 10000.0 ** (-torch.arange(d).double() / d))),
+    Slip("4i", Diagnosis(
+        "the exponent is doubled: pair i uses 10000^(-4i / d_model) instead of 10000^(-2i / d_model).",
+        "If you take `torch.arange(0, d_model, 2)` (or loop with step 2), those numbers already are 2i: do not "
+        "multiply them by 2 again."), lambda n, d, t: _built(n, d, 10000.0 ** (-4.0 * _pair(d) / d))),
+    Slip("i", Diagnosis(
+        "the exponent uses i instead of 2i:", "pair i should have the frequency 10000^(-2i / d_model), yours is "
+        "10000^(-i / d_model)."), lambda n, d, t: _built(n, d, 10000.0 ** (-_pair(d) / d))),
+    Slip("frequency 1", Diagnosis(
+        "every pair has the same frequency 1 (the angle is just the position), so the exponent 2i / d_model came out "
+        "as 0.", "Likely cause: integer (floor) division, `2 * i // d_model`; use true division `/`."),
+        lambda n, d, t: _built(n, d, torch.ones(d, dtype=torch.float64))),
+    Slip("from 1", Diagnosis(
+        "your rows are shifted by one position: row 0 looks like position 1.", "Positions start at 0 "
+        "(`torch.arange(max_len)` or `range(max_len)`), so row 0 is [0, 1, 0, 1, ...]."),
+        lambda n, d, t: _built(n, d, 10000.0 ** (-2.0 * _pair(d) / d), start=1)),
+    Slip("multiplied", Diagnosis(
+        "the position is multiplied by 10000^(2i / d_model) instead of divided by it:", "the frequencies should "
+        "shrink from 1 (pair 0) towards 1/10000, not grow."),
+        lambda n, d, t: _built(n, d, 10000.0 ** (2.0 * _pair(d) / d))),
+    Slip("linspace", Diagnosis(
+        "the exponents run from 0 to exactly 1 at the last pair, as `torch.linspace(0, 1, d_model // 2)` gives.",
+        "The exponent of pair i is 2i / d_model, so the last pair's is (d_model - 2) / d_model, not 1: build it with "
+        "`torch.arange(0, d_model, 2) / d_model` and keep the base 10000."), _linspace),
+    Slip("max_len", Diagnosis(
+        "the exponent divides by max_len instead of d_model:", "the frequency of pair i is 10000^(-2i / d_model), it "
+        "does not depend on how many positions the table has."), _by_max_len),
+)
+
+
+def _first_rows_agree(table: torch.Tensor):
+    """``agrees`` for the table's slips: close everywhere, or in the first rows (a float32 table whose angles grow
+    large, as with a frequency that grows with i, carries large errors further down). Naming only."""
+    first = min(table.shape[0], 4)
+    return lambda wrong: close_enough(table, wrong) or bool(
+        torch.allclose(table[:first], wrong[:first], atol=2e-3, rtol=0))
 
 
 def _fitted_base(table: torch.Tensor, d_model: int) -> float | None:
@@ -372,12 +359,10 @@ def _diagnose_table(
     if close_enough(table, expected):
         return
     title = what[0].upper() + what[1:]
-    for wrong, message in _named_mistakes(max_len, d_model, table_len or max_len):
-        # Naming only (acceptance was decided above): the first rows suffice, with a tolerance for float32
-        # tables whose angles grow large (a frequency that grows with i gives angles of thousands of radians).
-        first = min(max_len, 4)
-        if close_enough(table, wrong) or bool(torch.allclose(table[:first], wrong[:first], atol=2e-3, rtol=0)):
-            check.fail(f"{title} does not follow the paper's formula.\nLikely cause: {message}")
+    slip = matching_slip(TABLE_SLIPS, lambda s: s.replay(None, max_len, d_model, table_len or max_len),
+                         _first_rows_agree(table))
+    if slip is not None:
+        check.fail(f"{title} does not follow the paper's formula.\nLikely cause: {slip.says}")
     base = _fitted_base(table, d_model)
     if base is not None and abs(base - 10000.0) > 1.0:
         col = torch.arange(d_model)
@@ -556,7 +541,7 @@ def _registration(check: Check, module: nn.Module, max_len: int, d_model: int) -
 def _zero_input_stage(check: Check, module: nn.Module, table, max_len: int, d_model: int, g) -> torch.Tensor:
     B, L = 3, 11
     zeros = torch.zeros(B, L, d_model)
-    out = module_forward(check, module, zeros, max_len)
+    out = stages.table_forward(check, module, zeros, max_len, SINUSOIDAL)
     if isinstance(out, torch.Tensor) and out.is_floating_point() and out.dtype != torch.float32:
         check.fail(
             f"For a float32 input, PositionalEncoding returns {out.dtype}: the table was built in another "
@@ -569,13 +554,11 @@ def _zero_input_stage(check: Check, module: nn.Module, table, max_len: int, d_mo
     )
     check.ok("keeps a float32 input's shape (B, L, d_model) and dtype")
     rows = out.detach().double()
+    if not close_enough(rows, table[:L].expand(B, L, d_model)):
+        slip = matching_slip(MODULE_SLIPS, lambda s: s.replay(None, zeros.double(), table), same_tensor(rows))
+        if slip is not None:
+            check.fail(slip.says)
     if not bool(torch.allclose(rows, rows[:1].expand_as(rows), atol=1e-6)):
-        if B <= max_len and close_enough(rows, table[:B, None, :].expand(B, L, d_model)):
-            check.fail(
-                "PositionalEncoding adds row b of the table to every position of batch element b: it slices "
-                "the table with the batch size instead of the sequence length.\nx has shape (B, L, d_model), "
-                "so the length is `x.size(1)`, and the table rows go along the second axis."
-            )
         check.fail(
             "With an all-zero input, every batch element should get the same output (the table), "
             "but yours differ across the batch axis."
@@ -589,127 +572,66 @@ def _zero_input_stage(check: Check, module: nn.Module, table, max_len: int, d_mo
 
 
 # --------------------------------------------------------------------------
-# Stages of any module that adds a table to x (lesson 09's learned table runs them too)
+# The declarations
 
 
-def values_stage(check: Check, module: nn.Module, x: torch.Tensor, table: torch.Tensor, max_len: int,
-                 enc: Encoding = SINUSOIDAL, slips: Sequence[tuple[torch.Tensor, str]] = ()) -> None:
-    """x + table[:L] in eval mode; a scaled x, an x returned as it is and the ``slips`` named."""
-    name, L = enc.name, x.shape[1]
-    out = check.tensor(module_forward(check, module, x, max_len, enc), f"the output of {name}", shape=x.shape)
-    expected = x.double() + table[:L]
-    if not close_enough(out.detach(), expected):
-        got = out.detach().double()
-        scaled = (x.double() * math.sqrt(x.shape[2]) + table[:L], (
-            f"multiplies x by sqrt(d_model) before adding the table. That scaling belongs to the embedding step of "
-            f"the model (`embedding(tokens) * sqrt(d_model)`), not to this module: here forward is just "
-            f"dropout(x + {enc.symbol})."))
-        unchanged = (x.double(), "returns its input unchanged: add the table, `x + self.pe[:L]`.")
-        for wrong, cause in (scaled, unchanged, *slips):
-            if close_enough(got, wrong):
-                check.fail(f"{name} {cause}")
-        check.close(out, expected, f"the output of {name} in eval mode", hint=f"Expected x + {enc.symbol}.")
-    check.ok(f"returns x + {enc.symbol} in eval mode (L = {L}, max_len = {max_len})")
+def _batch_rows(x: torch.Tensor, table: torch.Tensor, *_) -> torch.Tensor:
+    """Row b of the table added to every position of sentence b (the table sliced with the batch size)."""
+    B, L, d_model = x.shape
+    return x + table[:B, None, :].expand(B, L, d_model)
 
 
-def sizes_stage(check: Check, build: Callable, module: nn.Module, table: torch.Tensor, g: torch.Generator,
-                enc: Encoding = SINUSOIDAL) -> None:
-    """Other batch sizes and lengths on the module that already ran, then lesson 06's lengths and more."""
-    max_len, d_model = table.shape
-    cases = [stages.Case(f"an input of shape {fmt_shape((b, n, d_model))}", torch.randn(b, n, d_model, generator=g))
-             for b, n in ((1, 1), (2, max_len), (5, 3))]
-
-    def fresh(case: stages.Case):
-        again = build().eval()
-        enc.table(check, again, max_len, d_model)
-        return check.attempt(again, case.data)
-
-    stages.sweep(check, cases, lambda case: module_forward(check, module, case.data, max_len, enc),
-                 lambda case: case.data.double() + table[: case.data.shape[1]], enc.name,
-                 hint="Does forward read B and L from x rather than assuming fixed sizes?", fresh=fresh)
-    check.ok(f"works for batch sizes 1, 2 and 5 and lengths 1, 3 and max_len = {max_len}")
-    long = build(0.0, 10, 128).eval()  # lesson 06's lengths and more, a d_model that is not a power of two
-    long_table = enc.table(check, long, 128, 10)
-    x = torch.randn(2, 100, 10, generator=generator(4))
-    stages.sweep(check, [stages.Case("L = 100 of max_len = 128, d_model = 10", x)],
-                 lambda case: module_forward(check, long, case.data, 128, enc),
-                 lambda case: case.data.double() + long_table[:100], enc.name,
-                 hint="Is the table built for max_len positions, with the module's own d_model?")
-    check.ok("long inputs (L = 100 of max_len = 128) with d_model = 10")
+#: the module's own slips (mutants ``(x, table) -> output``, float64), after the general ones of a table-adding module
+MODULE_SLIPS = (
+    *stages.added_table_slips("PositionalEncoding", "PE[:L]"),
+    Slip("batch rows", Diagnosis(
+        "PositionalEncoding adds row b of the table to every position of batch element b: it slices the table "
+        "with the batch size instead of the sequence length.", "x has shape (B, L, d_model), so the length is "
+        "`x.size(1)`, and the table rows go along the second axis."), _batch_rows),
+)
 
 
-def dropout_stage(check: Check, build: Callable, max_len: int, d_model: int, g: torch.Generator,
-                  enc: Encoding = SINUSOIDAL) -> None:
-    """Off in eval mode; in training, on the sum x + table[:L] only: at p = 0.5, then at the default 0.1."""
-    name, symbol = enc.name, enc.symbol
-    x = torch.randn(4, 20, d_model, generator=g)
-    dropper = build(0.5)
-    table = enc.table(check, dropper, max_len, d_model)[:20]
-    expected = x.double() + table
-    out = stages.eval_deterministic(check, dropper, lambda m: module_forward(check, m, x, max_len, enc), name, 0.5)
-    check.close(out, expected, "the output with dropout=0.5 in eval mode", hint=f"Expected x + {symbol}: no dropout.")
-    dropper.train()
+def _table_answer(slip: Slip) -> Callable:
+    """A table slip made into a learner's sinusoidal_positional_encoding (for the generated catalogue tests)."""
+    def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
+        try:
+            return slip.replay(None, max_len, d_model, max_len).float()
+        except ValueError:  # the slip does not show at these sizes
+            return _reference(max_len, d_model).float()
 
-    def sites(module: nn.Module, inputs: torch.Tensor, reference: torch.Tensor):
-        out = check.tensor(module_forward(check, module, inputs, max_len, enc), "the output in train mode",
-                           shape=inputs.shape)
-        return [stages.Site(f"x + {symbol}", out, reference, {"sentence of the batch": 0, "position": 1, "feature": 2})]
-
-    def name_the_place(found: list) -> None:
-        got = found[0].observed.detach().double()
-        for dropped, kept, place in ((got - table, x.double(), "to x before adding the table"),
-                                     (got - x.double(), table, "to the table alone and then adds x")):
-            zero = dropped.abs() < 1e-5
-            if float(zero.double().mean()) > 0.2 and bool((zero | ((dropped - kept / 0.5).abs() < 1e-4)).all()):
-                check.fail(f"{name} applies dropout {place} (dropped entries are not 0). The paper applies dropout "
-                           f"to the sum: `dropout(x + {symbol})`.")
-        check.fail(f"In train mode the output of {name} is not x + {symbol} with some entries zeroed and the rest "
-                   f"scaled by 1 / (1 - p): apply one nn.Dropout, to the sum, `dropout(x + {symbol})`.")
-
-    stages.dropout_measured(check, lambda: sites(dropper, x, expected), 0.5, name,
-                            fix=f"Apply `nn.Dropout(dropout)`, built with the constructor's argument, once, to "
-                                f"x + {symbol}.", not_exact=name_the_place)
-    default = build(0.1, 32, 64).train()  # the default rate, on enough entries to measure it
-    default_table = enc.table(check, default, 64, 32)
-    y = torch.rand(8, 64, 32, generator=generator(6)) + max(1.0, -float(default_table.min()))  # x + table > 0
-    stages.dropout_measured(check, lambda: sites(default, y, y.double() + default_table), 0.1, name)
-    stages.dropout_set_through(check, build, ["dropout"], (x,), name, "to x + " + symbol, sublayers=[""])
+    return sinusoidal_positional_encoding
 
 
-def defaults_stage(check: Check, cls: type, enc: Encoding = SINUSOIDAL) -> None:
-    try:
-        params = list(inspect.signature(cls).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    if len(params) >= 3:
-        defaults = tuple(param.default for param in params[1:3])
-        if defaults != (0.1, 5000):
-            shown = ", ".join(
-                f"{param.name}={'(none)' if param.default is inspect.Parameter.empty else repr(param.default)}"
-                for param in params[1:3]
-            )
-            check.problem(
-                f"The defaults of {enc.name} should be dropout=0.1 and max_len=5000, as in the exercise, "
-                f"but yours are {shown}.\nDefine it as `def __init__(self, d_model, dropout=0.1, max_len=5000)`."
-            )
-        else:
-            check.ok("the defaults are dropout=0.1, max_len=5000")
-    check.stop_if_problems()
+def _module_answer(slip: Slip) -> type[nn.Module]:
+    """A slip made into a learner's PositionalEncoding: a table slip builds its buffer, a module slip its forward."""
+    in_table = slip in TABLE_SLIPS
+
+    class SlippedPositionalEncoding(nn.Module):
+        def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
+            super().__init__()
+            self.dropout = nn.Dropout(dropout)
+            pe = _table_answer(slip)(max_len, d_model) if in_table else _reference(max_len, d_model).float()
+            self.register_buffer("pe", pe)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if in_table:
+                return self.dropout(x + self.pe[: x.size(1)])
+            return self.dropout(slip.replay(None, x, self.pe).to(x.dtype))
+
+    return SlippedPositionalEncoding
 
 
-def module_forward(check: Check, module: nn.Module, x: torch.Tensor, max_len: int,
-                   enc: Encoding = SINUSOIDAL) -> torch.Tensor:
-    """Run forward; name the missing slice when a length below max_len breaks it."""
-    probe = check.attempt(module, x.clone(), what=enc.name)
-    if isinstance(probe, Raised) and not isinstance(probe.exception, NotImplementedError) and x.shape[1] != max_len:
-        full = check.attempt(module, torch.zeros(x.shape[0], max_len, x.shape[2], dtype=x.dtype))
-        if not isinstance(full, Raised):
-            check.fail(
-                f"{enc.name} fails for an input of length {x.shape[1]} but works for length "
-                f"max_len={max_len}: it adds the whole table instead of its first L rows.\n"
-                f"Slice the table to the input's length: `x + self.pe[:x.size(1)]` (for a table of shape "
-                f"(max_len, d_model)); x has shape (B, L, d_model)."
-            )
-    return check.call(module, x, what=enc.name, hint=(
-        f"x has shape (B, L, d_model) = {fmt_shape(x.shape)}: the length is `x.size(1)`, and forward adds the "
-        f"table's first L rows, `self.pe[:x.size(1)]`, which broadcast over the batch."))
+SINUSOIDAL_TABLE = Exercise(
+    "sinusoidal_positional_encoding", _check_sinusoidal_positional_encoding,
+    oracle="the formula of section 3.5, PE[pos, 2i] = sin(pos / 10000^(2i / d_model)), PE[pos, 2i + 1] = cos(same), "
+           "in float64",
+    cases="(50, 16), (7, 6), (1, 4), (3, 32), (50, 10) called in turn, two sizes drawn from the check's seed, then "
+          "(5000, 10) with a tolerance growing with the position",
+    slips=TABLE_SLIPS, answer=_table_answer)
+
+POSITIONAL_ENCODING = Exercise(
+    "PositionalEncoding", _check_positional_encoding,
+    oracle="dropout(x + PE[:L]), PE the formula's table in float64; dropout measured",
+    cases="d_model 16, max_len 40: zeros and random (3, 11) inputs, batch sizes 1, 2, 5 and lengths up to max_len, "
+          "L = 100 of max_len 128, the default max_len 5000; dropout 0.5 and 0.1 in training",
+    slips=(*MODULE_SLIPS, *TABLE_SLIPS), answer=_module_answer)

@@ -70,6 +70,7 @@ from . import anatomy, decoding, gpu, hooks, measuring, standins, twins
 from .contract import Part, NO_DEFAULT, called_as_modules, called_parts, component_result, components_first, contract_defaults, contract_parts, default_of, is_module, one_tensor, replaced_parts_used, submodule_parts
 from .loading import defined_where_loaded, parameter_order
 from .values import Case, every_parameter_learns, gradients, oracle_gradients, sweep
+from .values import AddedTable, added_table_slips, table_defaults, table_dropout, table_forward, table_sizes, table_values
 from .devices import create_there, decoder_on_gpu, fixed_device, left_on_cpu, mixed_devices, module_on_gpu, on_gpu
 from .precision import attention_of, float16_trial_passes, follows_dtype, in_16_bits, in_16_bits_module
 from .state import fresh_instance_agrees, state_dict_round_trip
@@ -124,3 +125,4 @@ __all__ = [
     "train_random",
     "anatomy", "decoding", "gpu", "hooks", "measuring", "standins", "twins", "wiring",
 ]
+__all__ += ["AddedTable", "added_table_slips", "table_defaults", "table_dropout", "table_forward", "table_sizes", "table_values"]

@@ -140,3 +140,162 @@ def every_parameter_learns(check: Check, module: nn.Module, out: torch.Tensor, w
             "never learns.")
         )
     check.ok("every parameter receives a gradient")
+
+
+# --------------------------------------------------------------------------
+# Modules that add a table to x: lesson 03's PositionalEncoding, lesson 09's LearnedPositionalEncoding.
+# (Moved here from the topic module ``positional``: more than one exercise runs them.)
+
+import inspect  # noqa: E402
+import math  # noqa: E402
+
+from .._core import Raised, fmt_shape  # noqa: E402
+from ..slips import Diagnosis  # noqa: E402
+from .dropout import Site, dropout_measured, dropout_set_through, eval_deterministic  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class AddedTable:
+    """A module that adds a table to x: its name, the symbol the messages use (``PE[:L]``), and
+    ``table(check, module, max_len, d_model)``, the float64 table such a module should add."""
+
+    name: str
+    symbol: str
+    table: Callable[[Check, nn.Module, int, int], torch.Tensor]
+
+
+def added_table_slips(name: str, symbol: str) -> tuple[Slip, ...]:
+    """The slips of any module that adds a table, named for ``name``: mutants ``(x, table, *_) -> output``
+    (float64, ``table`` the whole (max_len, d_model) table the module should add)."""
+    return (
+        Slip("x scaled", Diagnosis(
+            f"{name} multiplies x by sqrt(d_model) before adding the table.",
+            f"That scaling belongs to the embedding step of the model (`embedding(tokens) * sqrt(d_model)`), not to "
+            f"this module: here forward is just dropout(x + {symbol})."),
+            lambda x, table, *_: x * math.sqrt(x.shape[2]) + table[:x.shape[1]]),
+        Slip("x unchanged", Diagnosis(f"{name} returns its input unchanged:", "add the table, `x + self.pe[:L]`."),
+             lambda x, table, *_: x),
+    )
+
+
+def table_values(check: Check, module: nn.Module, x: torch.Tensor, table: torch.Tensor, max_len: int,
+                 enc: AddedTable, slips: Sequence[Slip],
+                 replay: Callable[[Slip, torch.Tensor], Any] | None = None) -> None:
+    """x + table[:L] in eval mode; else the first of ``slips`` whose replay (by default ``mutant(x, table)`` in
+    float64; ``replay(slip, x)``) gives the module's output is named."""
+    name, L = enc.name, x.shape[1]
+    out = check.tensor(table_forward(check, module, x, max_len, enc), f"the output of {name}", shape=x.shape)
+    expected = x.double() + table[:L]
+    if not close_enough(out.detach(), expected):
+        got = out.detach().double()
+        slip = matching_slip(slips, lambda s: replay(s, x) if replay else s.replay(None, x.double(), table),
+                             same_tensor(got))
+        if slip is not None:
+            check.fail(slip.says)
+        check.close(out, expected, f"the output of {name} in eval mode", hint=f"Expected x + {enc.symbol}.")
+    check.ok(f"returns x + {enc.symbol} in eval mode (L = {L}, max_len = {max_len})")
+
+
+def table_sizes(check: Check, build: Callable, module: nn.Module, table: torch.Tensor, g: torch.Generator,
+                enc: AddedTable) -> None:
+    """Other batch sizes and lengths on the module that already ran, then lesson 06's lengths and more."""
+    max_len, d_model = table.shape
+    cases = [Case(f"an input of shape {fmt_shape((b, n, d_model))}", torch.randn(b, n, d_model, generator=g))
+             for b, n in ((1, 1), (2, max_len), (5, 3))]
+
+    def fresh(case: Case):
+        again = build().eval()
+        enc.table(check, again, max_len, d_model)
+        return check.attempt(again, case.data)
+
+    sweep(check, cases, lambda case: table_forward(check, module, case.data, max_len, enc),
+          lambda case: case.data.double() + table[: case.data.shape[1]], enc.name,
+          hint="Does forward read B and L from x rather than assuming fixed sizes?", fresh=fresh)
+    check.ok(f"works for batch sizes 1, 2 and 5 and lengths 1, 3 and max_len = {max_len}")
+    long = build(0.0, 10, 128).eval()  # lesson 06's lengths and more, a d_model that is not a power of two
+    long_table = enc.table(check, long, 128, 10)
+    x = torch.randn(2, 100, 10, generator=generator(4))
+    sweep(check, [Case("L = 100 of max_len = 128, d_model = 10", x)],
+          lambda case: table_forward(check, long, case.data, 128, enc),
+          lambda case: case.data.double() + long_table[:100], enc.name,
+          hint="Is the table built for max_len positions, with the module's own d_model?")
+    check.ok("long inputs (L = 100 of max_len = 128) with d_model = 10")
+
+
+def table_dropout(check: Check, build: Callable, max_len: int, d_model: int, g: torch.Generator,
+                  enc: AddedTable) -> None:
+    """Off in eval mode; in training, on the sum x + table[:L] only: at p = 0.5, then at the default 0.1."""
+    name, symbol = enc.name, enc.symbol
+    x = torch.randn(4, 20, d_model, generator=g)
+    dropper = build(0.5)
+    table = enc.table(check, dropper, max_len, d_model)[:20]
+    expected = x.double() + table
+    out = eval_deterministic(check, dropper, lambda m: table_forward(check, m, x, max_len, enc), name, 0.5)
+    check.close(out, expected, "the output with dropout=0.5 in eval mode", hint=f"Expected x + {symbol}: no dropout.")
+    dropper.train()
+
+    def sites(module: nn.Module, inputs: torch.Tensor, reference: torch.Tensor):
+        out = check.tensor(table_forward(check, module, inputs, max_len, enc), "the output in train mode",
+                           shape=inputs.shape)
+        return [Site(f"x + {symbol}", out, reference, {"sentence of the batch": 0, "position": 1, "feature": 2})]
+
+    dropout_measured(check, lambda: sites(dropper, x, expected), 0.5, name,
+                     fix=f"Apply `nn.Dropout(dropout)`, built with the constructor's argument, once, to x + {symbol}.",
+                     not_exact=lambda found: _dropout_misplaced(check, found, x, table, enc))
+    default = build(0.1, 32, 64).train()  # the default rate, on enough entries to measure it
+    default_table = enc.table(check, default, 64, 32)
+    y = torch.rand(8, 64, 32, generator=generator(6)) + max(1.0, -float(default_table.min()))  # x + table > 0
+    dropout_measured(check, lambda: sites(default, y, y.double() + default_table), 0.1, name)
+    dropout_set_through(check, build, ["dropout"], (x,), name, "to x + " + symbol, sublayers=[""])
+
+
+def _dropout_misplaced(check: Check, found: list, x: torch.Tensor, table: torch.Tensor, enc: AddedTable) -> None:
+    """The train-mode output is not a dropout of x + table: name where the dropout is (p = 0.5)."""
+    got = found[0].observed.detach().double()
+    for dropped, kept, place in ((got - table, x.double(), "to x before adding the table"),
+                                 (got - x.double(), table, "to the table alone and then adds x")):
+        zero = dropped.abs() < 1e-5
+        if float(zero.double().mean()) > 0.2 and bool((zero | ((dropped - kept / 0.5).abs() < 1e-4)).all()):
+            check.fail(f"{enc.name} applies dropout {place} (dropped entries are not 0). The paper applies dropout "
+                       f"to the sum: `dropout(x + {enc.symbol})`.")
+    check.fail(f"In train mode the output of {enc.name} is not x + {enc.symbol} with some entries zeroed and the rest "
+               f"scaled by 1 / (1 - p): apply one nn.Dropout, to the sum, `dropout(x + {enc.symbol})`.")
+
+
+def table_defaults(check: Check, cls: type, enc: AddedTable) -> None:
+    """The constructor's defaults are dropout=0.1 and max_len=5000 (parameters 2 and 3)."""
+    try:
+        params = list(inspect.signature(cls).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    if len(params) >= 3:
+        defaults = tuple(param.default for param in params[1:3])
+        if defaults != (0.1, 5000):
+            shown = ", ".join(
+                f"{param.name}={'(none)' if param.default is inspect.Parameter.empty else repr(param.default)}"
+                for param in params[1:3]
+            )
+            check.problem(
+                f"The defaults of {enc.name} should be dropout=0.1 and max_len=5000, as in the exercise, "
+                f"but yours are {shown}.\nDefine it as `def __init__(self, d_model, dropout=0.1, max_len=5000)`."
+            )
+        else:
+            check.ok("the defaults are dropout=0.1, max_len=5000")
+    check.stop_if_problems()
+
+
+def table_forward(check: Check, module: nn.Module, x: torch.Tensor, max_len: int, enc: AddedTable) -> torch.Tensor:
+    """Run forward; name the missing slice when a length below max_len breaks it."""
+    probe = check.attempt(module, x.clone(), what=enc.name)
+    if isinstance(probe, Raised) and not isinstance(probe.exception, NotImplementedError) and x.shape[1] != max_len:
+        full = check.attempt(module, torch.zeros(x.shape[0], max_len, x.shape[2], dtype=x.dtype))
+        if not isinstance(full, Raised):
+            check.fail(
+                f"{enc.name} fails for an input of length {x.shape[1]} but works for length "
+                f"max_len={max_len}: it adds the whole table instead of its first L rows.\n"
+                f"Slice the table to the input's length: `x + self.pe[:x.size(1)]` (for a table of shape "
+                f"(max_len, d_model)); x has shape (B, L, d_model)."
+            )
+    return check.call(module, x, what=enc.name, hint=(
+        f"x has shape (B, L, d_model) = {fmt_shape(x.shape)}: the length is `x.size(1)`, and forward adds the "
+        f"table's first L rows, `self.pe[:x.size(1)]`, which broadcast over the batch."))
