@@ -29,7 +29,6 @@ OVER_THE_LIMIT: set[str] = {
     "checks/layers.py:_check_ffn_values",
     "checks/layers.py:decoder_layer_stages",
     "checks/model.py:_compare_with_oracle",
-    "checks/multi_head.py:_diagnose_value_path",
     "checks/schedule.py:_scheduler_slips",
     "checks/stages/contract.py:_part_problem",
     "checks/vocab.py:_check_decode",

@@ -825,7 +825,7 @@ def _layer_dropout_measured(check: Check, layer: nn.Module, run: Callable, kind:
                       memory: torch.Tensor | None, p: float = 0.5) -> None:
     """Train mode: rate p on each sublayer's output before the residual and inside each attention (on its
     weights), nowhere else (memory untouched), fresh masks, global RNG."""
-    from .multi_head import attention_dropout
+    from .stages import attention_dropout
 
     name, pre = wiring.names[kind], wiring.norm_first
     for sub in _ATTENTIONS[kind]:
