@@ -28,7 +28,6 @@ OVER_THE_LIMIT: set[str] = {
     "checks/cache.py:_departure_cause",
     "checks/layers.py:_check_ffn_values",
     "checks/layers.py:decoder_layer_stages",
-    "checks/model.py:_compare_with_oracle",
     "checks/schedule.py:_scheduler_slips",
     "checks/stages/contract.py:_part_problem",
     "checks/vocab.py:_check_decode",
