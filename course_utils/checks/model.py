@@ -559,17 +559,19 @@ EMBEDDING_SLIPS = (
 SLIPS = FINAL_NORM_SLIPS + EMBEDDING_SLIPS
 
 
-def _named_slip(parts: _Parts, out: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor, real: torch.Tensor,
-                slips=EMBEDDING_SLIPS) -> Slip | None:
-    """The final norm, else the slip of the embeddings (with a final norm anywhere), whose logits are the learner's."""
-    agrees = same_tensor(out, _ATOL, _RTOL)
-    found = matching_slip(FINAL_NORM_SLIPS if slips is EMBEDDING_SLIPS else (), lambda slip: slip.replay(
-        _assembled, parts, src, tgt)[real], agrees)
-    if found is not None:
-        return found
-    options = _final_indices(len(parts.finals))
-    return matching_slip(slips, lambda slip: [slip.replay(_assembled, parts, src, tgt, final=f)[real]
-                                              for f in options], lambda wrongs: any(map(agrees, wrongs)))
+def _with_any_final(parts: _Parts, out: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor, real: torch.Tensor,
+                    slips: tuple) -> Slip | None:
+    """The first of ``slips`` whose logits, with the final norms wherever they may sit, are the learner's."""
+    agrees, options = same_tensor(out, _ATOL, _RTOL), _final_indices(len(parts.finals))
+    return matching_slip(slips, lambda slip: [slip.replay(_assembled, parts, src, tgt, final=f)[real] for f in options],
+                         lambda wrongs: any(map(agrees, wrongs)))
+
+
+def _named_slip(parts: _Parts, out: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor, real: torch.Tensor) -> Slip | None:
+    """A final norm alone, else the slip of the embeddings (with final norms anywhere) whose logits are the learner's."""
+    final = matching_slip(FINAL_NORM_SLIPS, lambda slip: slip.replay(_assembled, parts, src, tgt)[real],
+                          same_tensor(out, _ATOL, _RTOL))
+    return final or _with_any_final(parts, out, src, tgt, real, EMBEDDING_SLIPS)
 
 
 def _positions_on_the_target_only(m: _Model, src: torch.Tensor, tgt: torch.Tensor) -> bool:
@@ -589,7 +591,7 @@ def _positions_on_the_target_only(m: _Model, src: torch.Tensor, tgt: torch.Tenso
     real = tgt != _PAD
     out = m.logits(src, tgt)[real]
     with torch.no_grad():
-        return _named_slip(parts, out, src, tgt, real, slips=(TARGET_POSITIONS_ONLY,)) is not None
+        return _with_any_final(parts, out, src, tgt, real, (TARGET_POSITIONS_ONLY,)) is not None
 
 
 def _twin_stacks(check: Check, layers: dict[str, list], g: torch.Generator) -> dict[str, list]:
