@@ -16,7 +16,10 @@ initialisation (measured spread), sentences of ``max_len`` tokens, ``.double()``
 moving every tensor, no tensor created off the input's device, and dropout
 measured in training. Where the parts can be found, the logits are compared
 with a model assembled from PyTorch's own encoder and decoder layers carrying
-the learner's weights.
+the learner's weights (``_assembled``); its flags are the known slips around the
+stacks (the embeddings' scale, the positions, extra LayerNorms), ``Slip``
+records replayed by the one matcher. The whole check is declared at the bottom,
+``TRANSFORMER``.
 """
 
 from __future__ import annotations

@@ -5,8 +5,11 @@ weights copied into it (its masks say True = *not* allowed, the opposite of
 ours, so they are inverted on the way). Mechanisms are isolated first: with
 W_q set to zero every score is equal, so attention is a plain average over the
 allowed keys, which tests the value path, the head split and merge, W_o and
-the mask without any dependence on the scores. Tables of outputs built with a
-known mistake are used only to name a cause, never to accept.
+the mask without any dependence on the scores. The known slips are ``Slip``
+records: mutants of multi-head attention written out in float64 (``_mha`` and
+its flags), replayed where each shows (equal scores, the scores, cross-attention,
+the masks) only to name a cause, never to accept. The whole check is declared
+at the bottom, ``MULTI_HEAD_ATTENTION``.
 """
 
 from __future__ import annotations
