@@ -27,7 +27,7 @@ from torch import nn
 from . import stages
 from ._core import Check, CheckResult, close_enough, generator
 from .exercise import Exercise
-from .layers import layer_attention_dropout, layer_components, own_norm_problem
+from .layers import layer_components, own_norm_problem
 from .slips import Diagnosis, Slip, matching_slip, same_tensor
 from .stages.wiring import Pieces, Wiring
 
@@ -363,7 +363,7 @@ PRE_LN = Wiring(
                          f"is {_PRE_LN}, and nothing normalises the output." for kind in ("Encoder", "Decoder")},
     slips={"encoder": ENCODER_SLIPS, "decoder": DECODER_SLIPS},
     wrong={"encoder": _pre_ln_encoder, "decoder": _pre_ln_decoder},
-    components=layer_components, attention_dropout=layer_attention_dropout, own_norm=own_norm_problem,
+    components=layer_components, own_norm=own_norm_problem,
     whose="pre-LN", reads="the normalised stream",
     names_why=" (as in lesson 05's layer, whose weights they mirror).",
     read_note=f"in pre-LN each sublayer reads the normalised stream, {_PRE_LN}.",

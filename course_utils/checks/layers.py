@@ -17,7 +17,7 @@ pre-LN layers (:mod:`.ablation`) run the same stages with their own wiring.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -464,13 +464,6 @@ def layer_components() -> dict[str, tuple[Callable, str]]:
     return {"self_attn": attention, "cross_attn": attention, "feed_forward": (check_feed_forward, "FeedForward")}
 
 
-def layer_attention_dropout(*args: Any, **kwargs: Any) -> None:
-    """Lesson 04's measurement of an attention's own dropout, run on each attention sublayer of a layer."""
-    from .multi_head import attention_dropout
-
-    attention_dropout(*args, **kwargs)
-
-
 POST_LN = Wiring(
     norm_first=False, names={"encoder": "EncoderLayer", "decoder": "DecoderLayer"},
     sublayer=_POST_LN, self_attn="self_attn(x, x, x, {mask})",
@@ -482,7 +475,7 @@ POST_LN = Wiring(
                       "memory, src_mask)), out = LayerNorm(y2 + ffn(y2)) (dropout on each sublayer output)."},
     slips={"encoder": ENCODER_SLIPS, "decoder": DECODER_SLIPS},
     wrong={"encoder": _post_ln_encoder, "decoder": _post_ln_decoder},
-    components=layer_components, attention_dropout=layer_attention_dropout, own_norm=own_norm_problem,
+    components=layer_components, own_norm=own_norm_problem,
     whose="paper's", reads="x before the sublayer reads it", names_why=". Lesson 07 copies each LayerNorm by its name.",
     read_note="each sublayer works on the output of the previous one.",
     residual_note="{norm}(y + dropout({sub}(y, ...))) adds back the very tensor the sublayer received.",

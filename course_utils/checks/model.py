@@ -16,12 +16,17 @@ initialisation (measured spread), sentences of ``max_len`` tokens, ``.double()``
 moving every tensor, no tensor created off the input's device, and dropout
 measured in training. Where the parts can be found, the logits are compared
 with a model assembled from PyTorch's own encoder and decoder layers carrying
-the learner's weights.
+the learner's weights (``_assembled``); its flags are the known slips around the
+stacks (the embeddings' scale, the positions, extra LayerNorms), ``Slip``
+records replayed by the one matcher. The whole check is declared at the bottom,
+``TRANSFORMER``.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import math
 from typing import Callable
 
@@ -32,7 +37,9 @@ from torch import nn
 from . import stages
 from .stages import anatomy, twins
 from ._core import Check, CheckResult, Raised, close_enough, fmt_shape, generator, identical
-from .exercise import checked as run_check
+from .. import contracts
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip, same_tensor
 from .stages.measuring import drop_pattern
 from .stages.hooks import Recorder
 
@@ -45,7 +52,7 @@ _ATOL, _RTOL = 1e-4, 1e-4
 
 def check_transformer(Transformer: type[nn.Module]) -> CheckResult:
     """Check ``Transformer(src_vocab_size, tgt_vocab_size, d_model, num_heads, num_layers, d_ff, dropout, max_len, pad_id)``."""
-    return run_check("Transformer", _check_transformer, Transformer)
+    return TRANSFORMER.check(Transformer)
 
 
 def _check_transformer(check: Check, Transformer: type[nn.Module]) -> None:
@@ -295,14 +302,19 @@ def _padding(check: Check, m: _Model, build: Callable, src: torch.Tensor, tgt: t
 def _order(check: Check, m: _Model, src: torch.Tensor, tgt: torch.Tensor, logits: torch.Tensor) -> None:
     swapped = src.clone()
     swapped[:, [1, 4]] = swapped[:, [4, 1]]
-    if close_enough(m.logits(swapped, tgt), logits, atol=1e-6, rtol=_RTOL):
+    source_blind = close_enough(m.logits(swapped, tgt), logits, atol=1e-6, rtol=_RTOL)
+    swapped = tgt.clone()
+    swapped[:, [1, 2]] = swapped[:, [2, 1]]
+    target_blind = close_enough(m.logits(src, swapped)[:, 4], logits[:, 4], atol=1e-6, rtol=_RTOL)
+    if source_blind and _positions_on_the_target_only(m, src, tgt):
+        check.fail(TARGET_POSITIONS_ONLY.says.showing(
+            "Swapping two source words does not change the logits: the encoder cannot see word order."))
+    if source_blind:
         check.fail(
             "Swapping two source words does not change the logits: the encoder cannot see word order.\n"
             "Add the positional encoding to the source embeddings: positional_encoding(embed(src) * sqrt(d_model))."
         )
-    swapped = tgt.clone()
-    swapped[:, [1, 2]] = swapped[:, [2, 1]]
-    if close_enough(m.logits(src, swapped)[:, 4], logits[:, 4], atol=1e-6, rtol=_RTOL):
+    if target_blind:
         check.fail(
             "Swapping two earlier target words does not change the logits at the last position: the decoder "
             "cannot see word order.\nAdd the positional encoding to the target embeddings too."
@@ -417,23 +429,180 @@ def _gradients(check: Check, model: nn.Module, m: _Model, src: torch.Tensor, tgt
 
 
 # --------------------------------------------------------------------------
-# The assembled oracle.
+# The assembled oracle: PyTorch's layers carrying the learner's weights, and the known slips around the stacks.
 
 
-def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Generator) -> None:
-    """Compare the logits with PyTorch's layers carrying the learner's weights, where the parts are found."""
-    parts = _find_parts(model)
-    if isinstance(parts, str):
-        check.ok(f"only the properties above were checked: the parts of your Transformer could not all be "
-                 f"found ({parts}), so its exact values were not compared")
-        return
-    src_emb, tgt_emb, enc_layers, dec_layers, finals, project = parts
-    twins.randomise_norms(anatomy.layer_norms(model, _D_MODEL), g)
+@dataclasses.dataclass
+class _Parts:
+    """The learner's parts, found: embeddings, PyTorch twins of its layers, LayerNorms outside them, the projection."""
 
+    src_emb: nn.Embedding
+    tgt_emb: nn.Embedding
+    encoder: list
+    decoder: list
+    finals: list  # LayerNorms outside the layers, in the order the model registers them
+    project: Callable[[torch.Tensor], torch.Tensor]
+
+
+def _final_indices(count: int) -> list[tuple]:
+    """Where the LayerNorms outside the layers may sit as final norms: (after the encoder, after the decoder)."""
+    return {0: [(None, None)], 1: [(None, None), (0, None), (None, 0)]}.get(count, [(None, None), (0, 1), (1, 0)])
+
+
+def _sinusoids(length: int) -> torch.Tensor:
+    """Lesson 03's table, (length, d_model), in float64."""
+    position = torch.arange(length, dtype=torch.float64)[:, None]
+    angle = position / 10000 ** (torch.arange(0, _D_MODEL, 2, dtype=torch.float64) / _D_MODEL)
+    return torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(length, _D_MODEL)
+
+
+def _assembled(parts: _Parts, src: torch.Tensor, tgt: torch.Tensor, *, scale: float = math.sqrt(_D_MODEL),
+               tgt_scale: float | None = None, scale_after: bool = False, pe: tuple = (True, True),
+               first: tuple = (None, None), final: tuple = (None, None)) -> torch.Tensor:
+    """The logits (B, L_tgt, V) of the paper's model made of the learner's parts, in float64, or with the slip its
+    flags name: the embeddings' scale (both sides, or the target's), the scale applied after the positions, the
+    positions on one side only, a LayerNorm (index into ``parts.finals``) before the first layer or after a stack."""
+    if final not in _final_indices(len(parts.finals)):
+        raise LookupError(f"no final norms at {final} among {len(parts.finals)}")
+    norm = {i: _double_norm(n) for i, n in enumerate(parts.finals)}
+    L_src, L_tgt = src.shape[1], tgt.shape[1]
+    src_keep = (src != _PAD)[:, None, None, :]
+    tgt_keep = (tgt != _PAD)[:, None, None, :] & torch.tril(torch.ones(L_tgt, L_tgt, dtype=torch.bool))
+
+    def embed(emb: nn.Embedding, tokens: torch.Tensor, side: int, factor: float) -> torch.Tensor:
+        e = emb.weight.detach().double()[tokens]
+        t = _sinusoids(tokens.shape[1]) if pe[side] else 0
+        x = (e + t) * factor if scale_after else e * factor + t
+        return x if first[side] is None else norm[first[side]](x)
+
+    h = embed(parts.src_emb, src, 0, scale)
+    for twin in parts.encoder:
+        h = twins.run_twin(twin, h, src_mask=twins.torch_mask(src_keep, _B, _NUM_HEADS, L_src, L_src))
+    h = h if final[0] is None else norm[final[0]](h)
+    y = embed(parts.tgt_emb, tgt, 1, scale if tgt_scale is None else tgt_scale)
+    for twin in parts.decoder:
+        y = twins.run_twin(twin, y, h, tgt_mask=twins.torch_mask(tgt_keep, _B, _NUM_HEADS, L_tgt, L_tgt),
+                           src_mask=twins.torch_mask(src_keep, _B, _NUM_HEADS, L_tgt, L_src))
+    y = y if final[1] is None else norm[final[1]](y)
+    return parts.project(y)
+
+
+_ASSEMBLED = ("Seen by comparing its logits with a model assembled from nn.TransformerEncoderLayer / "
+              "nn.TransformerDecoderLayer carrying your weights: yours have the wrong values, those this mistake gives.")
+
+
+def _final_norm(where: str) -> Diagnosis:
+    return Diagnosis(f"Your Transformer normalises the output of {where}: a final LayerNorm, as nn.Transformer has.",
+                     "The paper's post-LN model has none, since every layer already ends with its own norm, and lesson "
+                     "07's nn.Transformer copy of your model leaves it out (encoder.norm = None). Remove it.")
+
+
+#: a LayerNorm after a stack (tried first, alone): ``final`` holds indices into the LayerNorms outside the layers
+FINAL_NORM_SLIPS = (
+    Slip("final norm after the encoder stack", _final_norm("the encoder stack"), dict(final=(0, None))),
+    Slip("final norm after the decoder stack", _final_norm("the decoder stack"), dict(final=(None, 0))),
+    Slip("final norms after both stacks", _final_norm("the encoder stack and the decoder stack"), dict(final=(0, 1))),
+    Slip("final norms after both stacks, the decoder's registered first",
+         _final_norm("the encoder stack and the decoder stack"), dict(final=(1, 0))),
+)
+
+_ROOT = math.sqrt(_D_MODEL)
+#: the scales embeddings are found multiplied by, and how a learner reads each
+_SCALINGS = {1.0: "not multiplied by sqrt(d_model)", float(_D_MODEL): "multiplied by d_model instead of sqrt(d_model)",
+             1 / _ROOT: "divided by sqrt(d_model) where they should be multiplied by it",
+             math.sqrt(_D_MODEL // _NUM_HEADS): "multiplied by sqrt(d_k), the size of one head, instead of "
+             "sqrt(d_model)"}
+_SCALED = "Scale them first, `embed(tokens) * math.sqrt(d_model)`, then add the positions."
+
+
+def _scaling_slips() -> list[Slip]:
+    both = [Slip(f"embeddings {how}", Diagnosis(
+        f"Your Transformer's embeddings are {how} before the positional encoding is added.", _SCALED), dict(scale=k))
+        for k, how in _SCALINGS.items()]
+    for k, how in _SCALINGS.items():  # one side right, the other not: name the side
+        both += [Slip(f"target embeddings {how}", Diagnosis(
+                     f"Your Transformer's target embeddings are {how}; the source ones are right.",
+                     "`tgt_embed(tgt) * math.sqrt(d_model)` in decode too."), dict(scale=_ROOT, tgt_scale=k)),
+                 Slip(f"source embeddings {how}", Diagnosis(
+                     f"Your Transformer's source embeddings are {how}; the target ones are right.",
+                     "`src_embed(src) * math.sqrt(d_model)` in encode too."), dict(scale=k, tgt_scale=_ROOT))]
+    return both
+
+
+#: the positional encoding added to the target only: the encoder then cannot see word order (named by ``_order``)
+TARGET_POSITIONS_ONLY = Slip("positions on the target only", Diagnosis(
+    "Your Transformer adds the positional encoding to the target embeddings only.",
+    "The source embeddings need it too: `positional_encoding(src_embed(src) * math.sqrt(d_model))`."),
+    dict(pe=(False, True)))
+
+_FIRST_NORM = Diagnosis(
+    "A LayerNorm in your Transformer normalises the embeddings plus positions before the first layer.",
+    "The paper's post-LN model has none there, since every layer ends with its own (a pre-LN model puts its extra "
+    "LayerNorm after the last layer, not before the first): pass PE(embed(tokens) * sqrt(d_model)) to the first "
+    "layer as it is.")
+
+#: how the embeddings enter the stacks (each tried with every place a final norm may sit)
+EMBEDDING_SLIPS = (
+    *_scaling_slips(),
+    Slip("scaled after the positions", Diagnosis(
+        "Your Transformer applies the scaling by sqrt(d_model) after adding the positional encoding.",
+        "Scale the embeddings first, then add the positions."), dict(scale_after=True)),
+    Slip("positions on the source only", Diagnosis(
+        "Your Transformer adds the positional encoding to the source embeddings only.",
+        "The target embeddings need it too: `positional_encoding(tgt_embed(tgt) * math.sqrt(d_model))`."),
+        dict(pe=(True, False))),
+    TARGET_POSITIONS_ONLY,
+    Slip("norm before the first source layer", _FIRST_NORM, dict(first=(0, None))),
+    Slip("norm before the first target layer", _FIRST_NORM, dict(first=(None, 0))),
+    Slip("one norm before both stacks", _FIRST_NORM, dict(first=(0, 0))),
+    Slip("a norm before each stack", _FIRST_NORM, dict(first=(0, 1))),
+    Slip("a norm before each stack, the target's registered first", _FIRST_NORM, dict(first=(1, 0))),
+)
+
+SLIPS = FINAL_NORM_SLIPS + EMBEDDING_SLIPS
+
+
+def _with_any_final(parts: _Parts, out: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor, real: torch.Tensor,
+                    slips: tuple) -> Slip | None:
+    """The first of ``slips`` whose logits, with the final norms wherever they may sit, are the learner's."""
+    agrees, options = same_tensor(out, _ATOL, _RTOL), _final_indices(len(parts.finals))
+    return matching_slip(slips, lambda slip: [slip.replay(_assembled, parts, src, tgt, final=f)[real] for f in options],
+                         lambda wrongs: any(map(agrees, wrongs)))
+
+
+def _named_slip(parts: _Parts, out: torch.Tensor, src: torch.Tensor, tgt: torch.Tensor, real: torch.Tensor) -> Slip | None:
+    """A final norm alone, else the slip of the embeddings (with final norms anywhere) whose logits are the learner's."""
+    final = matching_slip(FINAL_NORM_SLIPS, lambda slip: slip.replay(_assembled, parts, src, tgt)[real],
+                          same_tensor(out, _ATOL, _RTOL))
+    return final or _with_any_final(parts, out, src, tgt, real, EMBEDDING_SLIPS)
+
+
+def _positions_on_the_target_only(m: _Model, src: torch.Tensor, tgt: torch.Tensor) -> bool:
+    """Whether a model blind to the source's word order computes the paper's model with positions on the target
+    only (its parts found, its LayerNorms given trained-looking values first)."""
+    found = _find_parts(m.model)
+    if isinstance(found, str):
+        return False
+    src_emb, tgt_emb, enc_layers, dec_layers, finals, project = found
+    g = generator(9)
+    twins.randomise_norms(anatomy.layer_norms(m.model, _D_MODEL), g)
+    stacks = [[_twin_of(layer, kind, g)[0] for layer in layers] for kind, layers in
+              (("encoder", enc_layers), ("decoder", dec_layers))]
+    if any(twin is None for stack in stacks for twin in stack):
+        return False
+    parts = _Parts(src_emb, tgt_emb, *stacks, finals, project)
+    real = tgt != _PAD
+    out = m.logits(src, tgt)[real]
+    with torch.no_grad():
+        return _with_any_final(parts, out, src, tgt, real, (TARGET_POSITIONS_ONLY,)) is not None
+
+
+def _twin_stacks(check: Check, layers: dict[str, list], g: torch.Generator) -> dict[str, list]:
+    """PyTorch's layer wired like each of the learner's, found by comparing outputs; a layer without one fails."""
     stacks: dict[str, list] = {}
-    for kind, layers in (("encoder", enc_layers), ("decoder", dec_layers)):
+    for kind in ("encoder", "decoder"):
         stacks[kind] = []
-        for layer in layers:
+        for layer in layers[kind]:
             twin, reason = _twin_of(layer, kind, g)
             if twin is None and reason.startswith(" (it is PyTorch"):
                 check.fail(f"The {kind} layers inside your Transformer are not the paper's{reason}.")
@@ -443,58 +612,35 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
                     f"{reason}. Run check_{kind}_layer on your {kind.capitalize()}Layer class first."
                 )
             stacks[kind].append(twin)
+    return stacks
 
+
+def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Generator) -> None:
+    """Compare the logits with PyTorch's layers carrying the learner's weights, where the parts are found."""
+    found = _find_parts(model)
+    if isinstance(found, str):
+        check.ok(f"only the properties above were checked: the parts of your Transformer could not all be "
+                 f"found ({found}), so its exact values were not compared")
+        return
+    src_emb, tgt_emb, enc_layers, dec_layers, finals, project = found
+    twins.randomise_norms(anatomy.layer_norms(model, _D_MODEL), g)
+    stacks = _twin_stacks(check, {"encoder": enc_layers, "decoder": dec_layers}, g)
+    parts = _Parts(src_emb, tgt_emb, stacks["encoder"], stacks["decoder"], finals, project)
     src = _tokens(g, _SRC_VOCAB, (_B, _L_SRC), _PAD)
     tgt = _tokens(g, _TGT_VOCAB, (_B, _L_TGT), _PAD)
     src[0, 1], tgt[0, 2] = 0, 0
     src[1, 5:], tgt[1, 4:] = _PAD, _PAD
     real = tgt != _PAD  # logits at padded target positions are never used: they are not compared
     out = m.logits(src, tgt)[real]
-
-    def oracle(scale: float = math.sqrt(_D_MODEL), final: tuple = (None, None), scale_after: bool = False,
-               pe: tuple = (True, True), tgt_scale: float | None = None, first: tuple = (None, None)) -> torch.Tensor:
-        src_keep = (src != _PAD)[:, None, None, :]
-        tgt_keep = (tgt != _PAD)[:, None, None, :] & torch.tril(torch.ones(_L_TGT, _L_TGT, dtype=torch.bool))
-        position = torch.arange(_MAX_LEN, dtype=torch.float64)[:, None]
-        angle = position / 10000 ** (torch.arange(0, _D_MODEL, 2, dtype=torch.float64) / _D_MODEL)
-        table = torch.stack([angle.sin(), angle.cos()], dim=-1).reshape(_MAX_LEN, _D_MODEL)
-
-        def embed(emb, tokens, with_pe, factor=scale):
-            e = emb.weight.detach().double()[tokens]
-            t = table[: tokens.shape[1]] if with_pe else 0
-            return (e + t) * factor if scale_after else e * factor + t
-
-        h = embed(src_emb, src, pe[0])
-        h = h if first[0] is None else _double_norm(first[0])(h)
-        for twin in stacks["encoder"]:
-            h = twins.run_twin(twin, h, src_mask=twins.torch_mask(src_keep, _B, _NUM_HEADS, _L_SRC, _L_SRC))
-        if final[0] is not None:
-            h = _double_norm(final[0])(h)
-        y = embed(tgt_emb, tgt, pe[1], scale if tgt_scale is None else tgt_scale)
-        y = y if first[1] is None else _double_norm(first[1])(y)
-        for twin in stacks["decoder"]:
-            y = twins.run_twin(twin, y, h, tgt_mask=twins.torch_mask(tgt_keep, _B, _NUM_HEADS, _L_TGT, _L_TGT),
-                              src_mask=twins.torch_mask(src_keep, _B, _NUM_HEADS, _L_TGT, _L_SRC))
-        if final[1] is not None:
-            y = _double_norm(final[1])(y)
-        return project(y)[real]
-
     with torch.no_grad():
-        for option in _final_options(finals):
-            if close_enough(out, oracle(final=option), _ATOL, _RTOL):
-                if any(n is not None for n in option):
-                    check.fail(_final_norm_message("the " + " and the ".join(
-                        kind for kind, n in zip(("encoder", "decoder"), option) if n is not None) + " stack"))
-                check.ok("matches a model assembled from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer "
-                         "carrying your weights (embeddings scaled by sqrt(d_model), sinusoidal positions)")
-                return
-        causes = _oracle_causes() + [(dict(first=(a, b)), _FIRST_NORM) for a in (None, *finals)
-                                     for b in (None, *finals) if (a, b) != (None, None)][:9]
-        for options, cause in causes:
-            for final in _final_options(finals):
-                if close_enough(out, oracle(final=final, **options), _ATOL, _RTOL):
-                    check.fail(f"The logits of your Transformer have the wrong values: {cause}.")
-        expected = oracle()
+        expected = _assembled(parts, src, tgt)[real]
+        if close_enough(out, expected, _ATOL, _RTOL):
+            check.ok("matches a model assembled from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer "
+                     "carrying your weights (embeddings scaled by sqrt(d_model), sinusoidal positions)")
+            return
+        slip = _named_slip(parts, out, src, tgt, real)
+    if slip is not None:
+        check.fail(slip.says.showing(_ASSEMBLED))
     check.close(
         out, expected, "the output of your Transformer (its logits at the real target positions)", atol=_ATOL, rtol=_RTOL,
         hint="Expected: memory = encoder layers(PE(embed(src) * sqrt(d_model)), src_mask); logits = "
@@ -502,50 +648,6 @@ def _compare_with_oracle(check: Check, model: nn.Module, m: _Model, g: torch.Gen
         "sinusoidal table of lesson 03, masks built from pad_id, and the output of the last encoder layer as "
         "the memory of every decoder layer.",
     )
-
-
-def _oracle_causes() -> list[tuple[dict, str]]:
-    """Known mistakes in how the embeddings enter the stacks: (oracle options, cause)."""
-    root = math.sqrt(_D_MODEL)
-    scalings = {1.0: "not multiplied by sqrt(d_model)", float(_D_MODEL): "multiplied by d_model instead of "
-                "sqrt(d_model)", 1 / root: "divided by sqrt(d_model) where they should be multiplied by it",
-                math.sqrt(_D_MODEL // _NUM_HEADS): "multiplied by sqrt(d_k), the size of one head, instead of "
-                "sqrt(d_model)"}
-    causes = [(dict(scale=k), f"the embeddings are {how} before the positional encoding is added: embed(tokens) * "
-               f"math.sqrt(d_model)") for k, how in scalings.items()]
-    for k, how in scalings.items():  # one side right, the other not: name the side
-        causes += [(dict(scale=root, tgt_scale=k), f"the target embeddings are {how}, the source ones are right: "
-                    f"tgt_embed(tgt) * math.sqrt(d_model) in decode too"),
-                   (dict(scale=k, tgt_scale=root), f"the source embeddings are {how}, the target ones are right: "
-                    f"src_embed(src) * math.sqrt(d_model) in encode too")]
-    return causes + [
-        (dict(scale_after=True), "the scaling by sqrt(d_model) is applied after adding the positional encoding; "
-                                 "scale the embeddings first, then add the positions"),
-        (dict(pe=(True, False)), "the positional encoding is added to the source embeddings only: the target "
-                                 "embeddings need it too"),
-        (dict(pe=(False, True)), "the positional encoding is added to the target embeddings only: the source "
-                                 "embeddings need it too"),
-    ]
-
-
-_FIRST_NORM = ("a LayerNorm normalises the embeddings plus positions before the first layer. The paper's post-LN "
-               "model has none there, since every layer ends with its own (a pre-LN model puts its extra LayerNorm "
-               "after the last layer, not before the first): pass PE(embed(tokens) * sqrt(d_model)) to the first "
-               "layer as it is")
-
-
-def _final_norm_message(where: str) -> str:
-    return (f"Your Transformer normalises the output of {where}: a final LayerNorm, as nn.Transformer has. The "
-            f"paper's post-LN model has none, since every layer already ends with its own norm, and lesson 07's "
-            f"nn.Transformer copy of your model leaves it out (encoder.norm = None). Remove it.")
-
-
-def _final_options(finals: list) -> list[tuple]:
-    if not finals:
-        return [(None, None)]
-    if len(finals) == 1:
-        return [(None, None), (finals[0], None), (None, finals[0])]
-    return [(None, None), (finals[0], finals[1]), (finals[1], finals[0])]
 
 
 def _double_norm(norm: nn.Module) -> nn.Module:
@@ -889,7 +991,7 @@ def _nothing_between(check: Check, links: list, pe_rate: float | None = None) ->
                            f"{target} ({round(100 * again.rate)}% of them): an extra dropout. The positional "
                            f"encoding's own dropout is the paper's; apply it once.")
             if _normalised(produced.detach(), received.detach()):
-                check.fail(_final_norm_message(f"{source}, before {target}"))
+                check.fail(_final_norm(f"{source}, before {target}"))
             check.fail(f"In training mode something changes the tensor between {source} and {target} (an extra "
                        f"dropout?): the paper applies dropout only to the embeddings plus positions and inside "
                        f"the layers.")
@@ -927,3 +1029,70 @@ def _model_masks_swapped(check: Check, model: nn.Module, src: torch.Tensor, tgt:
             f"{fmt_shape(fourth.shape)}. DecoderLayer.forward is (x, memory, src_mask, tgt_mask): call "
             f"`layer(x, memory, src_mask, tgt_mask)`.\n\n{out.message}"
         )
+
+
+@functools.cache
+def _course_transformer() -> type[nn.Module]:
+    """The course's own Transformer (solutions/05), loaded with lessons 01 to 04 as later lessons load it."""
+    from ..autograde import solutions_dir
+    from ..notebook import load_exercises
+
+    namespace: dict = {}
+    for lesson in sorted({c.lesson for c in contracts.CONTRACTS.values() if "01" <= c.lesson[:2] <= "05"}):
+        names = [n for c in contracts.CONTRACTS.values() if c.lesson == lesson for n in (*c.loaded_with, c.exercise)]
+        load_exercises(solutions_dir() / f"{lesson}.ipynb", names, namespace=namespace)
+    return namespace["Transformer"]
+
+
+def _as_answer(slip: Slip) -> type[nn.Module]:
+    """The slip made into a learner's Transformer: the course's own, its embeddings and extra LayerNorms as
+    ``_assembled``'s flags put them (for the generated catalogue tests)."""
+    flags = {**dict(scale=_ROOT, tgt_scale=None, scale_after=False, pe=(True, True), first=(None, None),
+                    final=(None, None)), **slip.mutant}
+    count = 1 + max([-1] + [i for i in (*flags["first"], *flags["final"]) if i is not None])
+
+    class SlippedTransformer(_course_transformer()):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.extra_norms = nn.ModuleList(nn.LayerNorm(self.d_model) for _ in range(count))
+
+        def _embedded(self, table: nn.Embedding, tokens: torch.Tensor, side: int) -> torch.Tensor:
+            factor = flags["scale"] if side == 0 or flags["tgt_scale"] is None else flags["tgt_scale"]
+            if flags["scale_after"]:
+                x = self.positional_encoding(table(tokens)) * factor
+            else:
+                x = (self.positional_encoding if flags["pe"][side] else self.positional_encoding.dropout)(
+                    table(tokens) * factor)
+            return self._normed(x, flags["first"][side])
+
+        def _normed(self, x: torch.Tensor, index: int | None) -> torch.Tensor:
+            return x if index is None else self.extra_norms[index](x)
+
+        def encode(self, src):
+            visible = (src != self.pad_id)[:, None, None, :]
+            x = self._embedded(self.src_embed, src, 0)
+            for block in self.encoder_layers:
+                x = block(x, visible)
+            return self._normed(x, flags["final"][0])
+
+        def decode(self, tgt, memory, src):
+            visible, L = (src != self.pad_id)[:, None, None, :], tgt.shape[1]
+            causal = torch.ones(L, L, dtype=torch.bool, device=tgt.device).tril() & (tgt != self.pad_id)[:, None, None, :]
+            y = self._embedded(self.tgt_embed, tgt, 1)
+            for block in self.decoder_layers:
+                y = block(y, memory, visible, causal)
+            return self.generator(self._normed(y, flags["final"][1]))
+
+    return SlippedTransformer
+
+
+TRANSFORMER = Exercise(
+    "Transformer", _check_transformer,
+    oracle="a model assembled from nn.TransformerEncoderLayer / nn.TransformerDecoderLayer carrying the learner's "
+           "weights, with lesson 03's sinusoids and masks from pad_id, in float64; and the properties a translation "
+           "model must have (causality, padding, word order, encode/decode, dropout measured)",
+    cases=f"Transformer({_SRC_VOCAB}, {_TGT_VOCAB}, d_model={_D_MODEL}, num_heads={_NUM_HEADS}, "
+          f"num_layers={_NUM_LAYERS}, d_ff={_D_FF}, max_len={_MAX_LEN}, pad_id={_PAD}); batches of {_B} with source "
+          f"and target of lengths {_L_SRC} and {_L_TGT}, token 0 a real word; sentences of max_len; vocabularies "
+          f"600 and 500 for the initialisation; drawn from the check's seed",
+    slips=SLIPS, answer=_as_answer)

@@ -5,15 +5,17 @@ weights copied into it (its masks say True = *not* allowed, the opposite of
 ours, so they are inverted on the way). Mechanisms are isolated first: with
 W_q set to zero every score is equal, so attention is a plain average over the
 allowed keys, which tests the value path, the head split and merge, W_o and
-the mask without any dependence on the scores. Tables of outputs built with a
-known mistake are used only to name a cause, never to accept.
+the mask without any dependence on the scores. The known slips are ``Slip``
+records: mutants of multi-head attention written out in float64 (``_mha`` and
+its flags), replayed where each shows (equal scores, the scores, cross-attention,
+the masks) only to name a cause, never to accept. The whole check is declared
+at the bottom, ``MULTI_HEAD_ATTENTION``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 from typing import Any
 
 import torch
@@ -21,10 +23,11 @@ from torch import nn
 
 from . import stages
 from ._core import Check, CheckResult, Raised, close_enough, describe, fmt_shape, generator, identical
-from .exercise import checked as run_check
-from .stages.measuring import drop_pattern, dropout_problem
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip, same_tensor
 
 _NAMES = ("W_q", "W_k", "W_v", "W_o")
+_D, _H = 12, 3  # the main instance: d_model, num_heads (d_k = 4 differs from both)
 _LOOSE = {"atol": 1e-4, "rtol": 1e-3}  # for naming a cause: a variant computed another way
 _KEPT = ("Likely cause: keys or values projected in an earlier forward and kept on `self` (a cache), so a new "
          "sentence is attended with an old one's keys. Compute the projections from each call's own query, key "
@@ -34,7 +37,7 @@ _KEPT = ("Likely cause: keys or values projected in an earlier forward and kept 
 
 def check_multi_head_attention(MultiHeadAttention: type[nn.Module]) -> CheckResult:
     """Check the ``MultiHeadAttention(d_model, num_heads, dropout)`` class against nn.MultiheadAttention."""
-    return run_check("MultiHeadAttention", _check_multi_head_attention, MultiHeadAttention)
+    return MULTI_HEAD_ATTENTION.check(MultiHeadAttention)
 
 
 @dataclasses.dataclass
@@ -51,7 +54,7 @@ class _Case:
 
 def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     check.callable_(cls, "MultiHeadAttention", want_class=True)
-    D, H = 12, 3
+    D, H = _D, _H
     B, L, L_k = 2, 5, 7
     g = generator(4)
     module = check.build(cls, D, H)
@@ -63,7 +66,7 @@ def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
     other = torch.randn(B, L, D, generator=g)  # another sentence of the same shape, after x
     stages.fresh_instance_agrees(check, module, lambda: check.build(cls, D, H), (other, other, other),
                                  "MultiHeadAttention", _KEPT)
-    weights = _random_weights(g, D)
+    weights = stages.random_attention_weights(g, D)
     uniform = dict(weights)
     uniform["W_q"] = (torch.zeros(D, D), torch.zeros(D))
     case = _Case(module, H, weights, uniform)
@@ -91,14 +94,6 @@ def _check_multi_head_attention(check: Check, cls: type[nn.Module]) -> None:
 
 # --------------------------------------------------------------------------
 # Weights, the oracle, and the outputs of uniform attention.
-
-
-def _random_weights(g: torch.Generator, d_model: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    scale = 1.5 / math.sqrt(d_model)
-    return {
-        name: (torch.randn(d_model, d_model, generator=g) * scale, torch.randn(d_model, generator=g) * 0.2)
-        for name in _NAMES
-    }
 
 
 def _install(module: nn.Module, weights: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
@@ -270,7 +265,7 @@ def _check_value_path(check: Check, case: _Case, x: torch.Tensor) -> None:
     values = _project(case.wu, "W_v", x)  # (B, L, D)
     expected = _project(case.wu, "W_o", _average(values, _allowed(None, B, L, L)))
     if not close_enough(out, expected):
-        _diagnose_value_path(check, out, case.wu, x, B, L, case.num_heads, D // case.num_heads)
+        _diagnose_value_path(check, out, case.wu, x, case.num_heads)
     check.ok("with equal scores, every position gets W_o(average of the value projections)")
 
 
@@ -300,7 +295,7 @@ def _check_self_attention(check: Check, case: _Case, x: torch.Tensor) -> None:
         )
     check.ok("permuting positions permutes the output; batch elements are independent")
     if not close_enough(out, _oracle(case.w, H, x, x, x)):
-        _diagnose_scores(check, out, case.w, x, H, D // H, D)
+        _diagnose_scores(check, out, case.w, x, H)
     check.ok("self-attention matches nn.MultiheadAttention with the same weights")
 
 
@@ -317,17 +312,9 @@ def _check_cross_attention(check: Check, case: _Case, q: torch.Tensor, k: torch.
     out_u = _run(check, module, q, k, v, shape=(B, L, D), what="the output for cross-attention")
     expected_u = _project(wu, "W_o", _average(_project(wu, "W_v", v), _allowed(None, B, L, L_k)))
     if not close_enough(out_u, expected_u):
-        if close_enough(out_u, _project(wu, "W_o", _average(_project(wu, "W_v", k), _allowed(None, B, L, L_k))), **_LOOSE):
-            check.fail(
-                "In cross-attention your values come from the `key` input instead of the `value` input "
-                "(the two were swapped). forward(query, key, value): K = W_k(key) and V = W_v(value)."
-            )
-        if close_enough(out_u, _project(wu, "W_o", _average(_project(wu, "W_v", q), _allowed(None, B, L, L))), **_LOOSE):
-            check.fail(
-                "In cross-attention your values come from the `query` input: the module attends over the query "
-                "itself (self-attention) whatever key and value it is given. forward(query, key, value): "
-                "Q = W_q(query), K = W_k(key), V = W_v(value)."
-            )
+        slip = _named_slip(CROSS_SLIPS, out_u, wu, case.num_heads, q, k, v)
+        if slip is not None:
+            check.fail(slip.says.showing(f"Seen with L_q={L}, L_k={L_k} and all scores equal (W_q set to zero)."))
         check.close(out_u, expected_u, "the output for cross-attention with equal scores (W_q set to zero)",
                     hint="Each query should average W_v(value) over the keys, then apply W_o.")
     _install(module, case.weights)
@@ -362,7 +349,7 @@ def _check_other_size(check: Check, cls, g: torch.Generator) -> None:
     other = check.build(cls, D2, H2, 0.5)
     _check_structure(check, other, D2, H2)
     other.eval()
-    w2 = _install(other, _random_weights(g, D2))
+    w2 = _install(other, stages.random_attention_weights(g, D2))
     x2 = torch.randn(3, 6, D2, generator=g)
     mask2 = torch.ones(3, 1, 1, 6, dtype=torch.bool)
     mask2[0, ..., 4:] = False
@@ -407,173 +394,216 @@ def _check_divisibility(check: Check, cls) -> None:
         )
 
 
-def _diagnose_value_path(check: Check, out, wu, x, B, L, H, d_k) -> None:
-    """With equal scores the output is known exactly; name the mistake that explains what we got."""
-    D = H * d_k
-    values = _project(wu, "W_v", x)  # (B, L, D)
-    W_o = lambda t: _project(wu, "W_o", t)  # noqa: E731
-    mean_over_keys = values.mean(1, keepdim=True).expand(B, L, D)
-    per_head_mean = values.view(B, L, H, d_k).mean(1)  # (B, H, d_k): each head's average over positions
-    heads_axis = values.view(B, L, H, d_k).mean(2, keepdim=True).expand(B, L, H, d_k)
-    no_transpose = values.reshape(B, H, L, d_k).mean(2, keepdim=True).expand(B, H, L, d_k)
-    merged = per_head_mean[:, :, None, :].expand(B, H, L, d_k)
-    candidates = [
-        (
-            x.double() + W_o(mean_over_keys),
-            "your output is the attention output *plus the query*: a residual connection is added inside "
-            "MultiHeadAttention. The residual (and the LayerNorm) belong to the encoder/decoder layer; here "
-            "return just `self.W_o(...)` of the merged heads.",
-        ),
-        (
-            mean_over_keys,
-            "your output equals the merged heads *before* the output projection: W_o is never applied. "
-            "After concatenating the heads back to (B, L_q, d_model), return `self.W_o(...)` of it.",
-        ),
-        (
-            W_o(_project(wu, "W_k", x).mean(1, keepdim=True).expand(B, L, D)),
-            "your values are projected with W_k (and the keys with W_v): the K and V projections are swapped. "
-            "K = W_k(key), V = W_v(value).",
-        ),
-        (
-            W_o(heads_axis.reshape(B, L, D)),
-            "the heads attend to each other instead of to the positions: after `view(B, L, num_heads, d_k)` "
-            "the heads must be moved in front of the positions with `.transpose(1, 2)`, so that attention "
-            "runs over an axis of length L for each (batch, head).",
-        ),
-        (
-            W_o(heads_axis.transpose(1, 2).reshape(B, L, D)),
-            "the heads attend to each other instead of to the positions: after `view(B, L, num_heads, d_k)` "
-            "the heads must be moved in front of the positions with `.transpose(1, 2)`.",
-        ),
-        (
-            W_o(no_transpose.reshape(B, L, D)),
-            "the heads are split with `view(B, num_heads, L, d_k)` directly, which cuts the memory in the wrong "
-            "places: each head's rows mix features of several positions. Split with "
-            "`view(B, L, num_heads, d_k).transpose(1, 2)` and merge back with `.transpose(1, 2)` then a reshape.",
-        ),
-        (
-            W_o(no_transpose.transpose(1, 2).reshape(B, L, D)),
-            "the heads are split with `view(B, num_heads, L, d_k)` directly, so each head's rows mix features "
-            "of several positions. Split with `view(B, L, num_heads, d_k).transpose(1, 2)`.",
-        ),
-        (
-            W_o(merged.reshape(B, L, D)),
-            "the heads are merged in the wrong order: the attention output has shape (B, num_heads, L, d_k), "
-            "and a `view(B, L, d_model)` straight away mixes positions. Transpose back first: "
-            "`out.transpose(1, 2).contiguous().view(B, L, d_model)`.",
-        ),
-        (
-            W_o(merged.permute(0, 2, 3, 1).reshape(B, L, D)),
-            "the heads are concatenated in the wrong order: head h's d_k features should sit in columns "
-            "h * d_k to (h + 1) * d_k, which is what `out.transpose(1, 2).reshape(B, L, d_model)` gives from "
-            "(B, num_heads, L, d_k). Yours interleaves the heads' features.",
-        ),
-    ]
-    unturned = lambda name, t: t.double() @ wu[name][0] + wu[name][1]  # noqa: E731  x @ W.weight, no transpose
-    turn = ("`{0}.weight` is used without its transpose: nn.Linear computes x @ W^T + b, so a product written by "
-            "hand is `x @ self.{0}.weight.T + self.{0}.bias`, or simply call `self.{0}(x)`.")
-    candidates += [
-        (W_o(unturned("W_v", x).mean(1, keepdim=True).expand(B, L, D)), turn.format("W_v")),
-        (unturned("W_o", mean_over_keys), turn.format("W_o")),
-        (unturned("W_o", unturned("W_v", x).mean(1, keepdim=True).expand(B, L, D)),
-         turn.format("W_v") + " The same goes for W_o (and W_q, W_k)."),
-    ]
-    for wrong, message in candidates:
-        if close_enough(out, wrong, **_LOOSE):
-            check.fail(
-                "With all scores equal (W_q set to zero), every query should get W_o(average of the value "
-                f"projections over the keys), but your output is something else.\nLikely cause: {message}"
-            )
-    check.close(
-        out,
-        W_o(mean_over_keys),
-        "the output for self-attention with equal scores (W_q set to zero)",
-                hint="With all scores equal each query averages the values, so the output should be "
-        "W_o(average over positions of W_v(x)), the same at every position. Check the value projection, how "
-        "the heads are split and merged, and W_o.",
-    )
+# --------------------------------------------------------------------------
+# The known slips: mutants of multi-head attention, written out in float64, each replayed where it shows.
 
 
-def _diagnose_scores(check: Check, out, w, x, H, d_k, D) -> None:
+def _split(t: torch.Tensor, H: int, how: str) -> torch.Tensor:
+    """(B, L, D) cut into heads: the paper's way, (B, H, L, d_k), or as a known slip cuts it."""
+    B, L, D = t.shape
+    return {"heads": lambda: t.reshape(B, L, H, D // H).transpose(1, 2),
+            "no transpose": lambda: t.reshape(B, L, H, D // H),  # attention then runs over the heads
+            "bare view": lambda: t.reshape(B, H, L, D // H),  # each head's rows mix positions
+            "interleaved": lambda: t.reshape(B, L, D // H, H).permute(0, 3, 1, 2)}[how]()
+
+
+def _merge(out: torch.Tensor, B: int, L_q: int, D: int, how: str) -> torch.Tensor:
+    """The heads put back side by side, (B, L_q, D): the paper's way, or as a known slip does it."""
+    return {"transpose": lambda: out.transpose(1, 2).reshape(B, L_q, D),
+            "plain": lambda: out.reshape(B, L_q, D),
+            "interleaved": lambda: out.permute(0, 2, 3, 1).reshape(B, L_q, D)}[how]()
+
+
+def _mha(w: dict, H: int, query, key, value, mask=None, *, split: str = "heads", merge: str = "transpose",
+         scale: str = "d_k", heads: int | None = None, swap: tuple = (), untransposed: tuple = (),
+         wo_first: bool = False, output: bool = True, residual: bool = False) -> torch.Tensor:
+    """Multi-head attention in float64 with the weights ``w`` (nn.MultiheadAttention's arithmetic), or with the
+    known slip its flags name: how the heads are split and merged, the scale of the scores, the number of heads,
+    two projections swapped or used without their transpose, W_o applied first or never, the query added back."""
+    H, w = heads or H, dict(w)
+    if swap:
+        w[swap[0]], w[swap[1]] = w[swap[1]], w[swap[0]]
+
+    def project(name: str, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = w[name]
+        return x.double() @ (weight if name in untransposed else weight.T) + bias
+
+    (B, L_q, D), d_k = query.shape, query.shape[-1] // H
+    q, k, v = project("W_q", query), project("W_k", key), project("W_v", value)
+    if wo_first:
+        v, output = project("W_o", v), False
+    q, k, v = (_split(t, H, split) for t in (q, k, v))
+    factor = {"d_k": d_k ** -0.5, "d_model": D ** -0.5, "none": 1.0, "twice": 1.0 / d_k}[scale]
+    scores = q @ k.transpose(-2, -1) * factor
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    out = _merge(scores.softmax(-1) @ v, B, L_q, D, merge)
+    out = project("W_o", out) if output else out
+    return out + query.double() if residual else out
+
+
+def _turn(name: str, also: str = "") -> Diagnosis:
+    return Diagnosis(f"`{name}.weight` is used without its transpose{also}: nn.Linear computes x @ W^T + b.",
+                     f"A product written by hand is `x @ self.{name}.weight.T + self.{name}.bias`, or simply call "
+                     f"`self.{name}(x)`." + (" The same goes for W_o (and W_q, W_k)." if also else ""))
+
+
+#: slips of the value path, the head split and merge and W_o: seen with all scores equal (W_q set to zero)
+VALUE_PATH_SLIPS = (
+    Slip("residual inside", Diagnosis(
+        "Your output is the attention output *plus the query*: a residual connection is added inside "
+        "MultiHeadAttention.", "The residual (and the LayerNorm) belong to the encoder/decoder layer; here return "
+        "just `self.W_o(...)` of the merged heads."), dict(residual=True)),
+    Slip("no output projection", Diagnosis(
+        "Your output equals the merged heads *before* the output projection: W_o is never applied.",
+        "After concatenating the heads back to (B, L_q, d_model), return `self.W_o(...)` of it."), dict(output=False)),
+    Slip("K and V projections swapped", Diagnosis(
+        "Your values are projected with W_k (and the keys with W_v): the K and V projections are swapped.",
+        "K = W_k(key), V = W_v(value)."), dict(swap=("W_k", "W_v"))),
+    Slip("heads attend to heads", Diagnosis(
+        "In your MultiHeadAttention the heads attend to each other instead of to the positions.",
+        "After `view(B, L, num_heads, d_k)` the heads must be moved in front of the positions with "
+        "`.transpose(1, 2)`, so that attention runs over an axis of length L for each (batch, head)."),
+        dict(split="no transpose", merge="plain")),
+    Slip("heads attend to heads, merged with a transpose", Diagnosis(
+        "In your MultiHeadAttention the heads attend to each other instead of to the positions (the split has no "
+        "transpose, the merge has one).", "After `view(B, L, num_heads, d_k)` the heads must be moved in front of "
+        "the positions with `.transpose(1, 2)`."), dict(split="no transpose")),
+    Slip("split with a bare view", Diagnosis(
+        "The heads are split with `view(B, num_heads, L, d_k)` directly, which cuts the memory in the wrong places: "
+        "each head's rows mix features of several positions.", "Split with `view(B, L, num_heads, d_k).transpose(1, "
+        "2)` and merge back with `.transpose(1, 2)` then a reshape."), dict(split="bare view", merge="plain")),
+    Slip("split with a bare view, merged with a transpose", Diagnosis(
+        "The heads are split with `view(B, num_heads, L, d_k)` directly, so each head's rows mix features of "
+        "several positions.", "Split with `view(B, L, num_heads, d_k).transpose(1, 2)`."), dict(split="bare view")),
+    Slip("merged without a transpose", Diagnosis(
+        "The heads are merged in the wrong order: the attention output has shape (B, num_heads, L, d_k), and a "
+        "`view(B, L, d_model)` straight away mixes positions.",
+        "Transpose back first: `out.transpose(1, 2).contiguous().view(B, L, d_model)`."), dict(merge="plain")),
+    Slip("heads concatenated interleaved", Diagnosis(
+        "The heads are concatenated in the wrong order: head h's d_k features should sit in columns h * d_k to "
+        "(h + 1) * d_k, and yours interleaves the heads' features.", "`out.transpose(1, 2).reshape(B, L, d_model)` "
+        "puts them there from (B, num_heads, L, d_k)."), dict(merge="interleaved")),
+    Slip("W_v without its transpose", _turn("W_v"), dict(untransposed=("W_v",))),
+    Slip("W_o without its transpose", _turn("W_o"), dict(untransposed=("W_o",))),
+    Slip("every projection without its transpose", _turn("W_v", ", and so is `W_o.weight`"),
+         dict(untransposed=_NAMES)),
+)
+
+#: slips of the scores: invisible with equal scores, seen with the weights installed
+SCORE_SLIPS = (
+    Slip("W_o applied first", Diagnosis(
+        "W_o is applied to the values before the heads are split (W_o(W_v(value))), not to the merged heads.",
+        "The output projection comes last: split, attend per head, merge the heads back to (B, L_q, d_model), then "
+        "`self.W_o(...)`."), dict(wo_first=True)),
+    Slip("interleaved heads", Diagnosis(
+        "Each head takes every num_heads-th feature (an interleaved split such as `view(B, L, d_k, num_heads)`) "
+        "instead of a block of d_k consecutive features.", "Head h owns features h * d_k to (h + 1) * d_k, as in "
+        "nn.MultiheadAttention: split with `view(B, L, num_heads, d_k).transpose(1, 2)` and merge back the same "
+        "way."), dict(split="interleaved", merge="interleaved")),
+    *(Slip(f"{h} heads", Diagnosis(
+        f"Your module splits d_model={_D} into {h} heads of size {_D // h}, but it was built with num_heads={_H} "
+        f"(d_k = {_D // _H}).", "Use the num_heads given to __init__ (store it as an attribute) rather than a fixed "
+        "number."), dict(heads=h)) for h in range(1, _D + 1) if _D % h == 0 and h != _H),
+    Slip("scaled by sqrt(d_model)", Diagnosis(
+        f"The scores are divided by sqrt(d_model) = sqrt({_D}) instead of sqrt(d_k) = sqrt({_D // _H}).",
+        "Each head compares vectors of size d_k = d_model // num_heads, so the scale is 1 / sqrt(d_k)."),
+        dict(scale="d_model")),
+    Slip("not scaled", Diagnosis(
+        "The scores are not scaled.", "Divide Q K^T by sqrt(d_k) (your scaled_dot_product_attention does this if you "
+        "pass it the per-head tensors)."), dict(scale="none")),
+    Slip("scaled twice", Diagnosis(
+        "The scores are scaled twice by 1 / sqrt(d_k).", "Your scaled_dot_product_attention already scales, so do "
+        "not scale Q (or the scores) again in MultiHeadAttention."), dict(scale="twice")),
+    Slip("Q and K projections swapped", Diagnosis(
+        "The Q and K projections are swapped.", "Q = W_q(query) and K = W_k(key)."), dict(swap=("W_q", "W_k"))),
+)
+
+
+def _self_attention_only(w: dict, H: int, query, key, value, mask=None) -> torch.Tensor:
+    """Attends over the query whatever key and value it is given (a mask of the query's length kept)."""
+    fits = mask is not None and mask.shape[-1] == query.shape[1]
+    return _mha(w, H, query, query, query, mask if fits else None)
+
+
+#: slips of cross-attention (L_q != L_k, key and value different tensors), seen with equal scores
+CROSS_SLIPS = (
+    Slip("values from the key input", Diagnosis(
+        "In cross-attention your values come from the `key` input instead of the `value` input (the two were "
+        "swapped).", "forward(query, key, value): K = W_k(key) and V = W_v(value)."),
+        lambda w, H, q, k, v, mask=None: _mha(w, H, q, v, k, mask)),
+    Slip("self-attention only", Diagnosis(
+        "In cross-attention your values come from the `query` input: the module attends over the query itself "
+        "(self-attention) whatever key and value it is given.",
+        "forward(query, key, value): Q = W_q(query), K = W_k(key), V = W_v(value)."), _self_attention_only),
+)
+
+#: slips of the mask, seen with equal scores
+MASK_SLIPS = (
+    Slip("mask ignored", Diagnosis(
+        "Your MultiHeadAttention attends to every key, as if there were no mask: the mask never reaches the "
+        "attention.", "Pass it on: `scaled_dot_product_attention(Q, K, V, mask)` (its head axis of size 1 "
+        "broadcasts over the heads)."), lambda w, H, q, k, v, mask=None: _mha(w, H, q, k, v)),
+    Slip("mask inverted", Diagnosis(
+        "Your MultiHeadAttention attends exactly to the keys the mask hides: the mask's polarity is inverted.",
+        "True means 'may attend', so hide the positions where the mask is False (`scores.masked_fill(~mask, "
+        "float('-inf'))` or `mask == 0`), and do not invert the mask before passing it on."),
+        lambda w, H, q, k, v, mask=None: _mha(w, H, q, k, v, None if mask is None else ~mask)),
+)
+
+SLIPS = VALUE_PATH_SLIPS + SCORE_SLIPS + CROSS_SLIPS + MASK_SLIPS
+
+
+def _named_slip(slips, out: torch.Tensor, w: dict, H: int, *inputs: torch.Tensor) -> Slip | None:
+    """The first of ``slips`` whose replay on these inputs, with the weights ``w``, is what the learner's module gave."""
+    return matching_slip(slips, lambda slip: slip.replay(_mha, w, H, *inputs), same_tensor(out, **_LOOSE))
+
+
+def _as_answer(slip: Slip) -> type[nn.Module]:
+    """The slip made into a learner's MultiHeadAttention class (for the generated catalogue tests)."""
+    class SlippedAttention(nn.Module):
+        def __init__(self, d_model: int, num_heads: int, dropout: float = 0.0):
+            super().__init__()
+            if d_model % num_heads:
+                raise ValueError("num_heads does not divide d_model")
+            self.num_heads, self.d_k = num_heads, d_model // num_heads
+            self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(d_model, d_model) for _ in _NAMES)
+            self.dropout = nn.Dropout(p=dropout)
+
+        def forward(self, query, key, value, mask=None):
+            w = {name: (getattr(self, name).weight.double(), getattr(self, name).bias.double()) for name in _NAMES}
+            self.attention_weights = stages.attention_weights_oracle(w, self.num_heads, query, key, mask).float()
+            return slip.replay(_mha, w, self.num_heads, query, key, value, mask).to(query.dtype)
+
+    return SlippedAttention
+
+
+_EQUAL_SCORES = ("Seen with all scores equal (W_q set to zero), where every query should get W_o(average of the value "
+                 "projections over the keys).")
+_SCORES = ("Seen with the same weights as nn.MultiheadAttention: your output differs from its output, yet is right "
+           "when all scores are equal (so the value path works).")
+
+
+def _diagnose_value_path(check: Check, out, wu, x, H) -> None:
+    """With equal scores the output is known exactly; name the slip that explains what we got."""
+    slip = _named_slip(VALUE_PATH_SLIPS, out, wu, H, x, x, x)
+    if slip is not None:
+        check.fail(slip.says.showing(_EQUAL_SCORES))
+    check.close(out, _mha(wu, H, x, x, x), "the output for self-attention with equal scores (W_q set to zero)",
+                hint="With all scores equal each query averages the values, so the output should be W_o(average over "
+                "positions of W_v(x)), the same at every position. Check the value projection, how the heads are "
+                "split and merged, and W_o.")
+
+
+def _diagnose_scores(check: Check, out, w, x, H) -> None:
     """The value path is right but the values are not: name the likely mistake in the scores."""
-
-    def variant(q_factor: float = 1.0, swap_qk: bool = False) -> torch.Tensor:
-        changed = dict(w)
-        if swap_qk:
-            changed["W_q"], changed["W_k"] = w["W_k"], w["W_q"]
-        wq, bq = changed["W_q"]
-        changed["W_q"] = (wq * q_factor, bq * q_factor)
-        return _oracle(changed, H, x, x, x)
-
-    wo_first = dict(w)
-    wo_first["W_v"] = (w["W_o"][0] @ w["W_v"][0], w["W_o"][0] @ w["W_v"][1] + w["W_o"][1])
-    wo_first["W_o"] = (torch.eye(D, dtype=torch.float64), torch.zeros(D, dtype=torch.float64))
-    candidates = [
-        (
-            _oracle(wo_first, H, x, x, x),
-            "W_o is applied to the values before the heads are split (W_o(W_v(value))), not to the merged "
-            "heads. The output projection comes last: split, attend per head, merge the heads back to "
-            "(B, L_q, d_model), then `self.W_o(...)`.",
-        ),
-    ]
-    # Heads cut as interleaved features (head h = features h, h + H, ...) in both the split and the merge.
-    perm = torch.arange(D).reshape(d_k, H).T.reshape(-1)  # position h * d_k + j holds feature j * H + h
-    interleaved = {name: (w[name][0][perm], w[name][1][perm]) for name in ("W_q", "W_k", "W_v")}
-    interleaved["W_o"] = (w["W_o"][0][:, perm], w["W_o"][1])
-    candidates.append(
-        (
-            _oracle(interleaved, H, x, x, x),
-            "each head takes every num_heads-th feature (an interleaved split such as "
-            "`view(B, L, d_k, num_heads)`) instead of a block of d_k consecutive features. Head h owns features "
-            "h * d_k to (h + 1) * d_k, as in nn.MultiheadAttention: split with "
-            "`view(B, L, num_heads, d_k).transpose(1, 2)` and merge back the same way.",
-        )
-    )
-    candidates += [
-        (
-            _oracle(w, h, x, x, x),
-            f"your module splits d_model={D} into {h} heads of size {D // h}, but it was built with "
-            f"num_heads={H} (d_k = {d_k}). Use the num_heads given to __init__ (store it as an attribute) rather "
-            f"than a fixed number.",
-        )
-        for h in range(1, D + 1)
-        if D % h == 0 and h != H
-    ]
-    candidates += [
-        (
-            variant(math.sqrt(d_k) / math.sqrt(D)),
-            f"the scores are divided by sqrt(d_model) = sqrt({D}) instead of sqrt(d_k) = sqrt({d_k}). Each "
-            f"head compares vectors of size d_k = d_model // num_heads, so the scale is 1 / sqrt(d_k).",
-        ),
-        (
-            variant(math.sqrt(d_k)),
-            "the scores are not scaled: divide Q K^T by sqrt(d_k) (your scaled_dot_product_attention "
-            "does this if you pass it the per-head tensors).",
-        ),
-        (
-            variant(1.0 / math.sqrt(d_k)),
-            "the scores are scaled twice by 1 / sqrt(d_k): your scaled_dot_product_attention already scales, "
-            "so do not scale Q (or the scores) again in MultiHeadAttention.",
-        ),
-        (
-            variant(swap_qk=True),
-            "the Q and K projections are swapped: Q = W_q(query) and K = W_k(key).",
-        ),
-    ]
-    for wrong, message in candidates:
-        if close_enough(out, wrong, **_LOOSE):
-            check.fail(
-                f"Your output differs from nn.MultiheadAttention's with the same weights (it is right when all "
-                f"scores are equal, so the value path works).\nLikely cause: {message}"
-            )
-    check.close(
-        out,
-        _oracle(w, H, x, x, x),
-        "the output for self-attention",
+    slip = _named_slip(SCORE_SLIPS, out, w, H, x, x, x)
+    if slip is not None:
+        check.fail(slip.says.showing(_SCORES))
+    check.close(out, _oracle(w, H, x, x, x), "the output for self-attention",
                 hint="With equal scores your output is right, so the difference is in the scores: Q = W_q(query) and "
-        "K = W_k(key) split into heads like V, and scores Q K^T / sqrt(d_k) per head. (If "
-        "check_scaled_dot_product_attention does not pass yet, fix that first.)",
-    )
+                "K = W_k(key) split into heads like V, and scores Q K^T / sqrt(d_k) per head. (If "
+                "check_scaled_dot_product_attention does not pass yet, fix that first.)")
 
 
 def _check_mask(check: Check, module, weights, uniform_weights, w, wu, q, k, v, mask, kind: str, H: int) -> None:
@@ -587,19 +617,9 @@ def _check_mask(check: Check, module, weights, uniform_weights, w, wu, q, k, v, 
     values = _project(wu, "W_v", v)
     expected = _project(wu, "W_o", _average(values, allowed))
     if not close_enough(out, expected):
-        if close_enough(out, _project(wu, "W_o", _average(values, _allowed(None, B, L, L_k))), **_LOOSE):
-            check.fail(
-                f"With a {kind}, your MultiHeadAttention attends to every key, as if there were no mask: the "
-                f"mask never reaches the attention. Pass it on: `scaled_dot_product_attention(Q, K, V, mask)` "
-                f"(its head axis of size 1 broadcasts over the heads)."
-            )
-        if close_enough(out, _project(wu, "W_o", _average(values, ~allowed)), **_LOOSE):
-            check.fail(
-                f"With a {kind}, your MultiHeadAttention attends exactly to the keys the mask hides: the mask's "
-                f"polarity is inverted. True means 'may attend', so hide the positions where the mask is False "
-                f"(`scores.masked_fill(~mask, float('-inf'))` or `mask == 0`), and do not invert the mask before "
-                f"passing it on."
-            )
+        slip = _named_slip(MASK_SLIPS, out, wu, H, q, k, v, mask)
+        if slip is not None:
+            check.fail(slip.says.showing(f"Seen with a {kind} and all scores equal (W_q set to zero)."))
         check.close(
             out, expected, f"the output with a {kind} and equal scores (W_q set to zero)",
             hint="Each query should average W_v(value) over the keys its mask row allows. Does the mask reach "
@@ -679,22 +699,6 @@ def _check_head_attributes(check: Check, module: nn.Module, d_model: int, num_he
         check.ok(f"stores num_heads and d_k = d_model // num_heads (d_model={d_model}, num_heads={num_heads})")
 
 
-def _oracle_weights(weights: dict, num_heads: int, query, key, mask=None) -> torch.Tensor:
-    """Per-head attention weights (B, H, L_q, L_k) of nn.MultiheadAttention with the given weights."""
-    d_model = query.shape[-1]
-    mha = nn.MultiheadAttention(d_model, num_heads, batch_first=True, dtype=torch.float64)
-    with torch.no_grad():
-        mha.in_proj_weight.copy_(torch.cat([weights[n][0] for n in ("W_q", "W_k", "W_v")]))
-        mha.in_proj_bias.copy_(torch.cat([weights[n][1] for n in ("W_q", "W_k", "W_v")]))
-        kwargs: dict[str, Any] = {}
-        if mask is not None:
-            full = mask[:, 0].expand(query.shape[0], query.shape[1], key.shape[1])
-            kwargs["attn_mask"] = (~full).repeat_interleave(num_heads, dim=0)
-        _, attn = mha.eval()(query.double(), key.double(), key.double(), need_weights=True,
-                             average_attn_weights=False, **kwargs)
-    return attn
-
-
 def _check_attention_weights(check: Check, module, w, H, q, k, v, mask, previous, what: str) -> torch.Tensor:
     """After a call, ``attention_weights`` holds that call's weights, (B, num_heads, L_q, L_k)."""
     B, L_q, L_k = q.shape[0], q.shape[1], k.shape[1]
@@ -705,7 +709,7 @@ def _check_attention_weights(check: Check, module, w, H, q, k, v, mask, previous
     stored = getattr(module, "attention_weights", None)
     shape = (B, H, L_q, L_k)
     intro = f"After a call with {what}, your MultiHeadAttention's `attention_weights`"
-    expected = _oracle_weights(w, H, q, k, mask)
+    expected = stages.attention_weights_oracle(w, H, q, k, mask)
     if (isinstance(stored, torch.Tensor) and isinstance(before, torch.Tensor) and identical(stored.detach(), before)
             and not close_enough(stored, expected)):
         check.fail(f"{intro} still holds the weights of an earlier call: set `self.attention_weights = weights` "
@@ -738,7 +742,7 @@ def _check_sizes(check: Check, cls, g: torch.Generator) -> None:
         module = check.build(cls, D, H)
         _check_head_attributes(check, module, D, H, record=False)
         module.eval()
-        w = _install(module, _random_weights(g, D))
+        w = _install(module, stages.random_attention_weights(g, D))
         q, kv = torch.randn(B, L, D, generator=g), torch.randn(B, L_k, D, generator=g)
         mask = torch.ones(B, 1, 1, L_k, dtype=torch.bool)
         mask[0, ..., L_k - 3:] = False
@@ -759,40 +763,24 @@ def _check_sizes(check: Check, cls, g: torch.Generator) -> None:
              "of one sentence")
 
 
-def _designed_values(B: int, L_k: int, D: int, H: int) -> torch.Tensor:
-    """Values whose projection (W_v = identity) gives head h, key k the vector e_k + e_{L_k}: the output reads the weights."""
-    d_k = D // H
-    v = torch.zeros(B, L_k, H, d_k)
-    v[:, torch.arange(L_k), :, torch.arange(L_k)] = 1.0
-    v[..., L_k] = 1.0
-    return v.reshape(B, L_k, D)
-
-
-def _read_weights(out: torch.Tensor, L_k: int, H: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """From an output computed with the designed values: (weights (B, H, L_q, L_k), their row sums, the rest)."""
-    B, L_q, D = out.shape
-    heads = out.detach().double().reshape(B, L_q, H, D // H).transpose(1, 2)  # (B, H, L_q, d_k)
-    return heads[..., :L_k], heads[..., L_k], heads[..., L_k + 1:]
-
-
 def _check_dropout(check: Check, cls, g: torch.Generator) -> None:
     """Train mode: dropout with rate p on the attention weights only, fresh on every call, from the global RNG."""
     D, H, B, L_q, L_k, p = 20, 2, 4, 8, 8, 0.5
     module = check.build(cls, D, H, p)
-    weights = _random_weights(g, D)
+    weights = stages.random_attention_weights(g, D)
     identity = (torch.eye(D), torch.zeros(D))
     weights["W_q"] = (weights["W_q"][0] * 0.5, weights["W_q"][1])
     weights["W_v"], weights["W_o"] = identity, identity
     w = _install(module, weights)
     q, k = torch.randn(B, L_q, D, generator=g), torch.randn(B, L_k, D, generator=g)
-    v = _designed_values(B, L_k, D, H)
-    reference = _oracle_weights(w, H, q, k)  # (B, H, L_q, L_k) without dropout
+    v = stages.designed_values(B, L_k, D, H)
+    reference = stages.attention_weights_oracle(w, H, q, k)  # (B, H, L_q, L_k) without dropout
     module.train()
 
     def sites() -> list[stages.Site]:
         out = _run(check, module, q, k, v, shape=(B, L_q, D), what=f"the output in training mode (dropout={p})")
-        dropped, sums, rest = _read_weights(out, L_k, H)
-        if not (close_enough(sums, dropped.sum(-1), **_LOOSE) and close_enough(rest, torch.zeros_like(rest), **_LOOSE)):
+        dropped, sums, rest = stages.read_weights(out, L_k, H)
+        if not stages.weights_read_back(dropped, sums, rest):
             columns = (dropped.abs() < 1e-6)
             on_values = bool(columns.any()) and bool((columns == columns[:, :, :1]).all())
             where = "on the values (V)" if on_values else "on the merged heads or the output"
@@ -842,48 +830,11 @@ def _learns_in_training(check: Check, module: nn.Module, q, k, v, p: float) -> N
     check.ok("in training mode too, gradients reach W_q and W_k through the dropped weights")
 
 
-def attention_dropout(check: Check, attention: nn.Module, d_model: int, num_heads: int, p: float, owner: str,
-                      fix: str) -> None:
-    """The rate at which an attention module (that passes check_multi_head_attention) drops its weights in training.
-
-    For the layers, which pass their ``dropout`` on to their attention: measured through ``functional_call``
-    with designed weights, as in ``_check_dropout``, on the layer's own module (left as it was).
-    """
-    g = generator(31)
-    L_k = d_model // num_heads - 1  # the designed values spell out each key's weight in one feature of the head
-    B, L_q = 16, 12
-    weights = _random_weights(g, d_model)
-    identity = (torch.eye(d_model), torch.zeros(d_model))
-    weights["W_q"] = (weights["W_q"][0] * 0.5, weights["W_q"][1])
-    weights["W_v"], weights["W_o"] = identity, identity
-    state, used = {}, {}
-    for name, (w, b) in weights.items():
-        layer = getattr(attention, name)
-        state[f"{name}.weight"] = w
-        if layer.bias is not None:
-            state[f"{name}.bias"] = b
-        used[name] = (w.double(), b.double() if layer.bias is not None else torch.zeros(d_model, dtype=torch.float64))
-    if L_k < 2:
-        return
-    q, k = torch.randn(B, L_q, d_model, generator=g), torch.randn(B, L_k, d_model, generator=g)
-    v = _designed_values(B, L_k, d_model, num_heads)
-    was = attention.training
-    attention.train()
-    out = check.attempt(lambda: torch.func.functional_call(attention, state, (q, k, v)), what=owner)
-    attention.train(was)
-    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, L_q, d_model):
-        return  # judged by its own checker
-    dropped, sums, rest = _read_weights(out, L_k, num_heads)
-    if not (close_enough(sums, dropped.sum(-1), **_LOOSE) and close_enough(rest, torch.zeros_like(rest), **_LOOSE)):
-        return
-    pattern = drop_pattern(dropped, _oracle_weights(used, num_heads, q, k))
-    if not pattern.exact:
-        return
-    if pattern.rate == 0:
-        check.fail(f"In training mode (built with dropout={p}) {owner} never drops its attention weights: it was "
-                   f"built without the dropout rate. {fix}")
-    problem = dropout_problem(pattern, p, "its attention weights", owner)
-    if problem:
-        check.fail(f"{problem}\n{fix}")
-    check.ok(f"{owner} drops its attention weights at the rate the layer was built with")
-
+MULTI_HEAD_ATTENTION = Exercise(
+    "MultiHeadAttention", _check_multi_head_attention,
+    oracle="nn.MultiheadAttention in float64 carrying the learner's four projections (its masks inverted: True = "
+           "blocked there); with W_q set to zero, the exact average of the value projections",
+    cases="d_model 12 and 3 heads: self-attention (2, 5), cross-attention L_q 5 and L_k 7, a padding mask and a "
+          "per-query mask; then d_model 24 with 4 heads, one head and d_model 20, sentences of 64 and 70 tokens, a "
+          "batch of one; dropout 0.5 measured in training; all drawn from the check's seed",
+    slips=SLIPS, answer=_as_answer)

@@ -75,6 +75,7 @@ from .devices import create_there, decoder_on_gpu, fixed_device, left_on_cpu, mi
 from .precision import attention_of, float16_trial_passes, follows_dtype, in_16_bits, in_16_bits_module
 from .state import fresh_instance_agrees, state_dict_round_trip
 from .dropout import Site, dropout_measured, dropout_set_through, eval_deterministic, train_random
+from .dropout import attention_dropout, attention_weights_oracle, designed_values, random_attention_weights, read_weights, weights_read_back
 from . import wiring
 from .wiring import Pieces, Wiring, decoder_layer_stages, encoder_layer_stages, slipped_layer
 
@@ -85,7 +86,9 @@ __all__ = [
     "NO_DEFAULT",
     "Part",
     "Site",
+    "attention_dropout",
     "attention_of",
+    "attention_weights_oracle",
     "called_as_modules",
     "called_parts",
     "component_result",
@@ -97,6 +100,7 @@ __all__ = [
     "decoder_on_gpu",
     "default_of",
     "defined_where_loaded",
+    "designed_values",
     "dropout_measured",
     "dropout_set_through",
     "encoder_layer_stages",
@@ -117,12 +121,15 @@ __all__ = [
     "one_tensor",
     "oracle_gradients",
     "parameter_order",
+    "random_attention_weights",
+    "read_weights",
     "replaced_parts_used",
     "slipped_layer",
     "state_dict_round_trip",
     "submodule_parts",
     "sweep",
     "train_random",
+    "weights_read_back",
     "anatomy", "decoding", "gpu", "hooks", "measuring", "standins", "twins", "wiring",
 ]
 __all__ += ["AddedTable", "added_table_slips", "table_defaults", "table_dropout", "table_forward", "table_sizes", "table_values"]

@@ -165,3 +165,112 @@ def dropout_measured(check: Check, observe: Callable[[], list[Site] | None], p: 
     check.ok(f"in training mode drops about {round(100 * p)}% of {places} (measured) and rescales the rest by "
              f"1 / (1 - p), with a fresh mask for every entry and every call, drawn from torch's global generator")
     return True
+
+
+# --------------------------------------------------------------------------
+# An attention module's dropout, measured on its weights (moved here from the multi-head checker, issue 30).
+
+import math  # noqa: E402  (kept with the stage it serves)
+
+from .._core import generator  # noqa: E402
+
+_LOOSE = {"atol": 1e-4, "rtol": 1e-3}  # the designed values read the weights back in float32
+_PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
+
+
+def random_attention_weights(g: torch.Generator, d_model: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """(weight, bias) for each of lesson 04's projections, drawn from ``g``: scores of a useful spread."""
+    scale = 1.5 / math.sqrt(d_model)
+    return {name: (torch.randn(d_model, d_model, generator=g) * scale, torch.randn(d_model, generator=g) * 0.2)
+            for name in _PROJECTIONS}
+
+
+def attention_weights_oracle(weights: dict, num_heads: int, query: torch.Tensor, key: torch.Tensor,
+                             mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-head attention weights (B, H, L_q, L_k) of nn.MultiheadAttention carrying ``weights``, in float64;
+    ``mask`` in the course's convention (True = may attend), (B, 1, 1 or L_q, L_k)."""
+    d_model = query.shape[-1]
+    mha = nn.MultiheadAttention(d_model, num_heads, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([weights[n][0] for n in ("W_q", "W_k", "W_v")]))
+        mha.in_proj_bias.copy_(torch.cat([weights[n][1] for n in ("W_q", "W_k", "W_v")]))
+        kwargs: dict[str, Any] = {}
+        if mask is not None:
+            full = mask[:, 0].expand(query.shape[0], query.shape[1], key.shape[1])
+            kwargs["attn_mask"] = (~full).repeat_interleave(num_heads, dim=0)
+        _, attn = mha.eval()(query.double(), key.double(), key.double(), need_weights=True,
+                             average_attn_weights=False, **kwargs)
+    return attn
+
+
+def designed_values(B: int, L_k: int, D: int, H: int) -> torch.Tensor:
+    """Values whose projection (W_v = identity) gives head h, key k the vector e_k + e_{L_k}: the output reads the weights."""
+    d_k = D // H
+    v = torch.zeros(B, L_k, H, d_k)
+    v[:, torch.arange(L_k), :, torch.arange(L_k)] = 1.0
+    v[..., L_k] = 1.0
+    return v.reshape(B, L_k, D)
+
+
+def read_weights(out: torch.Tensor, L_k: int, H: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From an output computed with the designed values: (weights (B, H, L_q, L_k), their row sums, the rest)."""
+    B, L_q, D = out.shape
+    heads = out.detach().double().reshape(B, L_q, H, D // H).transpose(1, 2)  # (B, H, L_q, d_k)
+    return heads[..., :L_k], heads[..., L_k], heads[..., L_k + 1:]
+
+
+def weights_read_back(dropped: torch.Tensor, sums: torch.Tensor, rest: torch.Tensor) -> bool:
+    """Whether the output was the designed values averaged by the (dropped) weights, and nothing else."""
+    return close_enough(sums, dropped.sum(-1), **_LOOSE) and close_enough(rest, torch.zeros_like(rest), **_LOOSE)
+
+
+def _designed_state(attention: nn.Module, d_model: int, g: torch.Generator) -> tuple[dict, dict]:
+    """Weights that make the attention's output read its weights back: (state for functional_call, float64 copies)."""
+    weights = random_attention_weights(g, d_model)
+    identity = (torch.eye(d_model), torch.zeros(d_model))
+    weights["W_q"] = (weights["W_q"][0] * 0.5, weights["W_q"][1])
+    weights["W_v"], weights["W_o"] = identity, identity
+    state, used = {}, {}
+    for name, (w, b) in weights.items():
+        layer = getattr(attention, name)
+        state[f"{name}.weight"] = w
+        if layer.bias is not None:
+            state[f"{name}.bias"] = b
+        used[name] = (w.double(), b.double() if layer.bias is not None else torch.zeros(d_model, dtype=torch.float64))
+    return state, used
+
+
+def attention_dropout(check: Check, attention: nn.Module, d_model: int, num_heads: int, p: float, owner: str,
+                      fix: str) -> None:
+    """The rate at which an attention module (that passes check_multi_head_attention) drops its weights in training.
+
+    For the layers, which pass their ``dropout`` on to their attention: measured through ``functional_call``
+    with designed weights (the values spell out each key's weight), on the layer's own module (left as it was).
+    """
+    g = generator(31)
+    L_k = d_model // num_heads - 1  # the designed values spell out each key's weight in one feature of the head
+    B, L_q = 16, 12
+    state, used = _designed_state(attention, d_model, g)
+    if L_k < 2:
+        return
+    q, k = torch.randn(B, L_q, d_model, generator=g), torch.randn(B, L_k, d_model, generator=g)
+    v = designed_values(B, L_k, d_model, num_heads)
+    was = attention.training
+    attention.train()
+    out = check.attempt(lambda: torch.func.functional_call(attention, state, (q, k, v)), what=owner)
+    attention.train(was)
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (B, L_q, d_model):
+        return  # judged by its own checker
+    dropped, sums, rest = read_weights(out, L_k, num_heads)
+    if not weights_read_back(dropped, sums, rest):
+        return
+    pattern = drop_pattern(dropped, attention_weights_oracle(used, num_heads, q, k))
+    if not pattern.exact:
+        return
+    if pattern.rate == 0:
+        check.fail(f"In training mode (built with dropout={p}) {owner} never drops its attention weights: it was "
+                   f"built without the dropout rate. {fix}")
+    problem = dropout_problem(pattern, p, "its attention weights", owner)
+    if problem:
+        check.fail(f"{problem}\n{fix}")
+    check.ok(f"{owner} drops its attention weights at the rate the layer was built with")

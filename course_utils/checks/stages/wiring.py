@@ -20,13 +20,14 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from .dropout import attention_dropout
 from .._core import Check, Raised, close_enough, describe, generator
 from ..slips import Slip, matching_slip, same_tensor
 from . import anatomy, twins
 from .contract import called_as_modules, contract_defaults, contract_parts, is_module, one_tensor, \
     replaced_parts_used, submodule_parts
 from .devices import module_on_gpu
-from .dropout import Site, dropout_measured, dropout_set_through, eval_deterministic, train_random
+from .dropout import Site, attention_dropout, dropout_measured, dropout_set_through, eval_deterministic, train_random
 from .hooks import Recorder
 from .measuring import drop_pattern
 from .precision import in_16_bits_module
@@ -36,10 +37,6 @@ from .values import every_parameter_learns
 #: the checker's layers: d_model, heads and d_ff all differ, so a size read from the wrong argument shows
 D_MODEL, NUM_HEADS, D_FF = 16, 4, 24
 _ATOL, _RTOL = 1e-4, 1e-4  # layers compare float32 stacks with float64 twins
-
-#: a stage run on an attention sublayer: ``attention_dropout(check, attention, d_model, num_heads, p, what, fix=)``
-AttentionDropout = Callable[..., None]
-
 
 @dataclasses.dataclass(frozen=True)
 class Wiring:
@@ -54,7 +51,6 @@ class Wiring:
     slips: dict[str, Sequence[Slip]]  # kind -> the known wrong layers, tried in order once the values differ
     wrong: dict[str, Callable[..., torch.Tensor]]  # kind -> the layer with flags, wrong(pieces, **flags): slips' oracle
     components: Callable[[], dict[str, tuple[Callable, str]]]  # submodule -> (its checker, its exercise), components first
-    attention_dropout: AttentionDropout  # measures the dropout inside one attention sublayer (lesson 04's stage)
     own_norm: Callable[[nn.Module, str, Any], str]  # a LayerNorm of the learner's own class: what is wrong ('' if right)
     whose: str  # "paper's": whose sublayer it is ("The paper's sublayer: ...")
     reads: str  # what a sublayer's input is, where dropout does not belong
@@ -790,7 +786,7 @@ def _layer_dropout_measured(check: Check, layer: nn.Module, run: Callable, kind:
     weights), nowhere else (memory untouched), fresh masks, global RNG."""
     name, pre = wiring.names[kind], wiring.norm_first
     for sub in _ATTENTIONS[kind]:
-        wiring.attention_dropout(check, getattr(layer, sub), D_MODEL, NUM_HEADS, p, f"`{sub}` of your {name}",
+        attention_dropout(check, getattr(layer, sub), D_MODEL, NUM_HEADS, p, f"`{sub}` of your {name}",
                           fix=f"Pass the rate on: `self.{sub} = MultiHeadAttention(d_model, num_heads, dropout)`.")
     layer.train()
 
