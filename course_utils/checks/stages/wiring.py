@@ -20,7 +20,6 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from .dropout import attention_dropout
 from .._core import Check, Raised, close_enough, describe, generator
 from ..slips import Slip, matching_slip, same_tensor
 from . import anatomy, twins
