@@ -193,7 +193,7 @@ def _lpe_answer(slip: Slip) -> type[nn.Module]:
         def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
             super().__init__()
             self.pe = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
-            self.dropout = nn.Dropout(dropout)
+            self.dropout = nn.Dropout(p=dropout)
             self.copy = self.pe.detach().clone()  # what the slip "copy" adds
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:

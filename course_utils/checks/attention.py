@@ -789,7 +789,7 @@ OUTPUT_SLIPS = (
 def _as_answer(slip: Slip) -> Callable:
     """The slip made into a learner's function (for the generated catalogue tests); the oracle where it does not
     show."""
-    def scaled_dot_product_attention(query, key, value, mask=None):
+    def slipped_scaled_dot_product_attention(query, key, value, mask=None):
         try:
             wrong = slip.replay(None, query, key, value, mask)
         except ValueError:
@@ -798,7 +798,7 @@ def _as_answer(slip: Slip) -> Callable:
         out = wrong.get("output", weights @ value.double())
         return out.to(query.dtype), weights.to(query.dtype)
 
-    return scaled_dot_product_attention
+    return slipped_scaled_dot_product_attention
 
 
 SCALED_DOT_PRODUCT_ATTENTION = Exercise(

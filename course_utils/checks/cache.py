@@ -230,9 +230,9 @@ def _slipped_step(model: nn.Module, y_last: torch.Tensor, memory: torch.Tensor, 
     s = {**_RIGHT, **slip}
     t = cache.get("length", 0)
     x = model.positional_encoding.dropout(_new_token(model, y_last, cache, t, s))  # (B, 1, d_model)
-    layers = cache.setdefault("layers", [{} for _ in model.decoder_layers])
+    per_layer = cache.setdefault("layers", [{} for _ in model.decoder_layers])
     visible = None if s["src_mask_off"] else (src != model.pad_id)[:, None, None, :]  # (B, 1, 1, L_src)
-    for layer, kv in zip(model.decoder_layers, layers):
+    for layer, kv in zip(model.decoder_layers, per_layer):
         own = cache.setdefault("shared", {}) if s["one_cache"] else kv
         x = _sublayer(layer.norm1, x, layer.dropout(_self_attention(layer.self_attn, x, own, s)), 1, s)
         c = layer.cross_attn
@@ -244,7 +244,8 @@ def _slipped_step(model: nn.Module, y_last: torch.Tensor, memory: torch.Tensor, 
         hidden = ff.linear2(ff.dropout(ff.linear1(x))) if s["no_relu"] else ff(x)
         x = _sublayer(layer.norm3, x, layer.dropout(hidden), 3, s)
     cache["length"] = t + 1
-    return model.generator(x)[:, -1], cache  # (B, V)
+    logits = model.generator(x)[:, -1]  # (B, V)
+    return logits, cache
 
 
 def _new_token(model: nn.Module, y_last: torch.Tensor, cache: dict, t: int, s: dict) -> torch.Tensor:
@@ -364,10 +365,10 @@ def _replayed(slip: Slip, trace: dict, src: torch.Tensor, tgt: torch.Tensor, t: 
 
 def _as_answer(slip: Slip) -> Callable:
     """The slip made into a learner's decode_step (for the generated catalogue tests)."""
-    def decode_step(model, y_last, memory, src, cache):
+    def slipped_decode_step(model, y_last, memory, src, cache):
         return slip.replay(_slipped_step, model, y_last, memory, src, cache)
 
-    return decode_step
+    return slipped_decode_step
 
 
 def _row_that_differs(expected: torch.Tensor, actual: torch.Tensor) -> str:

@@ -190,12 +190,12 @@ class _TorchCopy(nn.Module):
     def __init__(self, model: nn.Module, slip: Slip | None = None):
         super().__init__()
         self.d_model, self.pad_id, self.slip = model.d_model, model.pad_id, slip
-        self.src_embed, self.tgt_embed = copy.deepcopy(model.src_embed), copy.deepcopy(model.tgt_embed)
-        self.positional_encoding, self.generator = copy.deepcopy(model.positional_encoding), copy.deepcopy(model.generator)
+        for part in ("src_embed", "tgt_embed", "positional_encoding", "generator"):  # the parts around the stacks
+            setattr(self, part, copy.deepcopy(getattr(model, part)))
         layer = model.encoder_layers[0]
         self.core = nn.Transformer(model.d_model, layer.self_attn.num_heads, len(model.encoder_layers),
                                    len(model.decoder_layers), layer.feed_forward.linear1.out_features,
-                                   dropout=model.positional_encoding.dropout.p, batch_first=True)
+                                   batch_first=True, dropout=model.positional_encoding.dropout.p)
         self.core.encoder.norm = self.core.decoder.norm = None
         with torch.no_grad():
             for ours, theirs in zip(model.encoder_layers, self.core.encoder.layers):
@@ -237,10 +237,10 @@ class _TorchCopy(nn.Module):
 
 def _as_answer(slip: Slip) -> Callable:
     """The slip made into a learner's to_torch_transformer (for the generated catalogue tests)."""
-    def to_torch_transformer(model: nn.Module) -> nn.Module:
+    def slipped_to_torch_transformer(model: nn.Module) -> nn.Module:
         return _TorchCopy(model, slip)
 
-    return to_torch_transformer
+    return slipped_to_torch_transformer
 
 
 def _check_to_torch_transformer(check: Check, to_torch_transformer: Callable) -> None:

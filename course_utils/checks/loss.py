@@ -246,10 +246,10 @@ _COMBINED = _combined(LOSS_SLIPS)
 
 def _loss_answer(slip: Slip) -> Callable:
     """The slip made into a learner's label_smoothing_loss (for the generated catalogue tests)."""
-    def label_smoothing_loss(logits, target, smoothing, pad_id):
+    def slipped_label_smoothing_loss(logits, target, smoothing, pad_id):
         return slip.replay(_slipped_loss, logits, target, smoothing, pad_id).to(logits.dtype)
 
-    return label_smoothing_loss
+    return slipped_label_smoothing_loss
 
 
 # --------------------------------------------------------------------------

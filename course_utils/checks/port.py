@@ -338,10 +338,10 @@ class _SlippedPort(nn.Module):
 
 def _as_answer(slip: Slip) -> Callable:
     """The slip made into a learner's from_marian (for the generated catalogue tests)."""
-    def from_marian(marian: nn.Module) -> nn.Module:
+    def slipped_from_marian(marian: nn.Module) -> nn.Module:
         return _SlippedPort(marian, slip).eval()
 
-    return from_marian
+    return slipped_from_marian
 
 
 # --------------------------------------------------------------------------

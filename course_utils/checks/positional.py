@@ -593,13 +593,13 @@ MODULE_SLIPS = (
 
 def _table_answer(slip: Slip) -> Callable:
     """A table slip made into a learner's sinusoidal_positional_encoding (for the generated catalogue tests)."""
-    def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
+    def slipped_sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
         try:
             return slip.replay(None, max_len, d_model, max_len).float()
         except ValueError:  # the slip does not show at these sizes
             return _reference(max_len, d_model).float()
 
-    return sinusoidal_positional_encoding
+    return slipped_sinusoidal_positional_encoding
 
 
 def _module_answer(slip: Slip) -> type[nn.Module]:
@@ -609,7 +609,7 @@ def _module_answer(slip: Slip) -> type[nn.Module]:
     class SlippedPositionalEncoding(nn.Module):
         def __init__(self, d_model: int, dropout: float = 0.1, max_len: int = 5000):
             super().__init__()
-            self.dropout = nn.Dropout(dropout)
+            self.dropout = nn.Dropout(p=dropout)
             pe = _table_answer(slip)(max_len, d_model) if in_table else _reference(max_len, d_model).float()
             self.register_buffer("pe", pe)
 

@@ -213,10 +213,10 @@ NOAM_LR_SLIPS = (
 
 def _noam_lr_answer(slip: Slip) -> Callable[[int, int, int], float]:
     """The slip made into a learner's noam_lr (for the generated catalogue tests): step 0 read as step 1."""
-    def noam_lr(step: int, d_model: int, warmup_steps: int) -> float:
+    def slipped_noam_lr(step: int, d_model: int, warmup_steps: int) -> float:
         return slip.replay(_paper, max(step, 1), d_model, warmup_steps)
 
-    return noam_lr
+    return slipped_noam_lr
 
 
 # (d_model, warmup_steps, steps) grids: steps cross the warmup boundary, hit it exactly, and go far.
@@ -787,13 +787,13 @@ class _Replayed:
 
 def _scheduler_answer(slip: Slip) -> Callable:
     """The slip made into a learner's make_noam_scheduler (for the generated catalogue tests)."""
-    def make_noam_scheduler(optimizer, d_model, warmup_steps):
+    def slipped_make_noam_scheduler(optimizer, d_model, warmup_steps):
         lrs = tuple(group["lr"] for group in optimizer.param_groups)
         rows = 100  # more steps than any case takes
         return _Replayed(optimizer, slip.replay(None, lrs, d_model, warmup_steps, rows),
                          _contract(lrs, d_model, warmup_steps, rows))
 
-    return make_noam_scheduler
+    return slipped_make_noam_scheduler
 
 
 def _counts_on_its_own(check, scheduler) -> bool:
