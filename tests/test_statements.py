@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import re
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from course_utils import contracts, grading
-from course_utils._schema import TAG_CONTRACT_BOX, cell_source, cell_tags
+from course_utils._schema import TAG_CONTRACT_BOX, cell_source, cell_tags, parse_cell
 from course_utils.contracts import CONTRACTS, box_markdown
 from course_utils.generate import exercises_defined, main
 
@@ -47,9 +48,17 @@ def _cells(folder: str, stem: str) -> tuple[dict, ...]:
     return tuple(json.loads((ROOT / folder / f"{stem}.ipynb").read_text(encoding="utf-8"))["cells"])
 
 
+def _defined(folder: str, source: str) -> list[str]:
+    """The exercises a cell defines: in a solution, around a solution region; in an exercise, the stub's definition."""
+    if folder == "solutions":
+        return exercises_defined(source)
+    tree = parse_cell(source)
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))] if tree is not None else []
+
+
 def _exercise_cell(folder: str, name: str) -> int:
     cells = _cells(folder, CONTRACTS[name].lesson)
-    found = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and name in exercises_defined(cell_source(c))]
+    found = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and name in _defined(folder, cell_source(c))]
     assert found, f"{folder}/{CONTRACTS[name].lesson}: no cell defines the exercise {name}"
     return found[0]
 
@@ -178,3 +187,44 @@ def test_a_name_that_does_not_exist_does_not_resolve() -> None:
     assert not resolves("LayerNorm", "check_nothing_of_the_kind") and not resolves("LayerNorm", "stages.no_such_stage")
     assert resolves("PreLNEncoderLayer", "layers.encoder_layer_stages")
     assert contracts.contract("LayerNorm").checked_by
+
+
+# ---------------------------------------------------------------------------
+# Demonstrations: a checker run on a deliberately wrong version is titled with that version's name.
+
+
+def test_a_demonstration_is_titled_with_what_it_checked_and_publishes_no_result() -> None:
+    from course_utils._schema import RESULT_MIME_TYPE
+    from course_utils.checks import check_padding_mask
+    from course_utils.notebook import demonstrate
+
+    def padding_mask_on_queries(tokens, pad_id):
+        return (tokens != pad_id).unsqueeze(1).unsqueeze(3)
+
+    shown = demonstrate(check_padding_mask, padding_mask_on_queries)
+    text, page = str(shown), shown._repr_html_()
+    assert text.startswith("[DEMONSTRATION: check_padding_mask(padding_mask_on_queries), a deliberately wrong version]")
+    assert "rejects it, as it should" in text and "FAILED" not in text and "FAILED" not in page
+    assert "padding_mask_on_queries" in page and "wrong shape" in text
+    assert RESULT_MIME_TYPE not in shown._repr_mimebundle_(), "a progress report must not count it"
+
+
+def test_every_demonstration_in_the_lessons_goes_through_demonstrate() -> None:
+    """A checker called on something its own cell defines is a demonstration: shown by `demonstrate`, tagged."""
+    from course_utils._schema import TAG_CHECKER_DEMO
+    from course_utils.progress import checker_calls
+
+    found = []
+    for path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+            source = cell_source(cell)
+            if cell["cell_type"] != "code" or "check_" not in source:
+                continue
+            bare = re.findall(r"(?<![\w.])(check_\w+)\(", source)
+            if "demonstrate(" in source:
+                found.append(path.stem)
+                assert TAG_CHECKER_DEMO in cell_tags(cell), f"{path.name}, cell {i}: tag it `{TAG_CHECKER_DEMO}`"
+            elif bare and not checker_calls(source):
+                raise AssertionError(f"{path.name}, cell {i}: a demonstration shown as a failing check; use "
+                                     f"demonstrate({bare[0]}, the_wrong_version)")
+    assert {"01_attention", "02_masks", "03_positional_encoding", "04_multi_head_attention"} <= set(found)
