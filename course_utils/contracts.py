@@ -29,10 +29,11 @@ class Contract:
     parts: tuple[str, ...] = ()  # "name: Kind(args)": the kind and sizes of each submodule or buffer, args named
     # after the constructor's parameters; Kind is Linear, Embedding, LayerNorm, Dropout, ModuleList, buffer, param or
     # another exercise (whose own parts then apply)
-    promises: tuple[str, ...] = ()  # what the learner's code must do for later code, in words; each verified by the checker
+    promises: tuple[str, ...] = ()  # what the code must do for later code, in words; each verified by the checker
     checked_by: tuple[str, ...] = ()  # one per promise: the checker functions or stages that verify it, ", "-separated:
     # "check_x" or another name defined in the exercise's checker module, "stages.name" (the stage library) or
-    # "topic.name" (a name defined in checks/topic.py); tests/test_contracts.py resolves every one
+    # "topic.name" (a name defined in checks/topic.py); tests/test_statements.py resolves every one. (The order of
+    # the parameters and the names in by_name are checked for every exercise by stages.parameter_order.)
     may: tuple[str, ...] = ()  # what the learner may choose freely (the checker accepts either), in words
     used_by: tuple[str, ...] = ()  # the later cells, lessons and tools that use it
     loaded_with: tuple[str, ...] = ()  # the lesson's own code in other cells that later lessons load with it
@@ -85,7 +86,10 @@ _ALL = (
                  "runs under lesson 08's bfloat16 autocast: the hidden scores are filled with a value that fits "
                  "16 bits",
              ),
-             checked_by=('check_scaled_dot_product_attention', 'check_scaled_dot_product_attention', 'check_scaled_dot_product_attention', 'check_scaled_dot_product_attention, stages.on_gpu', 'check_scaled_dot_product_attention, stages.gradients', 'check_scaled_dot_product_attention', 'stages.in_16_bits'),
+             checked_by=('check_scaled_dot_product_attention', 'check_scaled_dot_product_attention',
+                         'check_scaled_dot_product_attention', 'check_scaled_dot_product_attention, stages.on_gpu',
+                         'check_scaled_dot_product_attention, stages.gradients', 'check_scaled_dot_product_attention',
+                         'stages.in_16_bits'),
              may=("fill the hidden scores with float('-inf') or torch.finfo(scores.dtype).min",),
              used_by=("02, 03: the demonstration cells", "04: MultiHeadAttention calls it on (B, H, L, d_k) and "
                       "keeps the weights as attention_weights", "05: the layers, through MultiHeadAttention",
@@ -128,7 +132,8 @@ _ALL = (
                  "any even d_model (not only powers of two); nothing kept between calls",
                  "made on the CPU (no device of its own choosing): the module that keeps it moves it",
              ),
-             checked_by=('check_positional_encoding', 'check_positional_encoding', 'check_positional_encoding', 'stages.fixed_device'),
+             checked_by=('check_positional_encoding', 'check_positional_encoding', 'check_positional_encoding',
+                         'stages.fixed_device'),
              used_by=("03: the heatmap, similarity and rotation cells", "03: PositionalEncoding")),
     Contract("PositionalEncoding", "03_positional_encoding", "class",
              "PositionalEncoding(d_model, dropout=0.1, max_len=5000); forward(x (B, L, d_model)) -> (B, L, d_model)",
@@ -145,7 +150,10 @@ _ALL = (
                  "call, drawn from the global RNG (torch.manual_seed makes it reproducible); eval mode is deterministic",
                  "keeps the input's dtype and device; x unchanged, gradients reach x",
              ),
-             checked_by=('check_positional_encoding_module', 'stages.contract_parts', 'stages.sweep', 'check_positional_encoding_module, stages.follows_dtype, stages.module_on_gpu', 'stages.dropout_measured, stages.eval_deterministic', 'stages.follows_dtype, stages.module_on_gpu, stages.gradients'),
+             checked_by=('check_positional_encoding_module', 'stages.contract_parts', 'stages.sweep',
+                         'check_positional_encoding_module, stages.follows_dtype, stages.module_on_gpu',
+                         'stages.dropout_measured, stages.eval_deterministic',
+                         'stages.follows_dtype, stages.module_on_gpu, stages.gradients'),
              may=('register the table with persistent=False (it can always be computed again)',),
              by_name=("d_model", "dropout", "max_len"), by_name_where="lesson 03, the cell after the checker",
              used_by=("03: the buffer and dropout demonstration", "05: Transformer (one module for source and "
@@ -170,8 +178,20 @@ _ALL = (
                  "a fresh mask on every call, drawn from the global RNG",
                  "eval mode is deterministic",
                  "any num_heads dividing d_model (1 included), lengths up to lesson 06's max_len",
+                 "keeps its input's dtype (float64 after .double(): lesson 05's checker runs the model so) and device: "
+                 "any tensor it creates takes an input's dtype and device",
              ),
-             checked_by=('check_multi_head_attention', 'check_multi_head_attention, stages.state_dict_round_trip, stages.fresh_instance_agrees', 'stages.in_16_bits_module', 'check_multi_head_attention', 'check_multi_head_attention', 'stages.dropout_measured', 'stages.eval_deterministic', 'check_multi_head_attention'),
+             checked_by=('check_multi_head_attention',
+                         'check_multi_head_attention, stages.state_dict_round_trip, stages.fresh_instance_agrees',
+                         'stages.in_16_bits_module', 'check_multi_head_attention', 'check_multi_head_attention',
+                         'stages.dropout_measured', 'stages.eval_deterministic', 'check_multi_head_attention',
+                         'stages.follows_dtype, stages.module_on_gpu'),
+             may=("keep attention_weights before or after the dropout (the course reads them in eval mode, where "
+                  "dropout is off)",
+                  "store attention_weights detached, as we suggest (a stored graph stays in memory, and "
+                  "copy.deepcopy fails after a training step), or not: the course copies a model only after an "
+                  "evaluation",
+                  "name the attention's dropout module as you like: no later code reads it"),
              by_name=("d_model", "num_heads"), by_name_where="lesson 04, the cell after the checker",
              used_by=("04: the heads plot and the nn.MultiheadAttention comparison", "05: EncoderLayer, DecoderLayer",
                       "06: cross_attention_weights (W_q, W_k, forward's (query, key, value, mask))",
@@ -188,7 +208,8 @@ _ALL = (
                  "variance divided by d_model (not d_model - 1) and eps inside the square root, as nn.LayerNorm",
                  "any number of leading axes; float64 after .double(), the device of its input; input unchanged",
              ),
-             checked_by=('stages.contract_parts, check_layer_norm', 'stages.sweep', 'stages.follows_dtype, stages.module_on_gpu'),
+             checked_by=('stages.contract_parts, check_layer_norm', 'stages.sweep',
+                         'stages.follows_dtype, stages.module_on_gpu'),
              used_by=("05: the comparison with nn.LayerNorm; the layers may use it in place of nn.LayerNorm",
                       "07: copying the weights into nn.Transformer reads a norm's parameters in order, weight first")),
     Contract("FeedForward", "05_transformer", "class",
@@ -200,7 +221,8 @@ _ALL = (
                  "computes linear2(dropout(relu(linear1(x)))), position by position",
                  "in training mode, dropout with rate `dropout` on the hidden activations only; eval deterministic",
              ),
-             checked_by=('stages.contract_parts', 'check_feed_forward', 'stages.dropout_measured, stages.eval_deterministic'),
+             checked_by=('stages.contract_parts', 'check_feed_forward',
+                         'stages.dropout_measured, stages.eval_deterministic'),
              used_by=("05: EncoderLayer, DecoderLayer", "07: copying the weights into nn.Transformer")),
     Contract("EncoderLayer", "05_transformer", "class",
              "EncoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, mask=None) -> (B, L, d_model)",
@@ -219,7 +241,9 @@ _ALL = (
                  "forward calls self_attn and applies dropout through these very attributes: a module assigned to "
                  "self_attn is used, and a rate set on dropout.p takes effect",
              ),
-             checked_by=('stages.called_as_modules, check_encoder_layer', 'check_encoder_layer', 'check_encoder_layer', 'stages.dropout_measured, stages.eval_deterministic', 'check_encoder_layer', 'stages.replaced_parts_used, stages.dropout_set_through'),
+             checked_by=('stages.called_as_modules, check_encoder_layer', 'check_encoder_layer',
+                         'check_encoder_layer', 'stages.dropout_measured, stages.eval_deterministic',
+                         'check_encoder_layer', 'stages.replaced_parts_used, stages.dropout_set_through'),
              may=('use nn.LayerNorm or your own LayerNorm for norm1 and norm2',),
              used_by=("05: Transformer", "06: training", "07: copying the weights into nn.Transformer",
                       "07: with_fused_attention replaces self_attn", "08: build_model sets dropout.p")),
@@ -242,7 +266,9 @@ _ALL = (
                  "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
                  "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
-             checked_by=('stages.called_as_modules, check_decoder_layer', 'check_decoder_layer', 'check_decoder_layer', 'stages.dropout_measured, stages.eval_deterministic', 'stages.replaced_parts_used, stages.dropout_set_through'),
+             checked_by=('stages.called_as_modules, check_decoder_layer', 'check_decoder_layer',
+                         'check_decoder_layer', 'stages.dropout_measured, stages.eval_deterministic',
+                         'stages.replaced_parts_used, stages.dropout_set_through'),
              may=('use nn.LayerNorm or your own LayerNorm for norm1, norm2 and norm3',),
              by_name=_DECODER_BY_NAME, by_name_where="lesson 05, the cell after the checker",
              used_by=("05: Transformer", "06: cross_attention_weights reads decoder_layers[-1].cross_attn",
@@ -276,8 +302,15 @@ _ALL = (
                  "encode and decode call positional_encoding through that attribute (a module assigned to it is "
                  "used), and a rate set on positional_encoding.dropout.p takes effect",
              ),
-             checked_by=('check_transformer', 'stages.contract_parts, check_transformer', 'check_transformer', 'check_transformer', 'stages.dropout_measured, stages.eval_deterministic', 'check_transformer, stages.follows_dtype, stages.module_on_gpu', 'stages.in_16_bits_module, stages.state_dict_round_trip', 'stages.replaced_parts_used, stages.dropout_set_through'),
-             may=('initialise with Xavier uniform or Xavier normal',),
+             checked_by=('check_transformer', 'stages.contract_parts, check_transformer', 'check_transformer',
+                         'check_transformer', 'stages.dropout_measured, stages.eval_deterministic',
+                         'check_transformer, stages.follows_dtype, stages.module_on_gpu',
+                         'stages.in_16_bits_module, stages.state_dict_round_trip',
+                         'stages.replaced_parts_used, stages.dropout_set_through'),
+             may=('initialise with Xavier uniform or Xavier normal',
+                  "tie generator.weight to tgt_embed.weight; lesson 06's figures are for an untied model (tied, "
+                  "it scored a little lower there in our runs: 88.9 BLEU against above 90), and lesson 08 shows how "
+                  "a tied matrix wants its own initialisation"),
              by_name=("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_len",
                       "pad_id"), by_name_where="lessons 05 and 09 build it so",
              used_by=("05: the parameter breakdown (src_embed, tgt_embed, encoder_layers, decoder_layers, generator)",
@@ -302,7 +335,8 @@ _ALL = (
                  "the schedule exactly",
                  "each scheduler counts its own steps: nothing is shared between calls",
              ),
-             checked_by=('check_noam_scheduler', 'check_noam_scheduler', 'check_noam_scheduler', 'check_noam_scheduler', 'check_noam_scheduler'),
+             checked_by=('check_noam_scheduler', 'check_noam_scheduler', 'check_noam_scheduler',
+                         'check_noam_scheduler', 'check_noam_scheduler'),
              may=('return a LambdaLR, or any scheduler with these methods',),
              used_by=("06: the training loop (step, get_last_lr)", "06: the checkpoint cell (state_dict, load_state_dict)",
                       "benchmarks/bench.py")),
@@ -314,7 +348,8 @@ _ALL = (
                  "exact for logits far apart (log_softmax, not log of softmax)",
                  "any vocabulary size and pad_id, on the logits' device, inputs unchanged",
              ),
-             checked_by=('check_label_smoothing_loss', 'stages.gradients', 'check_label_smoothing_loss', 'check_label_smoothing_loss, stages.on_gpu'),
+             checked_by=('check_label_smoothing_loss', 'stages.gradients', 'check_label_smoothing_loss',
+                         'check_label_smoothing_loss, stages.on_gpu'),
              used_by=("06: train_step and evaluate_loss", "benchmarks/bench.py")),
     Contract("greedy_decode", "06_training", "function",
              "greedy_decode(model, src, max_len, bos_id, eos_id, pad_id) -> LongTensor (B, T)",
@@ -326,8 +361,11 @@ _ALL = (
                  "creates its tensors on src's device and returns the output there",
                  "of the model, uses encode and decode, and at most parameters(), eval(), train() and training "
                  "besides (lesson 07's CachedDecoder offers exactly these)",
+                 "nothing kept between calls: lessons 06 to 08 translate their test sets in chunks of equal shape, "
+                 "one call each",
              ),
-             checked_by=('check_greedy_decode', 'check_greedy_decode', 'check_greedy_decode', 'stages.decoder_on_gpu', 'stages.decoding'),
+             checked_by=('check_greedy_decode', 'check_greedy_decode', 'check_greedy_decode', 'stages.decoder_on_gpu',
+                         'stages.decoding', 'check_greedy_decode'),
              may=('let finished sentences stay in the batch, or leave it',),
              used_by=("06: translate and the BLEU score", "06: the cross-attention plot",
                       "07: greedy decoding with the cache (CachedDecoder)")),
@@ -343,9 +381,13 @@ _ALL = (
                  "no_grad; on src's device",
                  "of the model, uses encode and decode, and at most parameters(), eval(), train() and training "
                  "besides (lesson 07's CachedDecoder offers exactly these)",
+                 "nothing kept between calls: lessons 06 to 08 translate their test sets in chunks of equal shape, "
+                 "one call each",
              ),
-             checked_by=('check_beam_search', 'check_beam_search', 'check_beam_search', 'check_beam_search, stages.decoder_on_gpu', 'stages.decoding'),
-             may=('keep the finished hypotheses in plain Python (a list per sentence)', "let a stopped sentence's rows leave the batch, or keep them and ignore their results"),
+             checked_by=('check_beam_search', 'check_beam_search', 'check_beam_search',
+                         'check_beam_search, stages.decoder_on_gpu', 'stages.decoding', 'check_beam_search'),
+             may=('keep the finished hypotheses in plain Python (a list per sentence)',
+                  "let a stopped sentence's rows leave the batch, or keep them and ignore their results"),
              by_name=("length_penalty",), by_name_where="lessons 07 and 08",
              used_by=("07: BLEU against beam size, the length penalty plot, the cached search",
                       "08: translate, with length_penalty passed by keyword (section 8.7 chooses it)",
@@ -364,8 +406,12 @@ _ALL = (
                  "T <= max_len, pad_id after eos_id, stops once every sentence has finished, no_grad, on src's "
                  "device, nothing kept between calls",
              ),
-             checked_by=('check_sample_decode', 'check_sample_decode', 'check_sample_decode', 'check_sample_decode, stages.decoding'),
-             may=('draw with torch.multinomial, the Gumbel-max trick or a uniform number against the cumulative probabilities', 'leave the top-k probabilities unnormalised where the drawing function normalises them (torch.multinomial does)'),
+             checked_by=('check_sample_decode', 'check_sample_decode', 'check_sample_decode',
+                         'check_sample_decode, stages.decoding'),
+             may=('draw with torch.multinomial, the Gumbel-max trick or a uniform number against the cumulative '
+                   'probabilities',
+                  'leave the top-k probabilities unnormalised where the drawing function normalises them '
+                   '(torch.multinomial does)'),
              by_name=("temperature", "top_k", "generator"), by_name_where="lesson 07's sampling section",
              used_by=("07: translations at several temperatures and top_k",)),
     Contract("decode_step", "07_inference", "function",
@@ -376,7 +422,8 @@ _ALL = (
                  "everything a step needs is in the cache, every tensor in it with the rows first (reorder_cache)",
              ),
              checked_by=('check_decode_step', 'check_decode_step', 'check_decode_step'),
-             may=('shape the cache as you like (a dict, a list of layers, ...), as long as every tensor has the rows first',),
+             may=('shape the cache as you like (a dict, a list of layers, ...), as long as every tensor has the rows '
+                   'first',),
              used_by=("07: CachedDecoder (greedy_decode and beam_search with the cache), the time-per-token plot",
                       "benchmarks/bench.py (kv_cache_speedup)")),
     Contract("to_torch_transformer", "07_inference", "function", "to_torch_transformer(model) -> nn.Module",
@@ -387,7 +434,8 @@ _ALL = (
                        "PyTorch's layers hold copies of the model's weights; the model is unchanged",
                        "the copy can be trained: its parameters require gradients and its forward records them",
                        "in training mode its layers drop at that rate: forward leaves the mode to the caller"),
-             checked_by=('check_to_torch_transformer', 'check_to_torch_transformer', 'check_to_torch_transformer', 'check_to_torch_transformer', 'check_to_torch_transformer', 'check_to_torch_transformer'),
+             checked_by=('check_to_torch_transformer', 'check_to_torch_transformer', 'check_to_torch_transformer',
+                         'check_to_torch_transformer', 'check_to_torch_transformer', 'check_to_torch_transformer'),
              used_by=("07: the trained model compared with its nn.Transformer copy",
                       "07: training steps of the copy, timed against the model's")),
     # -- lesson 08 ---------------------------------------------------------------
@@ -419,7 +467,10 @@ _ALL = (
                  "call, drawn from the global RNG; eval mode is deterministic",
                  "keeps the input's dtype and device; .to(dtype) and .to(device) move the table; x unchanged",
              ),
-             checked_by=('check_learned_positional_encoding', 'stages.contract_parts, check_learned_positional_encoding', 'check_learned_positional_encoding', 'stages.gradients', 'positional.dropout_stage', 'stages.follows_dtype, stages.module_on_gpu'),
+             checked_by=('check_learned_positional_encoding',
+                         'stages.contract_parts, check_learned_positional_encoding',
+                         'check_learned_positional_encoding', 'stages.gradients', 'positional.dropout_stage',
+                         'stages.follows_dtype, stages.module_on_gpu'),
              may=('start the table with small random values, or with zeros',),
              used_by=("09: row (E) of the ablation table puts it in place of model.positional_encoding",
                       "09: the plot of the learned table reads pe")),
@@ -441,7 +492,8 @@ _ALL = (
                  "forward calls self_attn and applies dropout through these very attributes: a module assigned to "
                  "self_attn is used, and a rate set on dropout.p takes effect",
              ),
-             checked_by=('layers.encoder_layer_stages', 'check_pre_ln_encoder_layer', 'check_pre_ln_encoder_layer', 'layers.encoder_layer_stages', 'layers.encoder_layer_stages', 'layers.encoder_layer_stages'),
+             checked_by=('layers.encoder_layer_stages', 'check_pre_ln_encoder_layer', 'check_pre_ln_encoder_layer',
+                         'layers.encoder_layer_stages', 'layers.encoder_layer_stages', 'layers.encoder_layer_stages'),
              may=('use nn.LayerNorm or your own LayerNorm',),
              used_by=("09: the pre-LN rows put one in place of every EncoderLayer of model.encoder_layers",)),
     Contract("PreLNDecoderLayer", "09_ablations", "class",
@@ -463,7 +515,8 @@ _ALL = (
                  "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
                  "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
-             checked_by=('layers.decoder_layer_stages', 'check_pre_ln_decoder_layer', 'check_pre_ln_decoder_layer', 'layers.decoder_layer_stages', 'layers.decoder_layer_stages'),
+             checked_by=('layers.decoder_layer_stages', 'check_pre_ln_decoder_layer', 'check_pre_ln_decoder_layer',
+                         'layers.decoder_layer_stages', 'layers.decoder_layer_stages'),
              may=('use nn.LayerNorm or your own LayerNorm',),
              by_name=_DECODER_BY_NAME,  # what lesson 05's DecoderLayer may not rename, nor may its stand-in
              by_name_where="lesson 05 passes it so, and your Transformer may too: lesson 09 puts this layer in a "
@@ -483,7 +536,8 @@ _ALL = (
                  "shares no storage with Marian, and leaves Marian as it was",
              ),
              checked_by=('check_from_marian', 'check_from_marian', 'check_from_marian', 'check_from_marian'),
-             may=('tie src_embed, tgt_embed and generator.weight to one tensor of your own, or keep three copies', "lay out your own positional table instead of copying Marian's"),
+             may=('tie src_embed, tgt_embed and generator.weight to one tensor of your own, or keep three copies',
+                  "lay out your own positional table instead of copying Marian's"),
              used_by=("10: the logits and greedy decoding compared with Marian's; beam_search and BLEU with the "
                       "real weights",)),
 )
@@ -544,6 +598,7 @@ def box_markdown(exercise: str) -> str:
         lines += ["The names the course reads:", "", *names, ""]
     lines += [f"Your `{exercise}` **must** (the checker verifies each):", ""]
     lines += [f"- {_plain(promise)}" for promise in found.promises]
+    lines.append("- take its parameters in the order of the call above: the course passes them by position")
     if found.by_name:
         shown = ", ".join(f"`{name}`" for name in found.by_name)
         lines.append(f"- keep the parameter names {shown}, passed by keyword ({_plain(found.by_name_where)})")
