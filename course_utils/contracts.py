@@ -150,7 +150,7 @@ _ALL = (
                  "call, drawn from the global RNG (torch.manual_seed makes it reproducible); eval mode is deterministic",
                  "keeps the input's dtype and device; x unchanged, gradients reach x",
              ),
-             checked_by=('check_positional_encoding_module', 'stages.contract_parts', 'stages.sweep',
+             checked_by=('stages.parameter_order', 'stages.contract_parts', 'stages.sweep',
                          'check_positional_encoding_module, stages.follows_dtype, stages.module_on_gpu',
                          'stages.dropout_measured, stages.eval_deterministic',
                          'stages.follows_dtype, stages.module_on_gpu, stages.gradients'),
@@ -180,12 +180,14 @@ _ALL = (
                  "any num_heads dividing d_model (1 included), lengths up to lesson 06's max_len",
                  "keeps its input's dtype (float64 after .double(): lesson 05's checker runs the model so) and device: "
                  "any tensor it creates takes an input's dtype and device",
+                 "forward's parameters are named query, key, value and mask: lesson 06's attention plot and the "
+                 "layers lesson 07 swaps in pass them by name",
              ),
              checked_by=('check_multi_head_attention',
                          'check_multi_head_attention, stages.state_dict_round_trip, stages.fresh_instance_agrees',
                          'stages.in_16_bits_module', 'check_multi_head_attention', 'check_multi_head_attention',
                          'stages.dropout_measured', 'stages.eval_deterministic', 'check_multi_head_attention',
-                         'stages.follows_dtype, stages.module_on_gpu'),
+                         'stages.follows_dtype, stages.module_on_gpu', 'check_multi_head_attention'),
              may=("keep attention_weights before or after the dropout (the course reads them in eval mode, where "
                   "dropout is off)",
                   "store attention_weights detached, as we suggest (a stored graph stays in memory, and "
@@ -467,7 +469,7 @@ _ALL = (
                  "call, drawn from the global RNG; eval mode is deterministic",
                  "keeps the input's dtype and device; .to(dtype) and .to(device) move the table; x unchanged",
              ),
-             checked_by=('check_learned_positional_encoding',
+             checked_by=('stages.parameter_order',
                          'stages.contract_parts, check_learned_positional_encoding',
                          'check_learned_positional_encoding', 'stages.gradients', 'positional.dropout_stage',
                          'stages.follows_dtype, stages.module_on_gpu'),
@@ -600,7 +602,8 @@ def box_markdown(exercise: str) -> str:
     lines += [f"- {_plain(promise)}" for promise in found.promises]
     lines.append("- take its parameters in the order of the call above: the course passes them by position")
     if found.by_name:
-        shown = ", ".join(f"`{name}`" for name in found.by_name)
+        shown = ", ".join(f"`{name.removeprefix('forward.')}`" + (" (of forward)" if name.startswith("forward.") else "")
+                          for name in found.by_name)
         lines.append(f"- keep the parameter names {shown}, passed by keyword ({_plain(found.by_name_where)})")
     if found.may:
         lines += ["", "You **may** (the checker accepts either):", ""]
