@@ -79,8 +79,8 @@ class Demonstration:
     def _repr_html_(self) -> str:
         border, background = _DEMO_COLOURS
         esc = html.escape
-        messages = "".join(f'<div style="white-space:pre-wrap;margin:6px 0 0 0">{esc(m)}</div>'
-                           for m in self.result.messages)
+        messages = "".join(f'<div style="white-space:pre-wrap;margin:6px 0 0 0">{"<b>" if i == 0 else ""}{esc(m)}'
+                           f'{"</b>" if i == 0 else ""}</div>' for i, m in enumerate(self.result.messages))
         return (f'<div style="border-left:6px solid {border};background:{background};padding:8px 12px;margin:4px 0;'
                 f'font-family:sans-serif;color:#212121"><div style="color:{border}"><b>DEMONSTRATION</b> &nbsp;'
                 f'<code>{esc(self.checker)}({esc(self.checked)})</code>, a deliberately wrong version</div>'

@@ -86,12 +86,12 @@ def test_no_visible_statement_is_over_300_words(name: str) -> None:
 
 
 def test_the_statements_aim_for_250_words(capsys) -> None:
-    """The measurement itself, printed: two thirds of the statements or more within the aim (20 of 29 today)."""
+    """The measurement itself, printed: three quarters of the statements or more within the aim (23 of 29 today)."""
     words = {name: visible_words(statement(name)) for name in CONTRACTS}
     with capsys.disabled():
         print("\nvisible words per exercise statement:",
               ", ".join(f"{name} {n}" for name, n in sorted(words.items(), key=lambda kv: -kv[1])))
-    assert sum(n <= AIM for n in words.values()) >= 2 / 3 * len(words), words
+    assert sum(n <= AIM for n in words.values()) >= 3 / 4 * len(words), words
 
 
 @pytest.mark.parametrize("folder", ["solutions", "notebooks"])
