@@ -39,6 +39,7 @@ TAG_COLAB_BADGE = "colab-badge"  # stamped by the generator
 TAG_COLAB_SETUP = "colab-setup"  # stamped by the generator
 TAG_LESSON_NEEDS = "lesson-needs"  # stamped by the generator after the title, from course_utils.lessons
 TAG_LESSON_MAP = "lesson-map"  # stamped by the generator after the needs: the lesson's map of the model
+TAG_CONTRACT_BOX = "contract-box"  # stamped by the generator before each exercise's cell: its contract, collapsed
 #: A cell that runs a checker on purpose on something other than the learner's
 #: exercise (e.g. to show what a failure looks like): not counted as an exercise.
 #: A checker call on a function defined in the same cell is treated the same way.

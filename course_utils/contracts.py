@@ -29,7 +29,12 @@ class Contract:
     parts: tuple[str, ...] = ()  # "name: Kind(args)": the kind and sizes of each submodule or buffer, args named
     # after the constructor's parameters; Kind is Linear, Embedding, LayerNorm, Dropout, ModuleList, buffer, param or
     # another exercise (whose own parts then apply)
-    promises: tuple[str, ...] = ()  # behaviour later code relies on, in words; each verified by the checker
+    promises: tuple[str, ...] = ()  # what the code must do for later code, in words; each verified by the checker
+    checked_by: tuple[str, ...] = ()  # one per promise: the checker functions or stages that verify it, ", "-separated:
+    # "check_x" or another name defined in the exercise's checker module, "stages.name" (the stage library) or
+    # "topic.name" (a name defined in checks/topic.py); tests/test_statements.py resolves every one. (The order of
+    # the parameters and the names in by_name are checked for every exercise by stages.parameter_order.)
+    may: tuple[str, ...] = ()  # what the learner may choose freely (the checker accepts either), in words
     used_by: tuple[str, ...] = ()  # the later cells, lessons and tools that use it
     loaded_with: tuple[str, ...] = ()  # the lesson's own code in other cells that later lessons load with it
     by_name: tuple[str, ...] = ()  # parameters a later cell passes by keyword (a class's constructor's, or
@@ -48,18 +53,23 @@ _ALL = (
                  "every token seen at least min_freq times, ids 0..len(vocab) - 1 without gaps",
                  "a new dict on every call, the sentences unchanged",
              ),
+             checked_by=('check_build_vocab', 'check_build_vocab', 'check_build_vocab'),
+             may=('give the ordinary tokens ids 4, 5, 6, ... in any order',),
              used_by=("00: the vocabulary sizes, encode/decode/pad_batch demonstrations, padding statistics",)),
     Contract("encode", "00_setup_and_data", "function", "encode(tokens, vocab) -> list[int]",
              promises=("[vocab['<bos>']] + the id of every token (<unk> if unknown) + [vocab['<eos>']], as a list",
                        "any sentence length; tokens and vocab unchanged"),
+             checked_by=('check_encode', 'check_encode'),
              used_by=("00: the encode/decode demonstrations and the batches",)),
     Contract("decode", "00_setup_and_data", "function", "decode(ids, vocab) -> list[str]",
              promises=("drops <bos> and <pad> wherever they are, stops at the first <eos>, keeps <unk>",
                        "uses the vocab it is given; ids and vocab unchanged"),
+             checked_by=('check_decode', 'check_decode'),
              used_by=("00: the decode demonstration",)),
     Contract("pad_batch", "00_setup_and_data", "function", "pad_batch(sequences, pad_id) -> LongTensor (B, L_max)",
              promises=("row i is sequence i followed by pad_id (right padding), as wide as the longest sequence",
                        "torch.long, any pad_id, empty sequences and lesson 06's lengths; the lists unchanged"),
+             checked_by=('check_pad_batch', 'check_pad_batch'),
              used_by=("00: the padded batch and the padding statistics",)),
     # -- lesson 01 ---------------------------------------------------------------
     Contract("scaled_dot_product_attention", "01_attention", "function",
@@ -76,6 +86,11 @@ _ALL = (
                  "runs under lesson 08's bfloat16 autocast: the hidden scores are filled with a value that fits "
                  "16 bits",
              ),
+             checked_by=('check_scaled_dot_product_attention', 'check_scaled_dot_product_attention',
+                         'check_scaled_dot_product_attention', 'check_scaled_dot_product_attention, stages.on_gpu',
+                         'check_scaled_dot_product_attention, stages.gradients', 'check_scaled_dot_product_attention',
+                         'stages.in_16_bits'),
+             may=("fill the hidden scores with float('-inf') or torch.finfo(scores.dtype).min",),
              used_by=("02, 03: the demonstration cells", "04: MultiHeadAttention calls it on (B, H, L, d_k) and "
                       "keeps the weights as attention_weights", "05: the layers, through MultiHeadAttention",
                       "06: the cross-attention plot (mask may be None)", "benchmarks/bench.py")),
@@ -87,6 +102,7 @@ _ALL = (
                  "on the tokens' device, tokens unchanged",
                  "any batch size and length (L >= 64 included); nothing kept between calls",
              ),
+             checked_by=('check_padding_mask', 'check_padding_mask, stages.on_gpu', 'check_padding_mask'),
              used_by=("02: the padding demonstrations", "02: make_target_mask", "05: Transformer.encode and decode",
                       "06: training and greedy decoding (on the GPU when there is one)")),
     Contract("make_causal_mask", "02_masks", "function", "make_causal_mask(size) -> BoolTensor (size, size)",
@@ -95,6 +111,7 @@ _ALL = (
                  "any size, 1 and lesson 06's max_len and more included; nothing kept between calls that could "
                  "give the mask of an earlier size",
              ),
+             checked_by=('check_causal_mask, stages.fixed_device', 'check_causal_mask'),
              used_by=("02: the causal demonstration", "02: make_target_mask")),
     Contract("make_target_mask", "02_masks", "function", "make_target_mask(tokens, pad_id) -> BoolTensor (B, 1, L, L)",
              promises=(
@@ -102,6 +119,7 @@ _ALL = (
                  "on the tokens' device, tokens unchanged",
                  "any batch size and length (L >= 64 included), any pad_id",
              ),
+             checked_by=('check_target_mask', 'check_target_mask, stages.on_gpu', 'check_target_mask'),
              used_by=("02: the target-mask plot", "05: Transformer.decode", "06: training and greedy decoding")),
     # -- lesson 03 ---------------------------------------------------------------
     Contract("sinusoidal_positional_encoding", "03_positional_encoding", "function",
@@ -114,6 +132,8 @@ _ALL = (
                  "any even d_model (not only powers of two); nothing kept between calls",
                  "made on the CPU (no device of its own choosing): the module that keeps it moves it",
              ),
+             checked_by=('check_positional_encoding', 'check_positional_encoding', 'check_positional_encoding',
+                         'stages.fixed_device'),
              used_by=("03: the heatmap, similarity and rotation cells", "03: PositionalEncoding")),
     Contract("PositionalEncoding", "03_positional_encoding", "class",
              "PositionalEncoding(d_model, dropout=0.1, max_len=5000); forward(x (B, L, d_model)) -> (B, L, d_model)",
@@ -125,12 +145,16 @@ _ALL = (
                  "pe is the table as a buffer, pe[t] the row of position t (shape (max_len, d_model)); dropout is "
                  "the nn.Dropout(dropout) that forward applies",
                  "forward(x) = dropout(x + PE[:L]) for any L <= max_len (L >= 64 included)",
-                 "no parameters; the table is a registered buffer (persistent or not), so .to(device) and "
-                 ".to(dtype) move it",
+                 "no parameters; the table is a registered buffer, so .to(device) and .to(dtype) move it",
                  "in training mode, dropout with rate `dropout` on the sum, a fresh mask for every entry and every "
                  "call, drawn from the global RNG (torch.manual_seed makes it reproducible); eval mode is deterministic",
                  "keeps the input's dtype and device; x unchanged, gradients reach x",
              ),
+             checked_by=('stages.parameter_order', 'stages.contract_parts', 'stages.sweep',
+                         'check_positional_encoding_module, stages.follows_dtype, stages.module_on_gpu',
+                         'stages.dropout_measured, stages.eval_deterministic',
+                         'stages.follows_dtype, stages.module_on_gpu, stages.gradients'),
+             may=('register the table with persistent=False (it can always be computed again)',),
              by_name=("d_model", "dropout", "max_len"), by_name_where="lesson 03, the cell after the checker",
              used_by=("03: the buffer and dropout demonstration", "05: Transformer (one module for source and "
                       "target, moved to the GPU with the model in 06)", "07: decode_step adds pe[t] and calls "
@@ -154,7 +178,22 @@ _ALL = (
                  "a fresh mask on every call, drawn from the global RNG",
                  "eval mode is deterministic",
                  "any num_heads dividing d_model (1 included), lengths up to lesson 06's max_len",
+                 "keeps its input's dtype (float64 after .double(): lesson 05's checker runs the model so) and device: "
+                 "any tensor it creates takes an input's dtype and device",
+                 "forward's parameters are named query, key, value and mask: lesson 06's attention plot and the "
+                 "layers lesson 07 swaps in pass them by name",
              ),
+             checked_by=('check_multi_head_attention',
+                         'check_multi_head_attention, stages.state_dict_round_trip, stages.fresh_instance_agrees',
+                         'stages.in_16_bits_module', 'check_multi_head_attention', 'check_multi_head_attention',
+                         'stages.dropout_measured', 'stages.eval_deterministic', 'check_multi_head_attention',
+                         'stages.follows_dtype, stages.module_on_gpu', 'check_multi_head_attention'),
+             may=("keep attention_weights before or after the dropout (the course reads them in eval mode, where "
+                  "dropout is off)",
+                  "store attention_weights detached, as we suggest (a stored graph stays in memory, and "
+                  "copy.deepcopy fails after a training step), or not: the course copies a model only after an "
+                  "evaluation",
+                  "name the attention's dropout module as you like: no later code reads it"),
              by_name=("d_model", "num_heads"), by_name_where="lesson 04, the cell after the checker",
              used_by=("04: the heads plot and the nn.MultiheadAttention comparison", "05: EncoderLayer, DecoderLayer",
                       "06: cross_attention_weights (W_q, W_k, forward's (query, key, value, mask))",
@@ -171,6 +210,8 @@ _ALL = (
                  "variance divided by d_model (not d_model - 1) and eps inside the square root, as nn.LayerNorm",
                  "any number of leading axes; float64 after .double(), the device of its input; input unchanged",
              ),
+             checked_by=('stages.contract_parts, check_layer_norm', 'stages.sweep',
+                         'stages.follows_dtype, stages.module_on_gpu'),
              used_by=("05: the comparison with nn.LayerNorm; the layers may use it in place of nn.LayerNorm",
                       "07: copying the weights into nn.Transformer reads a norm's parameters in order, weight first")),
     Contract("FeedForward", "05_transformer", "class",
@@ -182,6 +223,8 @@ _ALL = (
                  "computes linear2(dropout(relu(linear1(x)))), position by position",
                  "in training mode, dropout with rate `dropout` on the hidden activations only; eval deterministic",
              ),
+             checked_by=('stages.contract_parts', 'check_feed_forward',
+                         'stages.dropout_measured, stages.eval_deterministic'),
              used_by=("05: EncoderLayer, DecoderLayer", "07: copying the weights into nn.Transformer")),
     Contract("EncoderLayer", "05_transformer", "class",
              "EncoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, mask=None) -> (B, L, d_model)",
@@ -200,6 +243,10 @@ _ALL = (
                  "forward calls self_attn and applies dropout through these very attributes: a module assigned to "
                  "self_attn is used, and a rate set on dropout.p takes effect",
              ),
+             checked_by=('stages.called_as_modules, check_encoder_layer', 'check_encoder_layer',
+                         'check_encoder_layer', 'stages.dropout_measured, stages.eval_deterministic',
+                         'check_encoder_layer', 'stages.replaced_parts_used, stages.dropout_set_through'),
+             may=('use nn.LayerNorm or your own LayerNorm for norm1 and norm2',),
              used_by=("05: Transformer", "06: training", "07: copying the weights into nn.Transformer",
                       "07: with_fused_attention replaces self_attn", "08: build_model sets dropout.p")),
     Contract("DecoderLayer", "05_transformer", "class",
@@ -221,6 +268,10 @@ _ALL = (
                  "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
                  "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
+             checked_by=('stages.called_as_modules, check_decoder_layer', 'check_decoder_layer',
+                         'check_decoder_layer', 'stages.dropout_measured, stages.eval_deterministic',
+                         'stages.replaced_parts_used, stages.dropout_set_through'),
+             may=('use nn.LayerNorm or your own LayerNorm for norm1, norm2 and norm3',),
              by_name=_DECODER_BY_NAME, by_name_where="lesson 05, the cell after the checker",
              used_by=("05: Transformer", "06: cross_attention_weights reads decoder_layers[-1].cross_attn",
                       "07: decode_step applies each layer's dropout", "07: copying the weights into nn.Transformer",
@@ -243,7 +294,7 @@ _ALL = (
                  "encoder_layers and decoder_layers nn.ModuleLists of num_layers EncoderLayer / DecoderLayer, "
                  "generator nn.Linear(d_model, tgt_vocab_size); each component passes its own checker",
                  "every weight matrix and embedding table (every parameter with 2 or more dimensions) is initialised "
-                 "with Xavier/Glorot (uniform or normal)",
+                 "with Xavier/Glorot",
                  "embeddings scaled by sqrt(d_model) on both sides, then the positional encoding; masks built from pad_id",
                  "in training mode, dropout with rate `dropout` on the embeddings plus positional encoding of both "
                  "sides and inside the layers, nowhere else; eval deterministic",
@@ -253,6 +304,15 @@ _ALL = (
                  "encode and decode call positional_encoding through that attribute (a module assigned to it is "
                  "used), and a rate set on positional_encoding.dropout.p takes effect",
              ),
+             checked_by=('check_transformer', 'stages.contract_parts, check_transformer', 'check_transformer',
+                         'check_transformer', 'stages.dropout_measured, stages.eval_deterministic',
+                         'check_transformer, stages.follows_dtype, stages.module_on_gpu',
+                         'stages.in_16_bits_module, stages.state_dict_round_trip',
+                         'stages.replaced_parts_used, stages.dropout_set_through'),
+             may=('initialise with Xavier uniform or Xavier normal',
+                  "tie generator.weight to tgt_embed.weight; lesson 06's figures are for an untied model (tied, "
+                  "it scored a little lower there in our runs: 88.9 BLEU against above 90), and lesson 08 shows how "
+                  "a tied matrix wants its own initialisation"),
              by_name=("src_vocab_size", "tgt_vocab_size", "d_model", "num_heads", "num_layers", "d_ff", "max_len",
                       "pad_id"), by_name_where="lessons 05 and 09 build it so",
              used_by=("05: the parameter breakdown (src_embed, tgt_embed, encoder_layers, decoder_layers, generator)",
@@ -264,6 +324,7 @@ _ALL = (
     Contract("noam_lr", "06_training", "function", "noam_lr(step, d_model, warmup_steps) -> float",
              promises=("the paper's d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), as a plain number",
                        "step 0 gives the value of step 1 (LambdaLR asks for step 0)"),
+             checked_by=('check_noam_lr', 'check_noam_lr'),
              used_by=("06: the schedule plots", "06: make_noam_scheduler")),
     Contract("make_noam_scheduler", "06_training", "function",
              "make_noam_scheduler(optimizer, d_model, warmup_steps) -> scheduler (normally a LambdaLR)",
@@ -276,6 +337,9 @@ _ALL = (
                  "the schedule exactly",
                  "each scheduler counts its own steps: nothing is shared between calls",
              ),
+             checked_by=('check_noam_scheduler', 'check_noam_scheduler', 'check_noam_scheduler',
+                         'check_noam_scheduler', 'check_noam_scheduler'),
+             may=('return a LambdaLR, or any scheduler with these methods',),
              used_by=("06: the training loop (step, get_last_lr)", "06: the checkpoint cell (state_dict, load_state_dict)",
                       "benchmarks/bench.py")),
     Contract("label_smoothing_loss", "06_training", "function",
@@ -286,6 +350,8 @@ _ALL = (
                  "exact for logits far apart (log_softmax, not log of softmax)",
                  "any vocabulary size and pad_id, on the logits' device, inputs unchanged",
              ),
+             checked_by=('check_label_smoothing_loss', 'stages.gradients', 'check_label_smoothing_loss',
+                         'check_label_smoothing_loss, stages.on_gpu'),
              used_by=("06: train_step and evaluate_loss", "benchmarks/bench.py")),
     Contract("greedy_decode", "06_training", "function",
              "greedy_decode(model, src, max_len, bos_id, eos_id, pad_id) -> LongTensor (B, T)",
@@ -297,7 +363,12 @@ _ALL = (
                  "creates its tensors on src's device and returns the output there",
                  "of the model, uses encode and decode, and at most parameters(), eval(), train() and training "
                  "besides (lesson 07's CachedDecoder offers exactly these)",
+                 "nothing kept between calls: lessons 06 to 08 translate their test sets in chunks of equal shape, "
+                 "one call each",
              ),
+             checked_by=('check_greedy_decode', 'check_greedy_decode', 'check_greedy_decode', 'stages.decoder_on_gpu',
+                         'stages.decoding', 'check_greedy_decode'),
+             may=('let finished sentences stay in the batch, or leave it',),
              used_by=("06: translate and the BLEU score", "06: the cross-attention plot",
                       "07: greedy decoding with the cache (CachedDecoder)")),
     # -- lesson 07 ---------------------------------------------------------------
@@ -312,7 +383,13 @@ _ALL = (
                  "no_grad; on src's device",
                  "of the model, uses encode and decode, and at most parameters(), eval(), train() and training "
                  "besides (lesson 07's CachedDecoder offers exactly these)",
+                 "nothing kept between calls: lessons 06 to 08 translate their test sets in chunks of equal shape, "
+                 "one call each",
              ),
+             checked_by=('check_beam_search', 'check_beam_search', 'check_beam_search',
+                         'check_beam_search, stages.decoder_on_gpu', 'stages.decoding', 'check_beam_search'),
+             may=('keep the finished hypotheses in plain Python (a list per sentence)',
+                  "let a stopped sentence's rows leave the batch, or keep them and ignore their results"),
              by_name=("length_penalty",), by_name_where="lessons 07 and 08",
              used_by=("07: BLEU against beam size, the length penalty plot, the cached search",
                       "08: translate, with length_penalty passed by keyword (section 8.7 chooses it)",
@@ -331,6 +408,12 @@ _ALL = (
                  "T <= max_len, pad_id after eos_id, stops once every sentence has finished, no_grad, on src's "
                  "device, nothing kept between calls",
              ),
+             checked_by=('check_sample_decode', 'check_sample_decode', 'check_sample_decode',
+                         'check_sample_decode, stages.decoding'),
+             may=('draw with torch.multinomial, the Gumbel-max trick or a uniform number against the cumulative '
+                   'probabilities',
+                  'leave the top-k probabilities unnormalised where the drawing function normalises them '
+                   '(torch.multinomial does)'),
              by_name=("temperature", "top_k", "generator"), by_name_where="lesson 07's sampling section",
              used_by=("07: translations at several temperatures and top_k",)),
     Contract("decode_step", "07_inference", "function",
@@ -340,6 +423,9 @@ _ALL = (
                  "each projection sees one new position per step; cross-attention keys and values computed once",
                  "everything a step needs is in the cache, every tensor in it with the rows first (reorder_cache)",
              ),
+             checked_by=('check_decode_step', 'check_decode_step', 'check_decode_step'),
+             may=('shape the cache as you like (a dict, a list of layers, ...), as long as every tensor has the rows '
+                   'first',),
              used_by=("07: CachedDecoder (greedy_decode and beam_search with the cache), the time-per-token plot",
                       "benchmarks/bench.py (kv_cache_speedup)")),
     Contract("to_torch_transformer", "07_inference", "function", "to_torch_transformer(model) -> nn.Module",
@@ -350,6 +436,8 @@ _ALL = (
                        "PyTorch's layers hold copies of the model's weights; the model is unchanged",
                        "the copy can be trained: its parameters require gradients and its forward records them",
                        "in training mode its layers drop at that rate: forward leaves the mode to the caller"),
+             checked_by=('check_to_torch_transformer', 'check_to_torch_transformer', 'check_to_torch_transformer',
+                         'check_to_torch_transformer', 'check_to_torch_transformer', 'check_to_torch_transformer'),
              used_by=("07: the trained model compared with its nn.Transformer copy",
                       "07: training steps of the copy, timed against the model's")),
     # -- lesson 08 ---------------------------------------------------------------
@@ -359,6 +447,7 @@ _ALL = (
                  "counts; ties go to the smallest pair; every occurrence is merged, left to right",
                  "num_merges merges, fewer only when no pair is left; word_counts unchanged",
              ),
+             checked_by=('check_learn_bpe', 'check_learn_bpe'),
              used_by=("08: apply_merges spells words with the merges",)),
     # -- lesson 09 ---------------------------------------------------------------
     Contract("LearnedPositionalEncoding", "09_ablations", "class",
@@ -371,7 +460,7 @@ _ALL = (
                  "of model.positional_encoding: LearnedPositionalEncoding(d_model, dropout, max_len)",
                  "pe is the learned table, an nn.Parameter of shape (max_len, d_model) that requires grad, pe[t] the "
                  "row of position t; its own (not shared with another instance), float32, with finite initial "
-                 "values (small random values, or zeros); dropout is the nn.Dropout(dropout) that forward applies",
+                 "values; dropout is the nn.Dropout(dropout) that forward applies",
                  "forward(x) = dropout(x + pe[:L]) for any L <= max_len (L >= 64 included), with the table's current "
                  "values",
                  "gradients reach x and pe (row t receives the gradient of position t summed over the batch; rows "
@@ -380,6 +469,11 @@ _ALL = (
                  "call, drawn from the global RNG; eval mode is deterministic",
                  "keeps the input's dtype and device; .to(dtype) and .to(device) move the table; x unchanged",
              ),
+             checked_by=('stages.parameter_order',
+                         'stages.contract_parts, check_learned_positional_encoding',
+                         'check_learned_positional_encoding', 'stages.gradients', 'positional.dropout_stage',
+                         'stages.follows_dtype, stages.module_on_gpu'),
+             may=('start the table with small random values, or with zeros',),
              used_by=("09: row (E) of the ablation table puts it in place of model.positional_encoding",
                       "09: the plot of the learned table reads pe")),
     Contract("PreLNEncoderLayer", "09_ablations", "class",
@@ -400,6 +494,9 @@ _ALL = (
                  "forward calls self_attn and applies dropout through these very attributes: a module assigned to "
                  "self_attn is used, and a rate set on dropout.p takes effect",
              ),
+             checked_by=('layers.encoder_layer_stages', 'check_pre_ln_encoder_layer', 'check_pre_ln_encoder_layer',
+                         'layers.encoder_layer_stages', 'layers.encoder_layer_stages', 'layers.encoder_layer_stages'),
+             may=('use nn.LayerNorm or your own LayerNorm',),
              used_by=("09: the pre-LN rows put one in place of every EncoderLayer of model.encoder_layers",)),
     Contract("PreLNDecoderLayer", "09_ablations", "class",
              "PreLNDecoderLayer(d_model, num_heads, d_ff, dropout=0.0); forward(x, memory, src_mask=None, "
@@ -420,6 +517,9 @@ _ALL = (
                  "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
                  "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
+             checked_by=('layers.decoder_layer_stages', 'check_pre_ln_decoder_layer', 'check_pre_ln_decoder_layer',
+                         'layers.decoder_layer_stages', 'layers.decoder_layer_stages'),
+             may=('use nn.LayerNorm or your own LayerNorm',),
              by_name=_DECODER_BY_NAME,  # what lesson 05's DecoderLayer may not rename, nor may its stand-in
              by_name_where="lesson 05 passes it so, and your Transformer may too: lesson 09 puts this layer in a "
                            "DecoderLayer's place",
@@ -437,6 +537,9 @@ _ALL = (
                  "and changes no other logit",
                  "shares no storage with Marian, and leaves Marian as it was",
              ),
+             checked_by=('check_from_marian', 'check_from_marian', 'check_from_marian', 'check_from_marian'),
+             may=('tie src_embed, tgt_embed and generator.weight to one tensor of your own, or keep three copies',
+                  "lay out your own positional table instead of copying Marian's"),
              used_by=("10: the logits and greedy decoding compared with Marian's; beam_search and BLEU with the "
                       "real weights",)),
 )
@@ -451,3 +554,59 @@ def contract(exercise: str) -> Contract:
         return CONTRACTS[exercise]
     except KeyError:
         raise KeyError(f"no contract for {exercise!r}; known: {', '.join(CONTRACTS)}") from None
+
+
+# ---------------------------------------------------------------------------
+# The learner's contract box: made from the contract by ``python -m course_utils.generate``, which stamps it into
+# the lesson right before the exercise's cell (tagged ``contract-box``); ``--check`` fails when it is out of step.
+
+LATER_LESSONS = "What later lessons rely on"
+REST_OF_NOTEBOOK = "What the rest of this notebook relies on"
+
+
+def box_title(found: Contract) -> str:
+    """"What later lessons rely on", or, when only the exercise's own lesson uses it, "What the rest of this notebook ..."."""
+    own = found.lesson[:2]
+    later = [use for use in found.used_by if not use.startswith(f"{own}:")]
+    return LATER_LESSONS if later else REST_OF_NOTEBOOK
+
+
+def _plain(text: str) -> str:
+    """Contract text as Markdown that shows it as written (``<pad>`` is not an HTML tag, ``*`` is no emphasis)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("*", r"\*")
+
+
+def _names(found: Contract) -> list[str]:
+    parts = dict(part.split(": ", 1) for part in found.parts)
+    rows = []
+    for what, names in (("attributes", found.attributes), ("methods", found.methods), ("submodules", found.submodules)):
+        if names:
+            shown = [f"`{n}`" + (f" (`{parts[n]}`)" if n in parts else "") for n in names]
+            rows.append(f"- {what}: " + ", ".join(shown))
+    listed = set(found.attributes) | set(found.submodules)
+    others = [f"`{name}` (`{kind}`)" for name, kind in parts.items() if name not in listed]
+    if others:
+        rows.append("- parts: " + ", ".join(others))
+    return rows
+
+
+def box_markdown(exercise: str) -> str:
+    """The collapsed box of what later code relies on, for the exercise's statement (Markdown)."""
+    found = contract(exercise)
+    lines = [f"<details><summary><b>{box_title(found)}</b>: your <code>{exercise}</code>'s contract</summary>", "",
+             f"Called as `{found.signature}`.", ""]
+    names = _names(found)
+    if names:
+        lines += ["The names the course reads:", "", *names, ""]
+    lines += [f"Your `{exercise}` **must** (the checker verifies each):", ""]
+    lines += [f"- {_plain(promise)}" for promise in found.promises]
+    lines.append("- take its parameters in the order of the call above: the course passes them by position")
+    if found.by_name:
+        shown = ", ".join(f"`{name.removeprefix('forward.')}`" + (" (of forward)" if name.startswith("forward.") else "")
+                          for name in found.by_name)
+        lines.append(f"- keep the parameter names {shown}, passed by keyword ({_plain(found.by_name_where)})")
+    if found.may:
+        lines += ["", "You **may** (the checker accepts either):", ""]
+        lines += [f"- {_plain(choice)}" for choice in found.may]
+    lines += ["", "Used by: " + "; ".join(_plain(use) for use in found.used_by) + ".", "", "</details>"]
+    return "\n".join(lines)

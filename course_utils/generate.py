@@ -11,7 +11,10 @@ For every ``solutions/NN_*.ipynb`` it
   they are up to date; every other byte of the solution is kept), and, for a
   lesson listed in ``course_utils.lessons``, its "What this lesson needs" box
   and its map cell right after its title (tagged ``lesson-needs`` /
-  ``lesson-map``; a notebook that is not listed gets none, and a warning);
+  ``lesson-map``; a notebook that is not listed gets none, and a warning),
+  and, right before each exercise's cell, the collapsed box of what later
+  lessons rely on, made from its contract in ``course_utils.contracts``
+  (tagged ``contract-box``; ``--check`` fails when one is out of step);
 * writes ``notebooks/NN_*.ipynb``: the same cells with each solution region
   replaced by its stub (see ``course_utils._schema`` for the marker rules),
   cells tagged ``solution-only`` removed, outputs, execution counts and
@@ -36,6 +39,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from . import contracts as course_contracts
 from . import lessons as course_lessons
 from ._schema import (
     META_HASH,
@@ -44,6 +48,7 @@ from ._schema import (
     NOTEBOOK_NAME,
     TAG_COLAB_BADGE,
     TAG_COLAB_SETUP,
+    TAG_CONTRACT_BOX,
     TAG_LESSON_MAP,
     TAG_LESSON_NEEDS,
     TAG_RAISES_EXCEPTION,
@@ -194,7 +199,7 @@ def _code_cell(source: str, tag: str, with_id: bool) -> dict:
     return cell
 
 
-_STAMPED_TAGS = (TAG_COLAB_BADGE, TAG_COLAB_SETUP, TAG_LESSON_NEEDS, TAG_LESSON_MAP)
+_STAMPED_TAGS = (TAG_COLAB_BADGE, TAG_COLAB_SETUP, TAG_LESSON_NEEDS, TAG_LESSON_MAP, TAG_CONTRACT_BOX)
 
 
 def _is_stamped(cell: dict) -> bool:
@@ -243,6 +248,42 @@ def _with_header(rest: list[dict], header: list[dict]) -> list[dict]:
     return rest[:at] + header + rest[at:]
 
 
+def exercises_defined(source: str) -> list[str]:
+    """The names of the top-level functions and classes of a code cell that hold a solution region."""
+    regions = find_regions(source)
+    tree = parse_cell(source) if regions else None
+    if tree is None:
+        return []
+    return [node.name for node in tree.body
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and any(r.begin <= node.end_lineno - 1 and r.end >= node.lineno - 1 for r in regions)]
+
+
+def contract_boxes(cell: dict, stem: str | None) -> list[tuple[str, str]]:
+    """(exercise, box source) for each exercise of lesson ``stem`` that this code cell defines."""
+    if cell.get("cell_type") != "code" or stem is None:
+        return []
+    found = course_contracts.CONTRACTS
+    return [(name, course_contracts.box_markdown(name)) for name in exercises_defined(cell_source(cell))
+            if name in found and found[name].lesson == stem]
+
+
+def _with_boxes(rest: list[dict], stem: str | None, old_boxes: list[dict], with_id: bool) -> list[dict]:
+    """``rest`` with each exercise's contract box right before its cell (an up-to-date box is kept as it is)."""
+    by_source = {cell_source(c): c for c in old_boxes if c.get("cell_type") == "markdown"}
+    out: list[dict] = []
+    for cell in rest:
+        for name, source in contract_boxes(cell, stem):
+            box = by_source.get(source)
+            if box is None:
+                box = _markdown_cell(source, TAG_CONTRACT_BOX, False)
+                if with_id:
+                    box["id"] = f"contract-{name}"
+            out.append(box)
+        out.append(cell)
+    return out
+
+
 def stamp(nb: dict, url: str, config: Config, stem: str | None = None) -> dict:
     """``nb`` with an up-to-date badge cell and setup cell on top, and lesson ``stem``'s header after its title.
 
@@ -252,12 +293,13 @@ def stamp(nb: dict, url: str, config: Config, stem: str | None = None) -> dict:
     """
     with_id = _with_ids(nb)
     existing = {tag: c for c in nb.get("cells", []) for tag in cell_tags(c) if tag in _STAMPED_TAGS}
+    old_boxes = [c for c in nb.get("cells", []) if TAG_CONTRACT_BOX in cell_tags(c)]
     top = _wanted_cells([(TAG_COLAB_BADGE, "markdown", badge_source(url)),
                          (TAG_COLAB_SETUP, "code", setup_source(config))], existing, with_id)
     header = _wanted_cells(header_cells(stem), existing, with_id)
     rest = [c for c in nb.get("cells", []) if not _is_stamped(c)]
     out = dict(nb)
-    out["cells"] = top + _with_header(rest, header)
+    out["cells"] = top + _with_header(_with_boxes(rest, stem, old_boxes, with_id), header)
     return out
 
 
@@ -561,7 +603,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"no map at its top: add a Lesson(...) for it there", file=sys.stderr)
     if args.check:
         for name in outcome.stamped:
-            print(f"out of date: {name} (its Colab badge/setup cells, or its needs/map cells, need refreshing)")
+            print(f"out of date: {name} (its Colab badge/setup cells, its needs/map cells, or the contract boxes made "
+                  f"from course_utils/contracts.py need refreshing)")
         for name in outcome.written:
             print(f"out of date: {name}")
         for name in outcome.refused:

@@ -3,6 +3,9 @@
 * :func:`pick_device` chooses cuda, then mps, then cpu, and says which.
 * :func:`requires` wraps a demonstration cell that uses a learner's function,
   so that an unfinished exercise gives a friendly note instead of a traceback.
+* :func:`demonstrate` runs a checker on a deliberately wrong version and shows
+  the verdict as a demonstration, titled with that version's name, never as
+  the learner's exercise failing.
 * :func:`load_exercises` brings a learner's own functions and classes from an
   earlier lesson's notebook into a later one (e.g. your attention into the
   multi-head lesson), by running the cells that define them.
@@ -13,6 +16,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import html
 import json
 import linecache
 import os
@@ -38,6 +42,59 @@ def pick_device(verbose: bool = True) -> torch.device:
     if verbose:
         print(f"Using device: {device.type}")
     return device
+
+
+#: How a demonstration is shown: its own colours, neither the red of a failure nor the green of a pass.
+_DEMO_COLOURS = ("#1565c0", "#e3f2fd")
+
+
+@dataclasses.dataclass
+class Demonstration:
+    """A checker's verdict on a deliberately wrong version, shown as what it is: a demonstration.
+
+    Titled with the name of the version that was checked, so that a notebook never seems to end on the
+    learner's own exercise failing. It publishes no check result, so progress reports do not count it.
+    """
+
+    checked: str  # the name of the deliberately wrong version
+    checker: str  # the checker that ran on it, e.g. "check_scaled_dot_product_attention"
+    result: Any  # the CheckResult
+
+    def verdict(self) -> str:
+        if self.result.status.value == FAILED:
+            return "the checker rejects it, as it should (your own exercise is not affected)"
+        if self.result.status.value == PASSED:
+            return "the checker passed it, yet it is wrong: please report this to the course's authors"
+        return f"the checker says {self.result.status.value}"
+
+    def title(self) -> str:
+        return f"DEMONSTRATION: {self.checker}({self.checked}), a deliberately wrong version"
+
+    def __str__(self) -> str:
+        body = str(self.result).splitlines()[1:]  # the result's own heading names the exercise: left out
+        return "\n".join([f"[{self.title()}]", f"  {self.verdict()[0].upper()}{self.verdict()[1:]}:", *body])
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        border, background = _DEMO_COLOURS
+        esc = html.escape
+        messages = "".join(f'<div style="white-space:pre-wrap;margin:6px 0 0 0">{"<b>" if i == 0 else ""}{esc(m)}'
+                           f'{"</b>" if i == 0 else ""}</div>' for i, m in enumerate(self.result.messages))
+        return (f'<div style="border-left:6px solid {border};background:{background};padding:8px 12px;margin:4px 0;'
+                f'font-family:sans-serif;color:#212121"><div style="color:{border}"><b>DEMONSTRATION</b> &nbsp;'
+                f'<code>{esc(self.checker)}({esc(self.checked)})</code>, a deliberately wrong version</div>'
+                f'<div style="margin:6px 0 0 0"><i>{esc(self.verdict()[0].upper() + self.verdict()[1:])}:</i></div>'
+                f"{messages}</div>")
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, Any]:
+        return {"text/plain": str(self), "text/html": self._repr_html_()}
+
+
+def demonstrate(checker: Any, wrong: Any) -> Demonstration:
+    """Run ``checker`` on ``wrong``, a deliberately wrong function or class, and show it as a demonstration."""
+    name = getattr(wrong, "__name__", None) or repr(wrong)
+    return Demonstration(name, getattr(checker, "__name__", repr(checker)), checker(wrong))
 
 
 @contextlib.contextmanager

@@ -320,7 +320,8 @@ def test_check_changes_nothing_and_names_what_is_out_of_date(course: Path, capsy
     code, out, _ = generate(course, "--check", capsys=capsys)
     assert code == 1
     assert f"out of date: notebooks/{NAME}" in out
-    assert f"out of date: solutions/{NAME} (its Colab badge/setup cells, or its needs/map cells, need refreshing)" in out
+    assert (f"out of date: solutions/{NAME} (its Colab badge/setup cells, its needs/map cells, or the contract boxes "
+            f"made from course_utils/contracts.py need refreshing)") in out
     assert solution.read_bytes() == before and not (course / "notebooks" / NAME).exists()
 
     assert generate(course)[0] == 0
