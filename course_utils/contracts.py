@@ -471,7 +471,7 @@ _ALL = (
              ),
              checked_by=('stages.parameter_order',
                          'stages.contract_parts, check_learned_positional_encoding',
-                         'check_learned_positional_encoding', 'stages.gradients', 'positional.dropout_stage',
+                         'check_learned_positional_encoding', 'stages.gradients', 'stages.table_dropout',
                          'stages.follows_dtype, stages.module_on_gpu'),
              may=('start the table with small random values, or with zeros',),
              used_by=("09: row (E) of the ablation table puts it in place of model.positional_encoding",
@@ -494,8 +494,8 @@ _ALL = (
                  "forward calls self_attn and applies dropout through these very attributes: a module assigned to "
                  "self_attn is used, and a rate set on dropout.p takes effect",
              ),
-             checked_by=('layers.encoder_layer_stages', 'check_pre_ln_encoder_layer', 'check_pre_ln_encoder_layer',
-                         'layers.encoder_layer_stages', 'layers.encoder_layer_stages', 'layers.encoder_layer_stages'),
+             checked_by=('stages.encoder_layer_stages', 'check_pre_ln_encoder_layer', 'check_pre_ln_encoder_layer',
+                         'stages.encoder_layer_stages', 'stages.encoder_layer_stages', 'stages.encoder_layer_stages'),
              may=('use nn.LayerNorm or your own LayerNorm',),
              used_by=("09: the pre-LN rows put one in place of every EncoderLayer of model.encoder_layers",)),
     Contract("PreLNDecoderLayer", "09_ablations", "class",
@@ -517,8 +517,8 @@ _ALL = (
                  "forward calls self_attn and cross_attn and applies dropout through these very attributes: modules "
                  "assigned to them are used, and a rate set on dropout.p takes effect",
              ),
-             checked_by=('layers.decoder_layer_stages', 'check_pre_ln_decoder_layer', 'check_pre_ln_decoder_layer',
-                         'layers.decoder_layer_stages', 'layers.decoder_layer_stages'),
+             checked_by=('stages.decoder_layer_stages', 'check_pre_ln_decoder_layer', 'check_pre_ln_decoder_layer',
+                         'stages.decoder_layer_stages', 'stages.decoder_layer_stages'),
              may=('use nn.LayerNorm or your own LayerNorm',),
              by_name=_DECODER_BY_NAME,  # what lesson 05's DecoderLayer may not rename, nor may its stand-in
              by_name_where="lesson 05 passes it so, and your Transformer may too: lesson 09 puts this layer in a "

@@ -185,7 +185,7 @@ def test_every_promise_names_the_check_that_verifies_it(name: str) -> None:
 def test_a_name_that_does_not_exist_does_not_resolve() -> None:
     assert resolves("LayerNorm", "check_layer_norm") and resolves("LayerNorm", "stages.sweep")
     assert not resolves("LayerNorm", "check_nothing_of_the_kind") and not resolves("LayerNorm", "stages.no_such_stage")
-    assert resolves("PreLNEncoderLayer", "layers.encoder_layer_stages")
+    assert resolves("PreLNEncoderLayer", "stages.encoder_layer_stages") and resolves("PreLNEncoderLayer", "layers.own_norm_problem")
     assert contracts.contract("LayerNorm").checked_by
 
 
