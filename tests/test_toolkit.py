@@ -75,3 +75,24 @@ def test_no_function_is_over_80_lines() -> None:
 
 def test_the_list_of_long_functions_only_shrinks() -> None:
     assert sorted(OVER_THE_LIMIT - set(_long_functions())) == [], "remove these from OVER_THE_LIMIT: they are short now"
+
+
+def test_contributings_templates_are_python_and_name_real_toolkit_names() -> None:
+    """The recipe's templates parse, and every ``stages.x`` / toolkit name they use exists."""
+    import re
+
+    from course_utils.checks import _core, exercise, slips, stages
+
+    text = (PACKAGE.parent / "CONTRIBUTING.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 4, "the function, class and decoding templates, and the module's shape"
+    used = set()
+    for block in blocks:
+        ast.parse(block)
+        used |= set(re.findall(r"\bstages\.(\w+)", block))
+    assert sorted(name for name in used if not hasattr(stages, name)) == []
+    for module, names in ((_core, ("Check", "CheckResult", "generator")), (slips, ("Diagnosis", "Slip")),
+                          (exercise, ("Exercise",))):
+        assert all(hasattr(module, name) for name in names)
+    documented = set(re.findall(r"`(\w+)(?:\.py)?`", text[text.index("### The stage library"):text.index("## Templates")]))
+    assert sorted(name for name in stages.__all__ if name not in documented) == [], "stages CONTRIBUTING omits"
