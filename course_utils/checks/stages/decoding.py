@@ -31,6 +31,7 @@ draws: the generator it is given, and only it).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import math
 from typing import Any, Callable, Sequence
@@ -441,6 +442,82 @@ def misfit(steps: Sequence[torch.Tensor], probs: Sequence[torch.Tensor], what: s
     return ""
 
 
+@dataclasses.dataclass(frozen=True)
+class KnownLogits:
+    """One sentence whose next-token logits a sampling checker knows, for a model that gives them to every row.
+
+    ``logits[i]`` (V,) follow a prefix of i + 1 tokens; the function decodes up to ``len(logits) + 1`` columns (BOS
+    included), so that every step it draws is counted.
+    """
+
+    logits: torch.Tensor
+    bos_id: int
+    eos_id: int
+    pad_id: int
+
+    def arguments(self, rows: int = 1) -> tuple:
+        """(model, src (rows, 3), max_len, bos_id, eos_id, pad_id): the call, on a fresh model."""
+        steps = len(self.logits)
+        model = ScriptedModel(lambda sentence, prefix: self.logits[min(len(prefix), steps) - 1], len(self.logits[0]),
+                              self.pad_id, rows, max_len=steps + 1)
+        return model, torch.tensor([[5, 6, 3]] * rows), steps + 1, self.bos_id, self.eos_id, self.pad_id
+
+    def run(self, check: Check, fn: Callable, what: str, rows: int, **kwargs: Any) -> Any:
+        return run_decoder(check, fn, *self.arguments(rows), what=what, runaway="", hint=lambda e: (
+            "exp(logits / temperature) overflows: use torch.softmax (or subtract the largest logit first)"
+            if "inf" in str(e) else ""), **kwargs)
+
+    def frequencies(self, check: Check, fn: Callable, what: str, cases: Sequence[dict], oracle: Callable[..., tuple],
+                    slips: Sequence[Slip], holds: str, rows: int = 2000, excluded: str = "", **kwargs: Any) -> str:
+        """``fn`` on ``rows`` copies of the sentence, once per case, the tokens drawn at each step against the oracle.
+
+        A sampling oracle, ``oracle(**arguments, **flags) -> (distributions, generator)``, gives the distribution
+        (V,) of each step and the generator drawn from; a slip is a set of its flags. A case's arguments equal to
+        the oracle's defaults are left out of the call, so that the function's defaults are tried too. A slip whose
+        replay fits what was drawn (:func:`misfit`) fails with its message; any other misfit is returned, said, for
+        the checker to fail with once more precise stages have passed."""
+        defaults = {name: p.default for name, p in inspect.signature(oracle).parameters.items()}
+        tests = len(cases) * len(self.logits) * (len(self.logits[0]) + 1)
+        for values in cases:
+            given = {name: value for name, value in values.items() if value != defaults.get(name)}
+            out = self.run(check, fn, what, rows, **given, **kwargs)
+            shown = f"of {rows} copies of a sentence whose logits the checker knows (" + ", ".join(
+                f"{name}={value}" for name, value in values.items()) + ")"
+            width = len(self.logits) + 1  # max_len: BOS, then one column per step
+            if not (isinstance(out, torch.Tensor) and out.dtype == torch.long and out.shape == (rows, width)
+                    and (out[:, 0] == self.bos_id).all()):  # the greedy stages will most likely say why first
+                return (f"Your {what} returns {describe(out)} for a batch {shown} and max_len={width}, where a "
+                        f"LongTensor ({rows}, {width}), bos_id={self.bos_id} in column 0, was expected.")
+            still = (out[:, 1:] != self.eos_id).cumprod(dim=1).bool()  # (rows, steps): not finished after the step
+            steps = [out[:, 1]] + [out[:, j + 1][still[:, j - 1]] for j in range(1, len(self.logits))]
+            said = misfit(steps, oracle(**values)[0], what, shown, tests, excluded=excluded)
+            if said:
+                slip = matching_slip(slips, lambda s: s.replay(oracle, **values)[0], lambda probs: not misfit(
+                    steps, probs, what, shown, tests))
+                check.require(slip is None, f"{slip and slip.message}\n{said}")
+                return said
+        check.ok(holds)
+        return ""
+
+    def generator_use(self, check: Check, fn: Callable, what: str, oracle: Callable[..., tuple],
+                      slips: Sequence[Slip]) -> str:
+        """:func:`generator_use` for ``fn`` on 100 copies of the sentence; a slip's generator is the oracle's."""
+        return generator_use(check, what, lambda g: self.run(check, fn, what, 100, **({"generator": g} if g else {})),
+                             slips, lambda slip, g: torch.rand(8, generator=slip.replay(oracle, generator=g)[1]))
+
+
+def rejects(check: Check, fn: Callable, arguments: tuple, what: str, name: str, values: Sequence[Any], why: str,
+            fix: str, holds: str, error: type[Exception] = ValueError) -> None:
+    """``fn(*arguments, name=value)`` raises ``error`` for each of ``values``, outside the argument's domain."""
+    for value in values:
+        raised = check.attempt(fn, *arguments, **{name: value}, what=what)
+        check.require(isinstance(raised, Raised) and isinstance(raised.exception, error),
+                      f"{what}(..., {name}={value}) should raise {error.__name__} ({why}), but it "
+                      + (f"raised {type(raised.exception).__name__}." if isinstance(raised, Raised) else "returned.")
+                      + f" {fix}")
+    check.ok(holds)
+
+
 #: what a function that draws random numbers promises, in the order :func:`generator_signature` tests them
 PROMISES = ("should draw from the generator it is given", "should leave the global generator alone when given one",
             "should draw the same tokens for the same seed", "should draw other tokens for another seed",
@@ -486,6 +563,6 @@ def _same(a: Any, b: Any) -> bool:
     return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
-__all__ = ["PROMISES", "Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "decode", "encoded_once",
-           "follow", "generator_signature", "generator_use", "misfit", "mix", "on_gpu", "output", "row", "run_decoder",
+__all__ = ["KnownLogits", "PROMISES", "Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "decode", "encoded_once",
+           "follow", "generator_signature", "generator_use", "misfit", "mix", "on_gpu", "output", "rejects", "row", "run_decoder",
            "sampler", "second_batch", "setup", "source", "training_mode_problem", "without_grad"]
