@@ -1,5 +1,4 @@
-"""The checker of lesson 07 for sampling: every way of drawing passes, and mistakes that are not slips of the oracle
-are named (each known slip is tested by tests/test_slips.py, made into an answer by the exercise's declaration)."""
+"""The checker of lesson 07 for sampling: every way of drawing passes; its slips' tests are generated (test_slips)."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ WRONG = {  # mistakes that are not slips of the oracle: (sample_decode, status, 
     "the global generator too": (sampler(lambda l, t, k, g, step: CORRECT[0].pick(l, t, k, g, step)
                                          + 0 * torch.rand(1, device=l.device).long()),
                                  "failed", "it should leave the global generator alone when given one"),
-    "no ValueError": (lambda *args, temperature=1.0, **kwargs: CORRECT[0](*args, temperature=max(temperature, 0.1),
-                                                                          **kwargs),
+    "no ValueError": (lambda *args, temperature=1.0, **kw: CORRECT[0](*args, temperature=max(temperature, 0.1), **kw),
                       "failed", "sample_decode(..., temperature=0.0) should raise ValueError"),
 }
 

@@ -602,7 +602,7 @@ def _encoding_and_grad(check: Check, model: ScriptedModel, sentences: list, setu
     """The encoder runs once per sentence, under no_grad, with memory and src rows aligned."""
     kit.encoded_once(check, model, sentences, "beam_search", setup, beam_size=k, batched=False)
     check.ok("runs the encoder once per sentence")
-    kit.without_grad(check, [model], "beam_search", setup)
+    kit.without_grad(check, [model], "beam_search", setup, holds="runs under torch.no_grad()")
     if model.misaligned:
         check.fail(
             f"In {model.misaligned} rows given to model.decode, memory and src belong to different sentences "

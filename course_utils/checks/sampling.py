@@ -1,13 +1,12 @@
 """Checker for lesson 07's sampling, ``sample_decode``: the tokens it draws at each step are counted against the
 distribution (:class:`.stages.decoding.KnownLogits`), so any way of drawing passes; then the generator it draws from,
-greedy decoding's whole checker with top_k=1 (:func:`.decoding.greedy_stages`), and a ValueError for a temperature
-<= 0. The known slips are mutants of the oracle (of its distribution, or of its generator).
+greedy decoding's whole checker with top_k=1 (:func:`.decoding.greedy_stages`), and a ValueError for a temperature <= 0.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -33,10 +32,10 @@ def check_sample_decode(sample_decode: Callable) -> CheckResult:
 def _check_sample_decode(check: Check, sample_decode: Callable) -> None:
     check.callable_(sample_decode, "sample_decode")
     unexplained = _SENTENCE.frequencies(
-        check, sample_decode, "sample_decode", _CASES, _oracle, SLIPS, generator=generator(7), holds=(
+        check, sample_decode, "sample_decode", _CASES, _probs, SLIPS, generator=generator(7), holds=(
             "draws each token with probability softmax(logits / temperature) over the top_k most likely, never "
             "outside them (temperature 1 and no top_k by default)"), excluded=" (it is not among the top_k most likely)"
-    ) or _SENTENCE.generator_use(check, sample_decode, "sample_decode", _oracle, SLIPS)
+    ) or _SENTENCE.generator_use(check, sample_decode, "sample_decode", SLIPS)
     greedy_stages(check, sample_decode, temperature=0.7, top_k=1)  # an unexplained misfit waits for their messages
     check.require(not unexplained, unexplained)
     kit.rejects(check, sample_decode, _SENTENCE.arguments(), "sample_decode", "temperature", (0.0, -1.0),
@@ -44,23 +43,17 @@ def _check_sample_decode(check: Check, sample_decode: Callable) -> None:
                 "Start with `if temperature <= 0: raise ValueError(...)`.", "raises ValueError for a temperature <= 0")
 
 
-def _probs(logits: torch.Tensor, temperature: float, top_k: int | None, step: int = 1) -> torch.Tensor:
-    """softmax(logits / temperature) over the top_k largest logits, (..., V) like ``logits``."""
+def _probs(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, step: int = 1) -> torch.Tensor:
+    """The oracle: softmax(logits / temperature) over the top_k largest logits, (..., V) like ``logits``."""
     scaled = logits.double() / temperature
     if top_k is not None:
         scaled = scaled.masked_fill(scaled < scaled.topk(top_k, dim=-1).values[..., -1:], -math.inf)
     return scaled.softmax(dim=-1)
 
 
-def _oracle(temperature: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None,
-            probs: Callable = _probs, source: Callable = lambda g: g) -> tuple[list[torch.Tensor], Any]:
-    """The oracle: the distribution at each step of the script, and the generator drawn from (given, or global)."""
-    return [probs(logits, temperature, top_k, step) for step, logits in enumerate(_LOGITS, start=1)], source(generator)
-
-
-def _probs_with(temperature: Callable = lambda t, step: t, top_k: Callable = lambda k: k) -> dict:
-    """The oracle's flags for a slip of its distribution: what it makes of the temperature (at a step) and top_k."""
-    return dict(probs=lambda logits, t, k, step: _probs(logits, temperature(t, step), top_k(k)))
+def _probs_with(scale: Callable = lambda t, step: t, keep: Callable = lambda k: k) -> dict:
+    """The oracle's flag for a slip of its distribution: the temperature it divides by (at a step), the top_k kept."""
+    return dict(probs=lambda logits, temperature, top_k, step: _probs(logits, scale(temperature, step), keep(top_k)))
 
 
 _TOP_K = "keep the top_k largest logits, `logits.topk(top_k).values[:, -1:]` is the smallest of them."
@@ -68,37 +61,20 @@ _TOP_K = "keep the top_k largest logits, `logits.topk(top_k).values[:, -1:]` is 
 SLIPS = (
     Slip("multiplied", Diagnosis("Your sample_decode multiplies the logits by the temperature:", "divide them, "
          "`logits / temperature`, so that a temperature below 1 sharpens the distribution and above 1 flattens it."),
-         _probs_with(temperature=lambda t, step: 1 / t)),
+         _probs_with(scale=lambda t, step: 1 / t)),
     Slip("no temperature", Diagnosis("Your sample_decode draws as if the temperature were 1:", "divide the logits "
          "by it before the softmax (dividing the probabilities after it changes nothing once they are renormalised)."),
-         _probs_with(temperature=lambda t, step: 1.0)),
+         _probs_with(scale=lambda t, step: 1.0)),
     Slip("first step", Diagnosis("Your sample_decode divides by the temperature at the first step only:",
-         "divide the logits of every step."), _probs_with(temperature=lambda t, step: t if step == 1 else 1.0)),
+         "divide the logits of every step."), _probs_with(scale=lambda t, step: t if step == 1 else 1.0)),
     Slip("k + 1", Diagnosis("Your sample_decode keeps top_k + 1 tokens:", _TOP_K),
-         _probs_with(top_k=lambda k: k and k + 1)),
+         _probs_with(keep=lambda k: k and k + 1)),
     Slip("k - 1", Diagnosis("Your sample_decode keeps top_k - 1 tokens:", _TOP_K),
-         _probs_with(top_k=lambda k: k and k - 1)),
+         _probs_with(keep=lambda k: k and k - 1)),
     Slip("no top_k", Diagnosis("Your sample_decode ignores top_k:", "set every logit below the top_k largest to -inf "
-         "before the softmax."), _probs_with(top_k=lambda k: None)),
-    Slip("global", Diagnosis("Your sample_decode draws from the global generator, not from the `generator` it is "
-         "given (torch.distributions.Categorical(...).sample() takes no generator):", "pass it to the call that "
-         "draws, `torch.multinomial(probs, 1, generator=generator)`."), dict(source=lambda g: None)),
-    Slip("own", Diagnosis("Your sample_decode draws from a generator of its own, so it draws the same tokens "
-         "whatever the generator it is given:", "draw from the `generator` argument."),
-         dict(source=lambda g: generator(0))),
-    Slip("own when None", Diagnosis("With generator=None your sample_decode draws from a generator of its own, so "
-         "every call draws the same tokens:", "pass generator=None on to torch.multinomial (or torch.rand), which "
-         "then draws from the global generator, the one torch.manual_seed seeds."),
-         dict(source=lambda g: g or torch.Generator())),
-    Slip("reseeds", Diagnosis("Your sample_decode reseeds the generator it is given, so every seed draws the same "
-         "tokens:", "draw from it as it comes."), dict(source=lambda g: g and g.set_state(generator(0).get_state()))),
+         "before the softmax."), _probs_with(keep=lambda k: None)),
+    *kit.generator_slips("sample_decode"),  # the generator it draws from
 )
-
-
-def _as_answer(slip: Slip) -> Callable:
-    """The slip made into a learner's sample_decode: the kit's sampling loop, drawing from the slipped oracle."""
-    return slip.replay(lambda probs=_probs, source=lambda g: g: kit.sampler(lambda logits, t, k, g, step: (
-        torch.multinomial(probs(logits, t, k, step), 1, generator=g).squeeze(1)), source=source))
 
 
 SAMPLE_DECODE = Exercise(
@@ -106,7 +82,4 @@ SAMPLE_DECODE = Exercise(
     oracle="softmax(logits / temperature) over the top_k largest logits, against the frequencies of what is drawn",
     cases="2,000 copies of one sentence whose logits the checker knows, at temperature 1 (the defaults), 0.5 with "
           "top_k=3, and 2.0; generators seeded 1 and 2, and none; greedy decoding's cases with top_k=1",
-    slips=SLIPS, answer=_as_answer)
-
-
-__all__ = ["SAMPLE_DECODE", "SLIPS", "check_sample_decode"]
+    slips=SLIPS, answer=lambda slip: kit.sampling_answer(slip, _probs))

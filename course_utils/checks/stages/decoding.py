@@ -42,7 +42,7 @@ from torch import nn
 from . import gpu as _gpu
 from .devices import decoder_on_gpu
 from .._core import Check, Raised, describe, fmt_shape, generator, seed_offset
-from ..slips import Slip, matching_slip
+from ..slips import Diagnosis, Slip, matching_slip
 
 #: features of the scripted memory (each holds the source token)
 WIDTH = 3
@@ -341,8 +341,10 @@ def encoded_once(check: Check, model: ScriptedModel, sentences: list, what: str,
                    f"with memory = model.encode(src), then extend every sentence by one token per step, all together.")
 
 
-def without_grad(check: Check, models: Sequence[ScriptedModel], what: str, shown: str = "") -> None:
-    """Decoding ran without gradients, in the mode the model was given (eval), and left it so."""
+def without_grad(check: Check, models: Sequence[ScriptedModel], what: str, shown: str = "",
+                 holds: str = "runs the model without gradients (torch.no_grad)") -> None:
+    """Decoding ran without gradients (``holds`` is recorded), in the mode the model was given (eval), and left it
+    so."""
     calls = sum(model.grad_calls for model in models)
     if calls:
         check.fail(f"{what} ran the model with gradients on ({calls} calls of model.encode/model.decode)"
@@ -350,7 +352,7 @@ def without_grad(check: Check, models: Sequence[ScriptedModel], what: str, shown
                    f"`@torch.no_grad()` (or run its body inside `with torch.no_grad():`). With gradients on, every "
                    f"step keeps the whole computation graph of the decoder in memory, which on a GPU runs out of "
                    f"memory for long sentences or large batches.")
-    check.ok("runs the model without gradients (torch.no_grad)")
+    check.ok(holds)
     problem = training_mode_problem(what, models)
     if problem:
         check.fail(problem)
@@ -467,16 +469,19 @@ class KnownLogits:
             "exp(logits / temperature) overflows: use torch.softmax (or subtract the largest logit first)"
             if "inf" in str(e) else ""), **kwargs)
 
-    def frequencies(self, check: Check, fn: Callable, what: str, cases: Sequence[dict], oracle: Callable[..., tuple],
-                    slips: Sequence[Slip], holds: str, rows: int = 2000, excluded: str = "", **kwargs: Any) -> str:
-        """``fn`` on ``rows`` copies of the sentence, once per case, the tokens drawn at each step against the oracle.
+    def distributions(self, values: dict, probs: Callable[..., torch.Tensor], **flags: Any) -> list[torch.Tensor]:
+        """The distribution (V,) of each step, ``probs(logits, **values, step=step)``: a sampling exercise's oracle.
+        Its slips are flags: ``probs`` (another distribution) or ``source`` (another generator, ignored here)."""
+        return [probs(logits, **values, step=step) for step, logits in enumerate(self.logits, start=1)]
 
-        A sampling oracle, ``oracle(**arguments, **flags) -> (distributions, generator)``, gives the distribution
-        (V,) of each step and the generator drawn from; a slip is a set of its flags. A case's arguments equal to
-        the oracle's defaults are left out of the call, so that the function's defaults are tried too. A slip whose
-        replay fits what was drawn (:func:`misfit`) fails with its message; any other misfit is returned, said, for
-        the checker to fail with once more precise stages have passed."""
-        defaults = {name: p.default for name, p in inspect.signature(oracle).parameters.items()}
+    def frequencies(self, check: Check, fn: Callable, what: str, cases: Sequence[dict], probs: Callable[..., Any],
+                    slips: Sequence[Slip], holds: str, rows: int = 2000, excluded: str = "", **kwargs: Any) -> str:
+        """``fn`` on ``rows`` copies of the sentence, once per case (its keyword arguments), the tokens drawn at each
+        step against :meth:`distributions`. A case's arguments equal to the defaults of ``probs`` are left out of
+        the call, so that the function's defaults are tried too. A slip whose replay fits what was drawn
+        (:func:`misfit`) fails with its message; any other misfit is returned, said, for the checker to fail with
+        once more precise stages have passed."""
+        defaults = {name: p.default for name, p in inspect.signature(probs).parameters.items()}
         tests = len(cases) * len(self.logits) * (len(self.logits[0]) + 1)
         for values in cases:
             given = {name: value for name, value in values.items() if value != defaults.get(name)}
@@ -490,20 +495,52 @@ class KnownLogits:
                         f"LongTensor ({rows}, {width}), bos_id={self.bos_id} in column 0, was expected.")
             still = (out[:, 1:] != self.eos_id).cumprod(dim=1).bool()  # (rows, steps): not finished after the step
             steps = [out[:, 1]] + [out[:, j + 1][still[:, j - 1]] for j in range(1, len(self.logits))]
-            said = misfit(steps, oracle(**values)[0], what, shown, tests, excluded=excluded)
+            said = misfit(steps, self.distributions(values, probs), what, shown, tests, excluded=excluded)
             if said:
-                slip = matching_slip(slips, lambda s: s.replay(oracle, **values)[0], lambda probs: not misfit(
-                    steps, probs, what, shown, tests))
+                slip = matching_slip(slips, lambda s: s.replay(self.distributions, values, probs=probs),
+                                     lambda wrong: not misfit(steps, wrong, what, shown, tests))
                 check.require(slip is None, f"{slip and slip.message}\n{said}")
                 return said
         check.ok(holds)
         return ""
 
-    def generator_use(self, check: Check, fn: Callable, what: str, oracle: Callable[..., tuple],
-                      slips: Sequence[Slip]) -> str:
-        """:func:`generator_use` for ``fn`` on 100 copies of the sentence; a slip's generator is the oracle's."""
+    def generator_use(self, check: Check, fn: Callable, what: str, slips: Sequence[Slip]) -> str:
+        """:func:`generator_use` for ``fn`` on 100 copies of the sentence; a slip's ``source`` flag its generator."""
+        def source(generator: torch.Generator | None, source: Callable = lambda g: g, **_: Any) -> Any:
+            return source(generator)
+
         return generator_use(check, what, lambda g: self.run(check, fn, what, 100, **({"generator": g} if g else {})),
-                             slips, lambda slip, g: torch.rand(8, generator=slip.replay(oracle, generator=g)[1]))
+                             slips, lambda slip, g: torch.rand(8, generator=slip.replay(source, g)))
+
+
+def generator_slips(what: str) -> tuple[Slip, ...]:
+    """The known slips of a function that draws with the ``generator`` it is given: flags ``source`` of a sampling
+    oracle, what it draws from instead (named by :func:`generator_use`)."""
+    return (
+        Slip("global", Diagnosis(f"Your {what} draws from the global generator, not from the `generator` it is given "
+             "(torch.distributions.Categorical(...).sample() takes no generator):", "pass it to the call that draws, "
+             "`torch.multinomial(probs, 1, generator=generator)`."), dict(source=lambda g: None)),
+        Slip("own", Diagnosis(f"Your {what} draws from a generator of its own, so it draws the same tokens whatever "
+             "the generator it is given:", "draw from the `generator` argument."),
+             dict(source=lambda g: generator(0))),
+        Slip("own when None", Diagnosis(f"With generator=None your {what} draws from a generator of its own, so every "
+             "call draws the same tokens:", "pass generator=None on to torch.multinomial (or torch.rand), which then "
+             "draws from the global generator, the one torch.manual_seed seeds."),
+             dict(source=lambda g: g or torch.Generator())),
+        Slip("reseeds", Diagnosis(f"Your {what} reseeds the generator it is given, so every seed draws the same "
+             "tokens:", "draw from it as it comes."),
+             dict(source=lambda g: g and g.set_state(generator(0).get_state()))),
+    )
+
+
+def sampling_answer(slip: Slip, probs: Callable[..., torch.Tensor]) -> Callable:
+    """A slip of a sampling oracle made into a learner's answer (for the generated catalogue tests): :func:`sampler`
+    drawing with torch.multinomial from ``probs`` and the generator given, or from the slip's flags instead."""
+    def answer(probs: Callable = probs, source: Callable = lambda g: g) -> Callable:
+        return sampler(lambda logits, t, k, g, step: torch.multinomial(
+            probs(logits, temperature=t, top_k=k, step=step), 1, generator=g).squeeze(1), source=source)
+
+    return slip.replay(answer)
 
 
 def rejects(check: Check, fn: Callable, arguments: tuple, what: str, name: str, values: Sequence[Any], why: str,
@@ -563,6 +600,7 @@ def _same(a: Any, b: Any) -> bool:
     return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
 
 
-__all__ = ["KnownLogits", "PROMISES", "Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "decode", "encoded_once",
-           "follow", "generator_signature", "generator_use", "misfit", "mix", "on_gpu", "output", "rejects", "row", "run_decoder",
-           "sampler", "second_batch", "setup", "source", "training_mode_problem", "without_grad"]
+__all__ = ["KnownLogits", "PROMISES", "Runaway", "Script", "ScriptedModel", "WIDTH", "crashes_on_a_batch", "decode",
+           "encoded_once", "follow", "generator_signature", "generator_slips", "generator_use", "misfit", "mix",
+           "on_gpu", "output", "rejects", "row", "run_decoder", "sampler", "sampling_answer", "second_batch", "setup",
+           "source", "training_mode_problem", "without_grad"]
