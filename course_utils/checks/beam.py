@@ -8,8 +8,9 @@ whether gradients were on, and that refuse to be called far past ``max_len``.
 The oracles are the contract itself, replayed one hypothesis at a time in
 plain Python on the model's own log-probabilities, and exhaustive search on a
 tiny vocabulary (a beam as wide as every hypothesis finds the best sequence).
-When the output differs, the known wrong variants are replayed the same way to
-name the cause.
+When the output differs, the known slips (:data:`SLIPS`, each a flag of that
+replay) are replayed the same way to name the cause; the same replay, reading
+``model.decode``, makes each slip into a learner's answer (:func:`_as_answer`).
 
 The contract (lesson 07): ``beam_search(model, src, beam_size, max_len, bos_id,
 eos_id, pad_id, length_penalty=0.6) -> (B, T)`` LongTensor.

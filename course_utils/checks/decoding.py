@@ -16,7 +16,9 @@ past a bound tied to ``max_len`` (a loop without its stopping condition ends
 with a message, never hangs), records whether gradients were on (decoding must
 run under ``torch.no_grad()``), and can live on a pretend GPU to catch tensors
 created on the CPU whatever the input's device; where a real ``cuda`` or ``mps``
-device exists, the decoding runs there too.
+device exists, the decoding runs there too. Its one known slip, an eos id written into
+the code (:data:`SLIPS`, a record per id, a flag of the replay), is named when it
+replays every case as the learner's output, and shows on one.
 """
 
 from __future__ import annotations

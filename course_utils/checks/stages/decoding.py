@@ -22,10 +22,14 @@ What every decoding checker (greedy decoding, beam search, sampling) shares is h
 fresh scripted model, on the CPU, the pretend GPU or a real device, and the learner's function run on it),
 :func:`setup` and :func:`row` (how a call and a row are shown), :func:`source` (a padded source batch),
 :func:`output` (a LongTensor (B, T)), :func:`encoded_once`, :func:`without_grad` (no gradients, the model's mode
-left alone), :func:`on_gpu` (the device stages), :func:`second_batch`. For sampling: :func:`sampler` (a
-decoding loop that draws its tokens however it is told: the reference a slip is made into an answer from),
-:func:`misfit` (token frequencies against a distribution) and :func:`generator_use` (which random numbers it
-draws: the generator it is given, and only it).
+left alone), :func:`on_gpu` (the device stages), :func:`second_batch`.
+
+For sampling (lesson 07's ``sample_decode``, and any exercise that draws its tokens): :func:`sampler` (greedy
+decoding's loop, drawing its tokens however it is told: the reference a slip is made into an answer from, by
+:func:`sampling_answer`), :class:`KnownLogits` (a sentence whose logits the checker knows: the distribution of
+each step, the frequencies of the tokens drawn against it (:func:`misfit`), the generator drawn from
+(:func:`generator_use`, with the known :func:`generator_slips`)), and :func:`rejects` (an argument outside its
+domain raises).
 """
 
 from __future__ import annotations
