@@ -325,118 +325,105 @@ def _setup(case: dict, src: torch.Tensor) -> str:
                      bos_id=case["bos_id"], eos_id=case["eos_id"], pad_id=case["pad_id"])
 
 
-_AT_MAX_LEN = Diagnosis(
+_AT_MAX_LEN = (  # two slips that answers never tell apart: one message for both
     "When your search reaches max_len, the open hypotheses do not compete with the finished ones as they should:",
     "either they are ignored, or their raw sums of log-probabilities are compared with finished scores that are "
     "divided by the length penalty. At max_len every open hypothesis competes too, its sum divided by the penalty of "
     "its length, ((5 + n) / 6) ** length_penalty with n = max_len - 1")
+
+
+def _slip(variant: str, cause: str, fix: str) -> Slip:
+    """A known slip: the flag ``variant`` of :func:`_search` that makes it, and what the learner reads."""
+    return Slip(variant, Diagnosis(cause, fix), dict(variant=variant))
+
+
 #: the known slips: each a wrong variant of the contract's search, the flag ``variant`` of :func:`_search`, tried
 #: once the answer differs and named only when it replays every run as the learner's search ran it (:func:`_causes`)
 SLIPS = (
-    Slip("probabilities", Diagnosis(
-        "Your search scores hypotheses by adding probabilities.",
-        "Add LOG-probabilities: `logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the "
-        "log-probabilities of its tokens"),
-        dict(variant="probabilities")),
-    Slip("logits", Diagnosis(
-        "Your search adds the raw logits, not log-probabilities:",
-        "logits are shifted by a different amount at every position, so their sums do not compare. Add "
-        "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens"),
-        dict(variant="logits")),
-    Slip("alpha_fixed", Diagnosis(
-        "Your search uses length_penalty = 0.6 whatever it is given:",
-        "pass the `length_penalty` argument on to the penalty, `gnmt_length_penalty(n, length_penalty)`"),
-        dict(variant="alpha_fixed")),
-    Slip("penalty_missing", Diagnosis(
-        "Your search ranks finished hypotheses of different lengths by their raw scores:",
-        "the length penalty is missing. Divide a finished hypothesis's score by ((5 + n) / 6) ** length_penalty, n "
-        "its number of tokens after BOS (EOS included)"),
-        dict(variant="penalty_missing")),
-    Slip("penalty_every_step", Diagnosis(
-        "Your search divides the scores by the length penalty at every step, so the penalty compounds.",
-        "Keep the raw sums of log-probabilities in the beam, and divide only when a hypothesis finishes (and for the "
-        "stopping test)"),
-        dict(variant="penalty_every_step")),
-    Slip("penalty_len_power", Diagnosis(
-        "Your search uses n ** length_penalty as the length penalty.",
-        "The GNMT penalty is ((5 + n) / 6) ** length_penalty"),
-        dict(variant="penalty_len_power")),
-    Slip("penalty_precedence", Diagnosis(
-        "Your search's length penalty is (5 + n) / 6 ** length_penalty:",
-        "in Python `**` binds before `/`, so only 6 is raised to the power, and the penalty grows with n as fast as "
-        "n itself. Put brackets around the fraction: ((5 + n) / 6) ** length_penalty"),
-        dict(variant="penalty_precedence")),
-    Slip("penalty_counts_bos", Diagnosis(
-        "Your search's length penalty counts BOS in the length.",
-        "n is the number of tokens after BOS, EOS included: ((5 + n) / 6) ** length_penalty"),
-        dict(variant="penalty_counts_bos")),
-    Slip("finished_dropped", Diagnosis(
-        "Your search drops the hypotheses that end in EOS instead of keeping them:",
-        "put a candidate that ends in EOS (and ranks within the beam_size best) on a list of finished hypotheses, "
-        "and choose the answer among them"),
-        dict(variant="finished_dropped")),
-    Slip("duplicates", Diagnosis(
-        "Your search starts every beam as BOS with score 0, so the top candidates are the same token beam_size times "
-        "(duplicate beams).",
-        "Start with one live hypothesis: scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the "
-        "first step)"),
-        dict(variant="duplicates")),
-    Slip("eos_from_2k", Diagnosis(
-        "Your search keeps as finished a candidate ending in EOS that ranks outside the beam_size best candidates.",
-        "Only EOS candidates among the beam_size best become finished"),
-        dict(variant="eos_from_2k")),
-    Slip("worst_first", Diagnosis(
-        "Your search returns the worst finished hypothesis instead of the best:",
-        "sort by score in descending order (or take the max)"),
-        dict(variant="worst_first")),
-    Slip("max_len_finished_only", _AT_MAX_LEN, dict(variant="max_len_finished_only")),
-    Slip("max_len_raw", _AT_MAX_LEN, dict(variant="max_len_raw")),  # never told from the one above: one message
-    Slip("stop_first", Diagnosis(
-        "Your search stops a sentence as soon as one hypothesis has finished, although an open one may still beat it.",
-        "Stop only when the best finished score is at least the best open sum divided by the penalty of the longest "
-        "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty"),
-        dict(variant="stop_first")),
-    Slip("stop_k_finished", Diagnosis(
-        "Your search stops a sentence once beam_size hypotheses have finished, whatever their scores.",
-        "Stop when the best finished score is at least the best open sum divided by the penalty of the longest "
-        "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty"),
-        dict(variant="stop_k_finished")),
-    Slip("stop_raw_bound", Diagnosis(
-        "Your search's stopping test compares the best finished score (divided by its length penalty) with the best "
-        "open sum without dividing that one:",
-        "an open hypothesis can still grow to max_len - 1 tokens, so divide its sum by ((5 + max_len - 1) / 6) ** "
-        "length_penalty"),
-        dict(variant="stop_raw_bound")),
-    Slip("stop_raw_finished", Diagnosis(
-        "Your search's stopping test compares the raw sum of the best finished hypothesis, not its score divided by "
-        "its length penalty.",
-        "Compare the finished hypothesis's normalised score with the best open sum divided by ((5 + max_len - 1) / "
-        "6) ** length_penalty"),
-        dict(variant="stop_raw_finished")),
-    Slip("stop_current_length", Diagnosis(
-        "Your search's stopping test divides the best open sum by the penalty of its current length.",
-        "An open hypothesis can still grow to max_len - 1 tokens, and a longer one is divided by more: use ((5 + "
-        "max_len - 1) / 6) ** length_penalty"),
-        dict(variant="stop_current_length")),
-    Slip("penalty_without_eos", Diagnosis(
-        "Your search's length penalty does not count EOS:",
-        "n is the number of tokens after BOS, EOS included, in ((5 + n) / 6) ** length_penalty"),
-        dict(variant="penalty_without_eos")),
-    Slip("float16", Diagnosis(
-        "Your search keeps the scores in float16 (`dtype=torch.float16`, `.half()`), which rounds sums of this size "
-        "to steps of 0.002 to 0.004, so hypotheses whose scores are closer than that are ranked wrongly.",
-        "Keep them in the dtype of the model's log-probabilities (float32)"),
-        dict(variant="float16")),
-    Slip("raw_pick", Diagnosis(
-        "Your search picks the answer by the raw sum of log-probabilities.",
-        "The answer is the finished hypothesis with the best score divided by its length penalty, ((5 + n) / 6) ** "
-        "length_penalty"),
-        dict(variant="raw_pick")),
-    Slip("first_position", Diagnosis(
-        "Your search reads the logits at the first position of the decoded prefix (`logits[:, 0]`), which always "
-        "predict the token after BOS, whatever was decoded since.",
-        "The next token's scores are at the last position: `logits[:, -1]`"),
-        dict(variant="first_position")),
+    _slip("probabilities",
+          "Your search scores hypotheses by adding probabilities.",
+          "Add LOG-probabilities: `logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the "
+          "log-probabilities of its tokens"),
+    _slip("logits",
+          "Your search adds the raw logits, not log-probabilities:",
+          "logits are shifted by a different amount at every position, so their sums do not compare. Add "
+          "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens"),
+    _slip("alpha_fixed",
+          "Your search uses length_penalty = 0.6 whatever it is given:",
+          "pass the `length_penalty` argument on to the penalty, `gnmt_length_penalty(n, length_penalty)`"),
+    _slip("penalty_missing",
+          "Your search ranks finished hypotheses of different lengths by their raw scores:",
+          "the length penalty is missing. Divide a finished hypothesis's score by ((5 + n) / 6) ** length_penalty, n "
+          "its number of tokens after BOS (EOS included)"),
+    _slip("penalty_every_step",
+          "Your search divides the scores by the length penalty at every step, so the penalty compounds.",
+          "Keep the raw sums of log-probabilities in the beam, and divide only when a hypothesis finishes (and for "
+          "the stopping test)"),
+    _slip("penalty_len_power",
+          "Your search uses n ** length_penalty as the length penalty.",
+          "The GNMT penalty is ((5 + n) / 6) ** length_penalty"),
+    _slip("penalty_precedence",
+          "Your search's length penalty is (5 + n) / 6 ** length_penalty:",
+          "in Python `**` binds before `/`, so only 6 is raised to the power, and the penalty grows with n as fast as "
+          "n itself. Put brackets around the fraction: ((5 + n) / 6) ** length_penalty"),
+    _slip("penalty_counts_bos",
+          "Your search's length penalty counts BOS in the length.",
+          "n is the number of tokens after BOS, EOS included: ((5 + n) / 6) ** length_penalty"),
+    _slip("finished_dropped",
+          "Your search drops the hypotheses that end in EOS instead of keeping them:",
+          "put a candidate that ends in EOS (and ranks within the beam_size best) on a list of finished hypotheses, "
+          "and choose the answer among them"),
+    _slip("duplicates",
+          "Your search starts every beam as BOS with score 0, so the top candidates are the same token beam_size "
+          "times (duplicate beams).",
+          "Start with one live hypothesis: scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the "
+          "first step)"),
+    _slip("eos_from_2k",
+          "Your search keeps as finished a candidate ending in EOS that ranks outside the beam_size best candidates.",
+          "Only EOS candidates among the beam_size best become finished"),
+    _slip("worst_first",
+          "Your search returns the worst finished hypothesis instead of the best:",
+          "sort by score in descending order (or take the max)"),
+    _slip("max_len_finished_only", *_AT_MAX_LEN),
+    _slip("max_len_raw", *_AT_MAX_LEN),
+    _slip("stop_first",
+          "Your search stops a sentence as soon as one hypothesis has finished, although an open one may still beat "
+          "it.",
+          "Stop only when the best finished score is at least the best open sum divided by the penalty of the longest "
+          "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty"),
+    _slip("stop_k_finished",
+          "Your search stops a sentence once beam_size hypotheses have finished, whatever their scores.",
+          "Stop when the best finished score is at least the best open sum divided by the penalty of the longest "
+          "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty"),
+    _slip("stop_raw_bound",
+          "Your search's stopping test compares the best finished score (divided by its length penalty) with the best "
+          "open sum without dividing that one:",
+          "an open hypothesis can still grow to max_len - 1 tokens, so divide its sum by ((5 + max_len - 1) / 6) ** "
+          "length_penalty"),
+    _slip("stop_raw_finished",
+          "Your search's stopping test compares the raw sum of the best finished hypothesis, not its score divided by "
+          "its length penalty.",
+          "Compare the finished hypothesis's normalised score with the best open sum divided by ((5 + max_len - 1) / "
+          "6) ** length_penalty"),
+    _slip("stop_current_length",
+          "Your search's stopping test divides the best open sum by the penalty of its current length.",
+          "An open hypothesis can still grow to max_len - 1 tokens, and a longer one is divided by more: use ((5 + "
+          "max_len - 1) / 6) ** length_penalty"),
+    _slip("penalty_without_eos",
+          "Your search's length penalty does not count EOS:",
+          "n is the number of tokens after BOS, EOS included, in ((5 + n) / 6) ** length_penalty"),
+    _slip("float16",
+          "Your search keeps the scores in float16 (`dtype=torch.float16`, `.half()`), which rounds sums of this size "
+          "to steps of 0.002 to 0.004, so hypotheses whose scores are closer than that are ranked wrongly.",
+          "Keep them in the dtype of the model's log-probabilities (float32)"),
+    _slip("raw_pick",
+          "Your search picks the answer by the raw sum of log-probabilities.",
+          "The answer is the finished hypothesis with the best score divided by its length penalty, ((5 + n) / 6) ** "
+          "length_penalty"),
+    _slip("first_position",
+          "Your search reads the logits at the first position of the decoded prefix (`logits[:, 0]`), which always "
+          "predict the token after BOS, whatever was decoded since.",
+          "The next token's scores are at the last position: `logits[:, -1]`"),
 )
 
 
