@@ -40,7 +40,7 @@ import torch
 
 from ._core import Check, CheckResult, generator
 from .exercise import Exercise
-from .slips import Diagnosis, Slip
+from .slips import Diagnosis, Slip, matching_slip
 from .stages import decoding as kit
 from .stages.decoding import ScriptedModel, crashes_on_a_batch, mix, second_batch
 
@@ -338,7 +338,7 @@ def _slip(variant: str, cause: str, fix: str) -> Slip:
 
 
 #: the known slips: each a wrong variant of the contract's search, the flag ``variant`` of :func:`_search`, tried
-#: once the answer differs and named only when it replays every run as the learner's search ran it (:func:`_causes`)
+#: once the answer differs and named only when it replays every run as the learner's search ran it (:func:`_cause`)
 SLIPS = (
     _slip("probabilities",
           "Your search scores hypotheses by adding probabilities.",
@@ -509,13 +509,12 @@ def _beam_one_is_greedy(check: Check, beam_search: Callable) -> None:
         got = [_strip(row, case) for row in out.tolist()]
         if got != greedy:
             b = next(i for i, (g, m) in enumerate(zip(greedy, got)) if g != m)
-            named = _causes(model, sentences, got, b, 1, max_len, 0.0)
-            named = [n for n in named if not n.startswith("Your search returns what greedy")]
+            named = _cause(model, sentences, got, b, 1, max_len, 0.0, greedy=False)
             check.fail(
                 f"With beam_size=1 and length_penalty=0, beam search is greedy decoding, but sentence {b} differs "
                 f"{_setup(dict(case, beam_size=1, alpha=0.0), src)}:\n"
                 f"  greedy: {_row(greedy[b])}\n  yours:  {_row(got[b])}\n"
-                + (f"{named[0]}." if named else
+                + (f"{named}." if named else
                    "With one beam, each step keeps the single best continuation; check how you add the "
                    "log-probabilities (logits[:, -1].log_softmax(-1)) to the scores and pick the top candidates.")
             )
@@ -705,34 +704,44 @@ def _follows(replay: _Search, history: list[set[tuple[int, ...]]]) -> bool:
     return len(history) >= replay.steps and all(replay.opened[t] == history[t] for t in range(replay.steps))
 
 
-def _causes(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
-            max_len: int, alpha: float, evidence: list | None = None) -> list[str]:
-    """The known wrong variants that return ``got[b]`` for sentence b, the most consistent with all runs first.
+_GREEDY = ("Your search returns what greedy decoding finds: it keeps one hypothesis per sentence. A beam of several "
+           "hypotheses must find the better sequence that starts with a less likely token: keep the beam_size best "
+           "candidates of all beam_size * V extensions, not the best extension of each beam")
 
-    A variant is consistent with a sentence when it returns the learner's answer for it and opens the same
+
+def _cause(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
+           max_len: int, alpha: float, evidence: list | None = None, greedy: bool = True) -> str | None:
+    """What returns ``got[b]`` for sentence b: greedy decoding (with ``greedy``), or a known slip of :data:`SLIPS`.
+
+    A slip is consistent with a sentence when it returns the learner's answer for it and opens the same
     hypotheses as the learner's search did, step by step, for as many steps; a batch as a whole must stop when
-    the variant's slowest sentence does. ``evidence`` (every run of the check: model, src, out, case, k, alpha,
-    max_len) breaks the ties one case cannot.
+    the slip's slowest sentence does. With ``evidence`` (every run of the check: model, src, out, case, k, alpha,
+    max_len) a slip is named only when it is consistent with every run; without, the most consistent one is.
     """
     language = model.script
     histories = [model.history(s) for s in sentences]
-    ranked: list[tuple[int, int, str]] = []
-    greedy = [_greedy(language, s, max_len) for s in sentences]
     one_per_step = all(len(step) <= 1 for h in histories for step in h)
-    if got[b] == greedy[b] and one_per_step and got[b] != _search(language, sentences[b], k, max_len, alpha).best:
-        ranked.append((-10**6, -1, (
-            "Your search returns what greedy decoding finds: it keeps one hypothesis per sentence. A beam of several "
-            "hypotheses must find the better sequence that starts with a less likely token: keep the beam_size best "
-            "candidates of all beam_size * V extensions, not the best extension of each beam")))
+    if greedy and got[b] == _greedy(language, sentences[b], max_len) and one_per_step and got[b] != _search(
+            language, sentences[b], k, max_len, alpha).best:
+        return _GREEDY
     runs = evidence or [(model, None, None, None, k, alpha, max_len)]
-    for order, slip in enumerate(SLIPS):
-        variant = slip.mutant["variant"]
-        if slip.replay(_search, language, sentences[b], k, max_len, alpha).best != got[b]:
-            continue
-        score, possible = _agreement(variant, runs, sentences, got)
-        if score == possible or evidence is None:  # a cause is named only when it explains every run
-            ranked.append((-score, order, slip.message))
-    return [why for _, _, why in sorted(ranked)]
+    replayed: dict[str, tuple[tuple[int, ...], tuple[int, int]]] = {}
+
+    def replay(slip: Slip) -> tuple[tuple[int, ...], tuple[int, int]]:
+        """The slip's answer for sentence b and, when it is the learner's, its :func:`_agreement` with the runs."""
+        if slip.name not in replayed:
+            best = slip.replay(_search, language, sentences[b], k, max_len, alpha).best
+            replayed[slip.name] = best, _agreement(slip.mutant["variant"], runs, sentences, got) if best == got[b] \
+                else (0, 1)
+        return replayed[slip.name]
+
+    def explains(answer: tuple[tuple[int, ...], tuple[int, int]]) -> bool:
+        (best, (score, possible)) = answer
+        return best == got[b] and (evidence is None or score == possible)
+
+    order = SLIPS if evidence is not None else sorted(SLIPS, key=lambda slip: -replay(slip)[1][0])  # most consistent
+    slip = matching_slip(order, replay, explains)
+    return slip.message if slip is not None else None
 
 
 _TIED = {"first_position"}  # every hypothesis gets one distribution: candidates tie, and torch breaks ties its way
@@ -817,7 +826,7 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                 f"the wrong order. Return the hypotheses in the order of the source sentences; and read each "
                 f"sentence's hypotheses from its own rows of ys (sentence i's beam j is row `i * beam_size + j`)."
             )
-        named = _causes(model, sentences, got, b, k, max_len, alpha, evidence)
+        named = _cause(model, sentences, got, b, k, max_len, alpha, evidence)
         expected_text = f"  expected: {_row(search.best)} (score {score[search.best]:.4f})"
         yours_text = f"  yours:    {_row(mine)}" + (f" (score {score[mine]:.4f})" if mine in score else "")
         departure = _departure(model, sentences[b], search, k)
@@ -829,7 +838,7 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
         elsewhere = sorted({seq[:-1] for _, seq in search.finished if len(seq) == len(mine) and seq[-1] == eos}) if (
             mine[-1:] == (eos,) and 1 <= t <= len(search.opened) and mine[:-1] in search.opened[t - 1]) else []
         if named:
-            cause = named[0] + "."
+            cause = named + "."
         elif departure:
             cause = (f"{departure}\nAt each step every open hypothesis is extended by every token, and its score is "
                      f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
@@ -875,15 +884,18 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
     steps = max((len(p) for call in model.rows for _, p in call), default=0)
     needed = max(s.steps for s in searches)
     if steps != needed:
-        named = []
-        for slip in SLIPS:
-            replays = [slip.replay(_search, model.script, s, k, max_len, alpha) for s in sentences]
-            if (all(r.best == m and _follows(r, model.history(s)) for r, m, s in zip(replays, got, sentences))
+        def replay(slip: Slip) -> tuple[Slip, list[_Search]]:
+            return slip, [slip.replay(_search, model.script, s, k, max_len, alpha) for s in sentences]
+
+        def explains(replayed: tuple[Slip, list[_Search]]) -> bool:
+            slip, replays = replayed
+            return (all(r.best == m and _follows(r, model.history(s)) for r, m, s in zip(replays, got, sentences))
                     and max(r.steps for r in replays) == steps and (evidence is None or len(set(_agreement(
-                        slip.mutant["variant"], evidence))) == 1)):  # it explains every run
-                named.append(slip.message)
-        if named:
-            check.fail(f"{named[0]}.\nIt stops after {steps} decoding steps instead of {needed} {setup}.")
+                        slip.mutant["variant"], evidence))) == 1))  # it explains every run
+
+        slip = matching_slip(SLIPS, replay, explains)
+        if slip is not None:
+            check.fail(f"{slip.message}.\nIt stops after {steps} decoding steps instead of {needed} {setup}.")
     if steps > needed:
         check.fail(
             f"Your search ran {steps} decoding steps, but every sentence's best finished hypothesis was certain "
