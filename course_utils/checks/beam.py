@@ -329,7 +329,7 @@ _AT_MAX_LEN = (  # two slips that answers never tell apart: one message for both
     "When your search reaches max_len, the open hypotheses do not compete with the finished ones as they should:",
     "either they are ignored, or their raw sums of log-probabilities are compared with finished scores that are "
     "divided by the length penalty. At max_len every open hypothesis competes too, its sum divided by the penalty of "
-    "its length, ((5 + n) / 6) ** length_penalty with n = max_len - 1")
+    "its length, ((5 + n) / 6) ** length_penalty with n = max_len - 1.")
 
 
 def _slip(variant: str, cause: str, fix: str) -> Slip:
@@ -343,87 +343,87 @@ SLIPS = (
     _slip("probabilities",
           "Your search scores hypotheses by adding probabilities.",
           "Add LOG-probabilities: `logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the "
-          "log-probabilities of its tokens"),
+          "log-probabilities of its tokens."),
     _slip("logits",
           "Your search adds the raw logits, not log-probabilities:",
           "logits are shifted by a different amount at every position, so their sums do not compare. Add "
-          "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens"),
+          "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens."),
     _slip("alpha_fixed",
           "Your search uses length_penalty = 0.6 whatever it is given:",
-          "pass the `length_penalty` argument on to the penalty, `gnmt_length_penalty(n, length_penalty)`"),
+          "pass the `length_penalty` argument on to the penalty, `gnmt_length_penalty(n, length_penalty)`."),
     _slip("penalty_missing",
           "Your search ranks finished hypotheses of different lengths by their raw scores:",
           "the length penalty is missing. Divide a finished hypothesis's score by ((5 + n) / 6) ** length_penalty, n "
-          "its number of tokens after BOS (EOS included)"),
+          "its number of tokens after BOS (EOS included)."),
     _slip("penalty_every_step",
           "Your search divides the scores by the length penalty at every step, so the penalty compounds.",
           "Keep the raw sums of log-probabilities in the beam, and divide only when a hypothesis finishes (and for "
-          "the stopping test)"),
+          "the stopping test)."),
     _slip("penalty_len_power",
           "Your search uses n ** length_penalty as the length penalty.",
-          "The GNMT penalty is ((5 + n) / 6) ** length_penalty"),
+          "The GNMT penalty is ((5 + n) / 6) ** length_penalty."),
     _slip("penalty_precedence",
           "Your search's length penalty is (5 + n) / 6 ** length_penalty:",
           "in Python `**` binds before `/`, so only 6 is raised to the power, and the penalty grows with n as fast as "
-          "n itself. Put brackets around the fraction: ((5 + n) / 6) ** length_penalty"),
+          "n itself. Put brackets around the fraction: ((5 + n) / 6) ** length_penalty."),
     _slip("penalty_counts_bos",
           "Your search's length penalty counts BOS in the length.",
-          "n is the number of tokens after BOS, EOS included: ((5 + n) / 6) ** length_penalty"),
+          "n is the number of tokens after BOS, EOS included: ((5 + n) / 6) ** length_penalty."),
     _slip("finished_dropped",
           "Your search drops the hypotheses that end in EOS instead of keeping them:",
           "put a candidate that ends in EOS (and ranks within the beam_size best) on a list of finished hypotheses, "
-          "and choose the answer among them"),
+          "and choose the answer among them."),
     _slip("duplicates",
           "Your search starts every beam as BOS with score 0, so the top candidates are the same token beam_size "
           "times (duplicate beams).",
           "Start with one live hypothesis: scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the "
-          "first step)"),
+          "first step)."),
     _slip("eos_from_2k",
           "Your search keeps as finished a candidate ending in EOS that ranks outside the beam_size best candidates.",
-          "Only EOS candidates among the beam_size best become finished"),
+          "Only EOS candidates among the beam_size best become finished."),
     _slip("worst_first",
           "Your search returns the worst finished hypothesis instead of the best:",
-          "sort by score in descending order (or take the max)"),
+          "sort by score in descending order (or take the max)."),
     _slip("max_len_finished_only", *_AT_MAX_LEN),
     _slip("max_len_raw", *_AT_MAX_LEN),
     _slip("stop_first",
           "Your search stops a sentence as soon as one hypothesis has finished, although an open one may still beat "
           "it.",
           "Stop only when the best finished score is at least the best open sum divided by the penalty of the longest "
-          "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty"),
+          "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty."),
     _slip("stop_k_finished",
           "Your search stops a sentence once beam_size hypotheses have finished, whatever their scores.",
           "Stop when the best finished score is at least the best open sum divided by the penalty of the longest "
-          "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty"),
+          "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty."),
     _slip("stop_raw_bound",
           "Your search's stopping test compares the best finished score (divided by its length penalty) with the best "
           "open sum without dividing that one:",
           "an open hypothesis can still grow to max_len - 1 tokens, so divide its sum by ((5 + max_len - 1) / 6) ** "
-          "length_penalty"),
+          "length_penalty."),
     _slip("stop_raw_finished",
           "Your search's stopping test compares the raw sum of the best finished hypothesis, not its score divided by "
           "its length penalty.",
           "Compare the finished hypothesis's normalised score with the best open sum divided by ((5 + max_len - 1) / "
-          "6) ** length_penalty"),
+          "6) ** length_penalty."),
     _slip("stop_current_length",
           "Your search's stopping test divides the best open sum by the penalty of its current length.",
           "An open hypothesis can still grow to max_len - 1 tokens, and a longer one is divided by more: use ((5 + "
-          "max_len - 1) / 6) ** length_penalty"),
+          "max_len - 1) / 6) ** length_penalty."),
     _slip("penalty_without_eos",
           "Your search's length penalty does not count EOS:",
-          "n is the number of tokens after BOS, EOS included, in ((5 + n) / 6) ** length_penalty"),
+          "n is the number of tokens after BOS, EOS included, in ((5 + n) / 6) ** length_penalty."),
     _slip("float16",
           "Your search keeps the scores in float16 (`dtype=torch.float16`, `.half()`), which rounds sums of this size "
           "to steps of 0.002 to 0.004, so hypotheses whose scores are closer than that are ranked wrongly.",
-          "Keep them in the dtype of the model's log-probabilities (float32)"),
+          "Keep them in the dtype of the model's log-probabilities (float32)."),
     _slip("raw_pick",
           "Your search picks the answer by the raw sum of log-probabilities.",
           "The answer is the finished hypothesis with the best score divided by its length penalty, ((5 + n) / 6) ** "
-          "length_penalty"),
+          "length_penalty."),
     _slip("first_position",
           "Your search reads the logits at the first position of the decoded prefix (`logits[:, 0]`), which always "
           "predict the token after BOS, whatever was decoded since.",
-          "The next token's scores are at the last position: `logits[:, -1]`"),
+          "The next token's scores are at the last position: `logits[:, -1]`."),
 )
 
 
@@ -510,14 +510,12 @@ def _beam_one_is_greedy(check: Check, beam_search: Callable) -> None:
         if got != greedy:
             b = next(i for i, (g, m) in enumerate(zip(greedy, got)) if g != m)
             named = _cause(model, sentences, got, b, 1, max_len, 0.0, greedy=False)
-            check.fail(
-                f"With beam_size=1 and length_penalty=0, beam search is greedy decoding, but sentence {b} differs "
-                f"{_setup(dict(case, beam_size=1, alpha=0.0), src)}:\n"
-                f"  greedy: {_row(greedy[b])}\n  yours:  {_row(got[b])}\n"
-                + (f"{named}." if named else
-                   "With one beam, each step keeps the single best continuation; check how you add the "
-                   "log-probabilities (logits[:, -1].log_softmax(-1)) to the scores and pick the top candidates.")
-            )
+            figures = (f"With beam_size=1 and length_penalty=0, beam search is greedy decoding, but sentence {b} "
+                       f"differs {_setup(dict(case, beam_size=1, alpha=0.0), src)}:\n"
+                       f"  greedy: {_row(greedy[b])}\n  yours:  {_row(got[b])}")
+            check.fail(named.showing(figures) if named else f"{figures}\nWith one beam, each step keeps the single "
+                       f"best continuation; check how you add the log-probabilities (logits[:, -1].log_softmax(-1)) to "
+                       f"the scores and pick the top candidates.")
     check.ok("with beam_size=1 and no length penalty it equals greedy decoding")
 
 
@@ -660,7 +658,7 @@ def _duplicate_beams(check: Check, model: ScriptedModel, sentences: list, setup:
                             f"`i % beam_size` and `i // beam_size`."
                         )
                     check.fail(
-                        f"{_DUPLICATES}. After the first step, the {k} beams of sentence {sentences.index(sentence)} "
+                        f"{_DUPLICATES} After the first step, the {k} beams of sentence {sentences.index(sentence)} "
                         f"are all {_row(prefixes[0])} {setup}. If yours start so: every candidate must get its own "
                         f"beam's score, `scores.unsqueeze(-1) + "
                         f"log_probs.view(B, beam_size, V)`, flattened to (B, beam_size * V) (`scores.repeat(1, V)` "
@@ -704,13 +702,14 @@ def _follows(replay: _Search, history: list[set[tuple[int, ...]]]) -> bool:
     return len(history) >= replay.steps and all(replay.opened[t] == history[t] for t in range(replay.steps))
 
 
-_GREEDY = ("Your search returns what greedy decoding finds: it keeps one hypothesis per sentence. A beam of several "
-           "hypotheses must find the better sequence that starts with a less likely token: keep the beam_size best "
-           "candidates of all beam_size * V extensions, not the best extension of each beam")
+_GREEDY = Diagnosis(
+    "Your search returns what greedy decoding finds: it keeps one hypothesis per sentence.",
+    "A beam of several hypotheses must find the better sequence that starts with a less likely token: keep the "
+    "beam_size best candidates of all beam_size * V extensions, not the best extension of each beam.")
 
 
 def _cause(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
-           max_len: int, alpha: float, evidence: list | None = None, greedy: bool = True) -> str | None:
+           max_len: int, alpha: float, evidence: list | None = None, greedy: bool = True) -> Diagnosis | None:
     """What returns ``got[b]`` for sentence b: greedy decoding (with ``greedy``), or a known slip of :data:`SLIPS`.
 
     A slip is consistent with a sentence when it returns the learner's answer for it and opens the same
@@ -741,7 +740,7 @@ def _cause(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tup
 
     order = SLIPS if evidence is not None else sorted(SLIPS, key=lambda slip: -replay(slip)[1][0])  # most consistent
     slip = matching_slip(order, replay, explains)
-    return slip.message if slip is not None else None
+    return slip.says if slip is not None else None
 
 
 _TIED = {"first_position"}  # every hypothesis gets one distribution: candidates tie, and torch breaks ties its way
@@ -837,9 +836,11 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
         eos = model.script.eos_id
         elsewhere = sorted({seq[:-1] for _, seq in search.finished if len(seq) == len(mine) and seq[-1] == eos}) if (
             mine[-1:] == (eos,) and 1 <= t <= len(search.opened) and mine[:-1] in search.opened[t - 1]) else []
+        figures = (f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n{expected_text}\n"
+                   f"{yours_text}")
         if named:
-            cause = named + "."
-        elif departure:
+            check.fail(named.showing(figures))
+        if departure:
             cause = (f"{departure}\nAt each step every open hypothesis is extended by every token, and its score is "
                      f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
                      f"candidates, those ending in EOS among the beam_size best finish, and the beam_size best "
@@ -873,8 +874,7 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                      "another sentence (once stopped sentences leave the batch, row i is sentence `active[i]`). "
                      "A finished hypothesis is the candidate ending in EOS, its sum divided by the length penalty; "
                      "return the best, BOS first.")
-        check.fail(f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n"
-                   f"{cause}\n{expected_text}\n{yours_text}")
+        check.fail(f"{cause}\n{figures}")
 
 
 def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
@@ -895,7 +895,7 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
 
         slip = matching_slip(SLIPS, replay, explains)
         if slip is not None:
-            check.fail(f"{slip.message}.\nIt stops after {steps} decoding steps instead of {needed} {setup}.")
+            check.fail(slip.says.showing(f"It stops after {steps} decoding steps instead of {needed} {setup}."))
     if steps > needed:
         check.fail(
             f"Your search ran {steps} decoding steps, but every sentence's best finished hypothesis was certain "
