@@ -479,9 +479,9 @@ class KnownLogits:
         return [probs(logits, **values, step=step) for step, logits in enumerate(self.logits, start=1)]
 
     def frequencies(self, check: Check, fn: Callable, what: str, cases: Sequence[dict], probs: Callable[..., Any],
-                    slips: Sequence[Slip], holds: str, rows: int = 2000, excluded: str = "", **kwargs: Any) -> str:
-        """``fn`` on ``rows`` copies of the sentence, once per case (its keyword arguments), the tokens drawn at each
-        step against :meth:`distributions`. A case's arguments equal to the defaults of ``probs`` are left out of
+                    slips: Sequence[Slip], holds: str, rows: int = 2000, excluded: str = "", seed: int = 7) -> str:
+        """``fn`` on ``rows`` copies of the sentence, once per case (its keyword arguments, and a ``generator`` seeded
+        ``seed``, fresh for each case), the tokens drawn at each step against :meth:`distributions`. A case's arguments equal to the defaults of ``probs`` are left out of
         the call, so that the function's defaults are tried too. A slip whose replay fits what was drawn
         (:func:`misfit`) fails with its message; any other misfit is returned, said, for the checker to fail with
         once more precise stages have passed."""
@@ -489,7 +489,7 @@ class KnownLogits:
         tests = len(cases) * len(self.logits) * (len(self.logits[0]) + 1)
         for values in cases:
             given = {name: value for name, value in values.items() if value != defaults.get(name)}
-            out = self.run(check, fn, what, rows, **given, **kwargs)
+            out = self.run(check, fn, what, rows, **given, generator=generator(seed))
             shown = f"of {rows} copies of a sentence whose logits the checker knows (" + ", ".join(
                 f"{name}={value}" for name, value in values.items()) + ")"
             width = len(self.logits) + 1  # max_len: BOS, then one column per step
