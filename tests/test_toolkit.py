@@ -22,11 +22,6 @@ TOOLKIT = {"_core", "slips", "exercise", "stages"}
 TOPICS = sorted(set(checks._TOPICS.values()))
 LIMIT = 80
 
-#: functions still over the limit, to be split (issue 30); this list only shrinks
-OVER_THE_LIMIT: set[str] = {
-    "checks/beam.py:_check_beam_search",
-}
-
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
     """(module as written, the names imported from it) for every import in the file, lazy ones included."""
@@ -69,12 +64,7 @@ def _long_functions() -> dict[str, int]:
 
 
 def test_no_function_is_over_80_lines() -> None:
-    long = _long_functions()
-    assert sorted(set(long) - OVER_THE_LIMIT) == [], long
-
-
-def test_the_list_of_long_functions_only_shrinks() -> None:
-    assert sorted(OVER_THE_LIMIT - set(_long_functions())) == [], "remove these from OVER_THE_LIMIT: they are short now"
+    assert _long_functions() == {}
 
 
 def test_contributings_templates_are_python_and_name_real_toolkit_names() -> None:

@@ -8,8 +8,9 @@ whether gradients were on, and that refuse to be called far past ``max_len``.
 The oracles are the contract itself, replayed one hypothesis at a time in
 plain Python on the model's own log-probabilities, and exhaustive search on a
 tiny vocabulary (a beam as wide as every hypothesis finds the best sequence).
-When the output differs, the known wrong variants are replayed the same way to
-name the cause.
+When the output differs, the known slips (:data:`SLIPS`, each a flag of that
+replay) are replayed the same way to name the cause; the same replay, reading
+``model.decode``, makes each slip into a learner's answer (:func:`_as_answer`).
 
 The contract (lesson 07): ``beam_search(model, src, beam_size, max_len, bos_id,
 eos_id, pad_id, length_penalty=0.6) -> (B, T)`` LongTensor.
@@ -37,15 +38,18 @@ from typing import Any, Callable
 
 import torch
 
-from . import stages
-from ._core import Check, CheckResult, fmt_shape, generator
-from .exercise import checked as run_check
-from .stages.decoding import ScriptedModel, crashes_on_a_batch, mix, run_decoder, second_batch, training_mode_problem
+from ._core import Check, CheckResult, generator
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
+from .stages import decoding as kit
+from .stages.decoding import ScriptedModel, crashes_on_a_batch, mix, second_batch
+
+_row = kit.row
 
 
 def check_beam_search(beam_search: Callable) -> CheckResult:
     """Check ``beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty)``."""
-    return run_check("beam_search", _check_beam_search, beam_search)
+    return BEAM_SEARCH.check(beam_search)
 
 
 class _Language:
@@ -69,6 +73,9 @@ class _Language:
         return self._cache[key]
 
     __call__ = logits  # a script for ScriptedModel
+
+    def prepare(self, sentence: tuple[int, ...], prefixes: list[tuple[int, ...]]) -> None:
+        """Nothing to prepare: the logits are computed when asked (a model's view decodes a step's prefixes here)."""
 
     def log_probs(self, sentence: tuple[int, ...], prefix: tuple[int, ...]) -> list[float]:
         return torch.log_softmax(self.logits(sentence, prefix).double(), dim=-1).tolist()
@@ -130,7 +137,7 @@ class _Search:
 
 def _stops(variant: str, finished: list, beams: list, beam_size: int, t: int, max_len: int, alpha: float) -> bool:
     """Whether a sentence stops after step t (the contract's rule, or a variant's)."""
-    if not finished or variant in ("no_early_stop", "finished_dropped", "extends_finished"):
+    if not finished or variant == "finished_dropped":
         return False
     if variant == "stop_first":
         return True
@@ -157,6 +164,7 @@ def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_
     for t in range(1, max_len):
         steps = t
         opened.append({prefix for prefix, _ in beams})
+        language.prepare(sentence, [prefix for prefix, _ in beams])
         candidates = []
         for prefix, score in beams:
             log_probs = language.log_probs(sentence, prefix[:1] if variant == "first_position" else prefix)
@@ -172,7 +180,7 @@ def _search(language: _Language, sentence: tuple[int, ...], beam_size: int, max_
         candidates.sort(key=lambda c: -c[0])
         beams = []
         for rank, (score, seq) in enumerate(candidates):
-            if seq[-1] == eos and variant != "extends_finished":
+            if seq[-1] == eos:
                 if variant == "finished_dropped":
                     continue
                 if rank < beam_size or variant == "eos_from_2k" and rank < 2 * beam_size:
@@ -307,88 +315,116 @@ def _drawn_case(seed: int) -> dict:
 
 
 def _source(case: dict) -> torch.Tensor:
-    rows = []
-    for b, sentence in enumerate(case["sentences"]):
-        row = list(sentence) + [b + 1, 2 * b + 3]  # (S,) with S = 5
-        if b % 2:  # every other sentence ends in padding, as in a real batch
-            row[-1] = case["pad_id"]
-        rows.append(row)
-    return torch.tensor(rows)  # (B, S)
+    """(B, S) with S = 5: each sentence's kind, salt and target length, then two tokens; every other one padded."""
+    return kit.source([list(sentence) + [b + 1, 2 * b + 3] for b, sentence in enumerate(case["sentences"])],
+                      case["pad_id"], padded=1)
 
 
 def _setup(case: dict, src: torch.Tensor) -> str:
-    return (
-        f"(B={src.shape[0]}, beam_size={case['beam_size']}, max_len={case['max_len']}, "
-        f"length_penalty={case['alpha']}, bos_id={case['bos_id']}, eos_id={case['eos_id']}, pad_id={case['pad_id']})"
-    )
+    return kit.setup(src, beam_size=case["beam_size"], max_len=case["max_len"], length_penalty=case["alpha"],
+                     bos_id=case["bos_id"], eos_id=case["eos_id"], pad_id=case["pad_id"])
 
 
-def _row(values) -> str:
-    return "[" + ", ".join(str(int(v)) for v in values) + "]"
+_AT_MAX_LEN = (  # two slips that answers never tell apart: one message for both
+    "When your search reaches max_len, the open hypotheses do not compete with the finished ones as they should:",
+    "either they are ignored, or their raw sums of log-probabilities are compared with finished scores that are "
+    "divided by the length penalty. At max_len every open hypothesis competes too, its sum divided by the penalty of "
+    "its length, ((5 + n) / 6) ** length_penalty with n = max_len - 1.")
 
 
-_AT_MAX_LEN = ("when the search reaches max_len, the open hypotheses do not compete with the finished ones as they "
-               "should: either they are ignored, or their raw sums of log-probabilities are compared with finished "
-               "scores that are divided by the length penalty. At max_len every open hypothesis competes too, its "
-               "sum divided by the penalty of its length, ((5 + n) / 6) ** length_penalty with n = max_len - 1")
-_VARIANTS = {
-    "probabilities": "it scores hypotheses by adding probabilities. Add LOG-probabilities: "
-    "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens",
-    "logits": "it adds the raw logits, not log-probabilities: logits are shifted by a different amount at every "
-    "position, so their sums do not compare. Add `logits.log_softmax(dim=-1)`; the score of a sequence is the sum "
-    "of the log-probabilities of its tokens",
-    "alpha_fixed": "it uses length_penalty = 0.6 whatever it is given: pass the `length_penalty` argument on to "
-    "the penalty, `gnmt_length_penalty(n, length_penalty)`",
-    "penalty_missing": "it ranks finished hypotheses of different lengths by their raw scores: the length "
-    "penalty is missing. Divide a finished hypothesis's score by ((5 + n) / 6) ** length_penalty, n its number "
-    "of tokens after BOS (EOS included)",
-    "penalty_every_step": "it divides the scores by the length penalty at every step, so the penalty compounds. "
-    "Keep the raw sums of log-probabilities in the beam, and divide only when a hypothesis finishes (and for the "
-    "stopping test)",
-    "penalty_len_power": "it uses n ** length_penalty as the length penalty. The GNMT penalty is "
-    "((5 + n) / 6) ** length_penalty",
-    "penalty_precedence": "its length penalty is (5 + n) / 6 ** length_penalty: in Python `**` binds before `/`, "
-    "so only 6 is raised to the power, and the penalty grows with n as fast as n itself. Put brackets around "
-    "the fraction: ((5 + n) / 6) ** length_penalty",
-    "penalty_counts_bos": "its length penalty counts BOS in the length. n is the number of tokens after BOS, "
-    "EOS included: ((5 + n) / 6) ** length_penalty",
-    "finished_dropped": "it drops the hypotheses that end in EOS instead of keeping them: put a candidate that "
-    "ends in EOS (and ranks within the beam_size best) on a list of finished hypotheses, and choose the answer "
-    "among them",
-    "duplicates": "its beam starts with beam_size copies of BOS, all with score 0, so the first step picks the "
-    "same token beam_size times (duplicate beams). Start with one live hypothesis: scores [0, -inf, -inf, ...]",
-    "eos_from_2k": "it keeps as finished a candidate ending in EOS that ranks outside the beam_size best "
-    "candidates. Only EOS candidates among the beam_size best become finished",
-    "worst_first": "it returns the worst finished hypothesis instead of the best: sort by score in descending "
-    "order (or take the max)",
-    "max_len_finished_only": _AT_MAX_LEN,
-    "max_len_raw": _AT_MAX_LEN,  # answers that never tell it from the one above: one message for both
-    "stop_first": "it stops a sentence as soon as one hypothesis has finished, although an open one may still "
-    "beat it. Stop only when the best finished score is at least the best open sum divided by the penalty of the "
-    "longest possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty",
-    "stop_k_finished": "it stops a sentence once beam_size hypotheses have finished, whatever their scores. Stop "
-    "when the best finished score is at least the best open sum divided by the penalty of the longest possible "
-    "hypothesis, ((5 + max_len - 1) / 6) ** length_penalty",
-    "stop_raw_bound": "its stopping test compares the best finished score (divided by its length penalty) with the "
-    "best open sum without dividing that one: an open hypothesis can still grow to max_len - 1 tokens, so divide "
-    "its sum by ((5 + max_len - 1) / 6) ** length_penalty",
-    "stop_raw_finished": "its stopping test compares the raw sum of the best finished hypothesis, not its score "
-    "divided by its length penalty. Compare the finished hypothesis's normalised score with the best open sum "
-    "divided by ((5 + max_len - 1) / 6) ** length_penalty",
-    "stop_current_length": "its stopping test divides the best open sum by the penalty of its current length. An "
-    "open hypothesis can still grow to max_len - 1 tokens, and a longer one is divided by more: use "
-    "((5 + max_len - 1) / 6) ** length_penalty",
-    "penalty_without_eos": "its length penalty does not count EOS: n is the number of tokens after BOS, EOS "
-    "included, in ((5 + n) / 6) ** length_penalty",
-    "float16": "it keeps the scores in float16 (`dtype=torch.float16`, `.half()`), which rounds sums of this size "
-    "to steps of 0.002 to 0.004, so hypotheses whose scores are closer than that are ranked wrongly. Keep them in "
-    "the dtype of the model's log-probabilities (float32)",
-    "raw_pick": "it picks the answer by the raw sum of log-probabilities. The answer is the finished hypothesis "
-    "with the best score divided by its length penalty, ((5 + n) / 6) ** length_penalty",
-    "first_position": "it reads the logits at the first position of the decoded prefix (`logits[:, 0]`), which "
-    "always predict the token after BOS, whatever was decoded since. The next token's scores are at the last "
-    "position: `logits[:, -1]`",
-}
+def _slip(variant: str, cause: str, fix: str) -> Slip:
+    """A known slip: the flag ``variant`` of :func:`_search` that makes it, and what the learner reads."""
+    return Slip(variant, Diagnosis(cause, fix), dict(variant=variant))
+
+
+#: the known slips: each a wrong variant of the contract's search, the flag ``variant`` of :func:`_search`, tried
+#: once the answer differs and named only when it replays every run as the learner's search ran it (:func:`_cause`)
+SLIPS = (
+    _slip("probabilities",
+          "Your search scores hypotheses by adding probabilities.",
+          "Add LOG-probabilities: `logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the "
+          "log-probabilities of its tokens."),
+    _slip("logits",
+          "Your search adds the raw logits, not log-probabilities:",
+          "logits are shifted by a different amount at every position, so their sums do not compare. Add "
+          "`logits.log_softmax(dim=-1)`; the score of a sequence is the sum of the log-probabilities of its tokens."),
+    _slip("alpha_fixed",
+          "Your search uses length_penalty = 0.6 whatever it is given:",
+          "pass the `length_penalty` argument on to the penalty, `gnmt_length_penalty(n, length_penalty)`."),
+    _slip("penalty_missing",
+          "Your search ranks finished hypotheses of different lengths by their raw scores:",
+          "the length penalty is missing. Divide a finished hypothesis's score by ((5 + n) / 6) ** length_penalty, n "
+          "its number of tokens after BOS (EOS included)."),
+    _slip("penalty_every_step",
+          "Your search divides the scores by the length penalty at every step, so the penalty compounds.",
+          "Keep the raw sums of log-probabilities in the beam, and divide only when a hypothesis finishes (and for "
+          "the stopping test)."),
+    _slip("penalty_len_power",
+          "Your search uses n ** length_penalty as the length penalty.",
+          "The GNMT penalty is ((5 + n) / 6) ** length_penalty."),
+    _slip("penalty_precedence",
+          "Your search's length penalty is (5 + n) / 6 ** length_penalty:",
+          "in Python `**` binds before `/`, so only 6 is raised to the power, and the penalty grows with n as fast as "
+          "n itself. Put brackets around the fraction: ((5 + n) / 6) ** length_penalty."),
+    _slip("penalty_counts_bos",
+          "Your search's length penalty counts BOS in the length.",
+          "n is the number of tokens after BOS, EOS included: ((5 + n) / 6) ** length_penalty."),
+    _slip("finished_dropped",
+          "Your search drops the hypotheses that end in EOS instead of keeping them:",
+          "put a candidate that ends in EOS (and ranks within the beam_size best) on a list of finished hypotheses, "
+          "and choose the answer among them."),
+    _slip("duplicates",
+          "Your search starts every beam as BOS with score 0, so the top candidates are the same token beam_size "
+          "times (duplicate beams).",
+          "Start with one live hypothesis: scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the "
+          "first step)."),
+    _slip("eos_from_2k",
+          "Your search keeps as finished a candidate ending in EOS that ranks outside the beam_size best candidates.",
+          "Only EOS candidates among the beam_size best become finished."),
+    _slip("worst_first",
+          "Your search returns the worst finished hypothesis instead of the best:",
+          "sort by score in descending order (or take the max)."),
+    _slip("max_len_finished_only", *_AT_MAX_LEN),
+    _slip("max_len_raw", *_AT_MAX_LEN),
+    _slip("stop_first",
+          "Your search stops a sentence as soon as one hypothesis has finished, although an open one may still beat "
+          "it.",
+          "Stop only when the best finished score is at least the best open sum divided by the penalty of the longest "
+          "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty."),
+    _slip("stop_k_finished",
+          "Your search stops a sentence once beam_size hypotheses have finished, whatever their scores.",
+          "Stop when the best finished score is at least the best open sum divided by the penalty of the longest "
+          "possible hypothesis, ((5 + max_len - 1) / 6) ** length_penalty."),
+    _slip("stop_raw_bound",
+          "Your search's stopping test compares the best finished score (divided by its length penalty) with the best "
+          "open sum without dividing that one:",
+          "an open hypothesis can still grow to max_len - 1 tokens, so divide its sum by ((5 + max_len - 1) / 6) ** "
+          "length_penalty."),
+    _slip("stop_raw_finished",
+          "Your search's stopping test compares the raw sum of the best finished hypothesis, not its score divided by "
+          "its length penalty.",
+          "Compare the finished hypothesis's normalised score with the best open sum divided by ((5 + max_len - 1) / "
+          "6) ** length_penalty."),
+    _slip("stop_current_length",
+          "Your search's stopping test divides the best open sum by the penalty of its current length.",
+          "An open hypothesis can still grow to max_len - 1 tokens, and a longer one is divided by more: use ((5 + "
+          "max_len - 1) / 6) ** length_penalty."),
+    _slip("penalty_without_eos",
+          "Your search's length penalty does not count EOS:",
+          "n is the number of tokens after BOS, EOS included, in ((5 + n) / 6) ** length_penalty."),
+    _slip("float16",
+          "Your search keeps the scores in float16 (`dtype=torch.float16`, `.half()`), which rounds sums of this size "
+          "to steps of 0.002 to 0.004, so hypotheses whose scores are closer than that are ranked wrongly.",
+          "Keep them in the dtype of the model's log-probabilities (float32)."),
+    _slip("raw_pick",
+          "Your search picks the answer by the raw sum of log-probabilities.",
+          "The answer is the finished hypothesis with the best score divided by its length penalty, ((5 + n) / 6) ** "
+          "length_penalty."),
+    _slip("first_position",
+          "Your search reads the logits at the first position of the decoded prefix (`logits[:, 0]`), which always "
+          "predict the token after BOS, whatever was decoded since.",
+          "The next token's scores are at the last position: `logits[:, -1]`."),
+)
 
 
 # --------------------------------------------------------------------------
@@ -402,35 +438,36 @@ def _run(check: Check, beam_search: Callable, case: dict, beam_size: int | None 
     past the scripted model's bounds ends the check with a failure either way.
     """
     language = _Language(case["vocab_size"], case["bos_id"], case["eos_id"], case["pad_id"])
-    pretend_device = device is None
-    src = _source(case) if pretend_device else _source(case).to(device)
     max_len = case["max_len"] if max_len is None else max_len
-    model = ScriptedModel(language, case["vocab_size"], case["pad_id"], src.shape[0], max_len, pretend_device)
-    if not pretend_device:
-        model.to(device)
     k = case["beam_size"] if beam_size is None else beam_size
     a = case["alpha"] if alpha is None else alpha
-    out = run_decoder(
-        check, beam_search, model, src, k, max_len, case["bos_id"], case["eos_id"], case["pad_id"],
-        length_penalty=a, what="beam_search", probe=probe, pretend_device=pretend_device, runaway=(
-            f"{_setup(dict(case, beam_size=k, alpha=a), src)} Loop at most max_len - 1 times "
-            f"(`for t in range(1, max_len)`), and break once every sentence has stopped."))
+    src = _source(case)
+    model, src, out = kit.decode(
+        check, beam_search, language, case["vocab_size"], src, k, max_len, case["bos_id"], case["eos_id"],
+        case["pad_id"], length_penalty=a, max_len=max_len, pad_id=case["pad_id"], what="beam_search", probe=probe,
+        device=device, runaway=(f"{_setup(dict(case, beam_size=k, alpha=a), src)} Loop at most max_len - 1 times "
+                                f"(`for t in range(1, max_len)`), and break once every sentence has stopped."))
     return model, src, out, k, a, max_len
 
 
 def _check_beam_search(check: Check, beam_search: Callable) -> None:
     check.callable_(beam_search, "beam_search")
     _default_penalty(check, beam_search)
+    _runs_on_one_sentence_and_a_batch(check, beam_search)
+    _finds_the_contracts_best(check, beam_search)
+    _second_batch(check, beam_search, _CASES[1])
+    _beam_one_is_greedy(check, beam_search)
+    _wide_beam_is_exhaustive(check, beam_search)
+    _device(check, beam_search)  # tensors it creates follow src.device (a pretend GPU on a CPU-only machine)
 
-    # 1. One sentence: it runs and returns a (1, T) LongTensor.
+
+def _runs_on_one_sentence_and_a_batch(check: Check, beam_search: Callable) -> None:
+    """One sentence returns a (1, T) LongTensor; then a batch: crashing there but not on one means one sentence only."""
     case = _CASES[0]
     model, src, out, k, alpha, max_len = _run(check, beam_search, case)
     _output(check, out, case, src, max_len)
     check.ok("returns a LongTensor (B, T)")
-
-    # 2. A batch: crashing here but not above means one sentence only.
-    batch = _CASES[1]
-    _, src_b, out_b, *_ = _run(check, beam_search, batch, probe=True)
+    _, src_b, out_b, *_ = _run(check, beam_search, _CASES[1], probe=True)
     crashes_on_a_batch(
         check, "beam_search", out_b, src_b.shape[0],
         "It should search for every sentence of the batch at once: B * beam_size rows through the decoder, "
@@ -439,9 +476,12 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
         "`active`) must shrink with the rows you keep.",
     )
 
-    # 3. Every case against the contract, one mechanism at a time.
+
+def _finds_the_contracts_best(check: Check, beam_search: Callable) -> None:
+    """Every case against the contract, one mechanism at a time; every case runs first, so that a cause is named on
+    the evidence of all of them. Then a case drawn from the check's seed (another under a grading run's)."""
     runs = []
-    for case in _CASES:  # every case runs first, so that a cause is named on the evidence of all of them
+    for case in _CASES:
         model, src, out, k, alpha, max_len = _run(check, beam_search, case)
         runs.append((model, src, _output(check, out, case, src, max_len), case, k, alpha, max_len))
     for run in runs:
@@ -449,16 +489,17 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
         _compare(check, *run, evidence=runs)
     for run in runs:
         _stopping(check, *run, evidence=runs)
-    drawn = _drawn_case(51)  # a case the learner never saw under a grading run's hidden seed
+    drawn = _drawn_case(51)
     model, src, out, k, alpha, max_len = _run(check, beam_search, drawn)
     run = (model, src, _output(check, out, drawn, src, max_len), drawn, k, alpha, max_len)
     _mechanics(check, *run)
     _compare(check, *run, evidence=runs + [run])
     _stopping(check, *run, evidence=runs + [run])
     check.ok("finds the contract's best hypothesis for every sentence of a batch, with other special ids")
-    _second_batch(check, beam_search, _CASES[1])
 
-    # 4. Beam 1 with no length penalty is greedy decoding.
+
+def _beam_one_is_greedy(check: Check, beam_search: Callable) -> None:
+    """Beam 1 with no length penalty is greedy decoding."""
     for case in _CASES[1:3]:
         model, src, out, k, alpha, max_len = _run(check, beam_search, case, beam_size=1, alpha=0.0)
         out = _output(check, out, case, src, max_len)
@@ -468,19 +509,18 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
         got = [_strip(row, case) for row in out.tolist()]
         if got != greedy:
             b = next(i for i, (g, m) in enumerate(zip(greedy, got)) if g != m)
-            named = _causes(model, sentences, got, b, 1, max_len, 0.0)
-            named = [n for n in named if not n.startswith("it returns what greedy")]
-            check.fail(
-                f"With beam_size=1 and length_penalty=0, beam search is greedy decoding, but sentence {b} differs "
-                f"{_setup(dict(case, beam_size=1, alpha=0.0), src)}:\n"
-                f"  greedy: {_row(greedy[b])}\n  yours:  {_row(got[b])}\n"
-                + (f"Likely cause: {named[0]}." if named else
-                   "With one beam, each step keeps the single best continuation; check how you add the "
-                   "log-probabilities (logits[:, -1].log_softmax(-1)) to the scores and pick the top candidates.")
-            )
+            named = _cause(model, sentences, got, b, 1, max_len, 0.0, greedy=False)
+            figures = (f"With beam_size=1 and length_penalty=0, beam search is greedy decoding, but sentence {b} "
+                       f"differs {_setup(dict(case, beam_size=1, alpha=0.0), src)}:\n"
+                       f"  greedy: {_row(greedy[b])}\n  yours:  {_row(got[b])}")
+            check.fail(named.showing(figures) if named else f"{figures}\nWith one beam, each step keeps the single "
+                       f"best continuation; check how you add the log-probabilities (logits[:, -1].log_softmax(-1)) to "
+                       f"the scores and pick the top candidates.")
     check.ok("with beam_size=1 and no length penalty it equals greedy decoding")
 
-    # 5. A beam as wide as every hypothesis is exhaustive search, with the paper's penalty and a strong one.
+
+def _wide_beam_is_exhaustive(check: Check, beam_search: Callable) -> None:
+    """A beam as wide as every hypothesis is exhaustive search, with the paper's penalty and a strong one."""
     for alpha in (0.6, 2.0):
         wide = {"vocab_size": 5, "bos_id": 1, "eos_id": 2, "pad_id": 0, "max_len": 5, "alpha": alpha,
                 "sentences": [(0, 3, 3), (0, 14, 2)], "beam_size": 5 ** 3}
@@ -501,9 +541,6 @@ def _check_beam_search(check: Check, beam_search: Callable) -> None:
                 )
     check.ok("with a beam wider than all hypotheses it finds the best sequence (exhaustive search), with "
              "length_penalty 0.6 and 2.0")
-
-    # 6. The device: tensors it creates follow src.device (caught on a pretend GPU on a CPU-only machine).
-    _device(check, beam_search)
 
 
 def _default_penalty(check: Check, beam_search: Callable) -> None:
@@ -529,24 +566,9 @@ def _strip(row: list[int], case: dict) -> tuple[int, ...]:
 
 
 def _output(check: Check, out, case: dict, src: torch.Tensor, max_len: int) -> torch.Tensor:
-    n = src.shape[0]
-    out = check.tensor(out, "the output of beam_search", finite=False)
-    if out.dtype != torch.long:
-        check.fail(
-            f"The output of beam_search has dtype {out.dtype}, but token ids should be torch.long (int64).\n"
-            f"Build the output with `dtype=torch.long` (topk's indices are already long)."
-        )
-    if out.dim() != 2 or out.shape[0] != n:
-        check.fail(
-            f"The output of beam_search should have shape (B, T) with B = {n}, one row (the best hypothesis) per "
-            f"source sentence, but it has shape {fmt_shape(out.shape)} {_setup(case, src)}."
-            + ("\nReturn only the best of the beam_size hypotheses of each sentence, not all of them."
-               if out.dim() == 2 and out.shape[0] == n * case["beam_size"] else "")
-        )
-    if out.shape[1] > max_len:
-        check.fail(f"The output has {out.shape[1]} columns, more than max_len = {max_len} {_setup(case, src)}: "
-                   f"max_len counts BOS.")
-    return out
+    return kit.output(check, out, "beam_search", src, _setup(case, src), rows="one row (the best hypothesis) per "
+                      "source sentence", max_len=max_len, beams=case["beam_size"], dtype_fix=(
+                          "Build the output with `dtype=torch.long` (topk's indices are already long)."))
 
 
 def _mechanics(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
@@ -563,32 +585,9 @@ def _mechanics(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch
 
 def _encoding_and_grad(check: Check, model: ScriptedModel, sentences: list, setup: str, k: int) -> None:
     """The encoder runs once per sentence, under no_grad, with memory and src rows aligned."""
-    if model.encode_calls == 0:
-        check.fail(f"beam_search never called model.encode(src) {setup}. Encode the source once, before the loop.")
-    if sorted(model.encoded) != sorted(sentences):
-        if len(model.encoded) == len(sentences) * k and sorted(set(model.encoded)) == sorted(set(sentences)):
-            check.fail(
-                f"beam_search encodes every sentence {k} times, once per beam {setup}. Run the encoder once on src, "
-                f"then repeat its output: memory.repeat_interleave(beam_size, dim=0)."
-            )
-        check.fail(
-            f"beam_search called model.encode {model.encode_calls} times, encoding {len(model.encoded)} sentences "
-            f"for a batch of {len(sentences)} {setup}. The encoder should run once per sentence: compute memory = "
-            f"model.encode(src) before the loop and reuse it (model(src, ys) in the loop runs the encoder again)."
-        )
+    kit.encoded_once(check, model, sentences, "beam_search", setup, beam_size=k, batched=False)
     check.ok("runs the encoder once per sentence")
-
-    if model.grad_calls:
-        check.fail(
-            f"beam_search ran the model with gradients enabled {setup}. Decoding needs no gradients: decorate "
-            f"beam_search with @torch.no_grad(), or run its body inside `with torch.no_grad():`."
-        )
-    check.ok("runs under torch.no_grad()")
-    problem = training_mode_problem("beam_search", [model])
-    if problem:
-        check.fail(problem)
-    check.ok("decodes in the mode the model was given (eval): no model.train()")
-
+    kit.without_grad(check, [model], "beam_search", setup, holds="runs under torch.no_grad()")
     if model.misaligned:
         check.fail(
             f"In {model.misaligned} rows given to model.decode, memory and src belong to different sentences "
@@ -659,14 +658,15 @@ def _duplicate_beams(check: Check, model: ScriptedModel, sentences: list, setup:
                             f"`i % beam_size` and `i // beam_size`."
                         )
                     check.fail(
-                        f"After the first step, the {k} beams of sentence {sentences.index(sentence)} are all "
-                        f"{_row(prefixes[0])} {setup}: duplicate beams. Every beam starts as BOS with score 0, so "
-                        f"the top candidates are the same token {k} times. Start with one live hypothesis: "
-                        f"scores [0, -inf, ..., -inf] for each sentence (or expand BOS alone at the first step). If "
-                        f"yours start so: every candidate must get its own beam's score, `scores.unsqueeze(-1) + "
+                        f"{_DUPLICATES} After the first step, the {k} beams of sentence {sentences.index(sentence)} "
+                        f"are all {_row(prefixes[0])} {setup}. If yours start so: every candidate must get its own "
+                        f"beam's score, `scores.unsqueeze(-1) + "
                         f"log_probs.view(B, beam_size, V)`, flattened to (B, beam_size * V) (`scores.repeat(1, V)` "
                         f"puts the beams' scores in the wrong places)."
                     )
+
+
+_DUPLICATES = next(slip.says for slip in SLIPS if slip.name == "duplicates")  # its invariant shows it first
 
 
 def _output_layout(check: Check, out: torch.Tensor, case: dict, setup: str) -> None:
@@ -702,33 +702,45 @@ def _follows(replay: _Search, history: list[set[tuple[int, ...]]]) -> bool:
     return len(history) >= replay.steps and all(replay.opened[t] == history[t] for t in range(replay.steps))
 
 
-def _causes(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
-            max_len: int, alpha: float, evidence: list | None = None) -> list[str]:
-    """The known wrong variants that return ``got[b]`` for sentence b, the most consistent with all runs first.
+_GREEDY = Diagnosis(
+    "Your search returns what greedy decoding finds: it keeps one hypothesis per sentence.",
+    "A beam of several hypotheses must find the better sequence that starts with a less likely token: keep the "
+    "beam_size best candidates of all beam_size * V extensions, not the best extension of each beam.")
 
-    A variant is consistent with a sentence when it returns the learner's answer for it and opens the same
+
+def _cause(model: ScriptedModel, sentences: list[tuple[int, ...]], got: list[tuple[int, ...]], b: int, k: int,
+           max_len: int, alpha: float, evidence: list | None = None, greedy: bool = True) -> Diagnosis | None:
+    """What returns ``got[b]`` for sentence b: greedy decoding (with ``greedy``), or a known slip of :data:`SLIPS`.
+
+    A slip is consistent with a sentence when it returns the learner's answer for it and opens the same
     hypotheses as the learner's search did, step by step, for as many steps; a batch as a whole must stop when
-    the variant's slowest sentence does. ``evidence`` (every run of the check: model, src, out, case, k, alpha,
-    max_len) breaks the ties one case cannot.
+    the slip's slowest sentence does. With ``evidence`` (every run of the check: model, src, out, case, k, alpha,
+    max_len) a slip is named only when it is consistent with every run; without, the most consistent one is.
     """
     language = model.script
     histories = [model.history(s) for s in sentences]
-    ranked: list[tuple[int, int, str]] = []
-    greedy = [_greedy(language, s, max_len) for s in sentences]
     one_per_step = all(len(step) <= 1 for h in histories for step in h)
-    if got[b] == greedy[b] and one_per_step and got[b] != _search(language, sentences[b], k, max_len, alpha).best:
-        ranked.append((-10**6, -1, (
-            "it returns what greedy decoding finds: it keeps one hypothesis per sentence. A beam of several "
-            "hypotheses must find the better sequence that starts with a less likely token: keep the beam_size best "
-            "candidates of all beam_size * V extensions, not the best extension of each beam")))
+    if greedy and got[b] == _greedy(language, sentences[b], max_len) and one_per_step and got[b] != _search(
+            language, sentences[b], k, max_len, alpha).best:
+        return _GREEDY
     runs = evidence or [(model, None, None, None, k, alpha, max_len)]
-    for order, (variant, why) in enumerate(_VARIANTS.items()):
-        if _search(language, sentences[b], k, max_len, alpha, variant).best != got[b]:
-            continue
-        score, possible = _agreement(variant, runs, sentences, got)
-        if score == possible or evidence is None:  # a cause is named only when it explains every run
-            ranked.append((-score, order, why))
-    return [why for _, _, why in sorted(ranked)]
+    replayed: dict[str, tuple[tuple[int, ...], tuple[int, int]]] = {}
+
+    def replay(slip: Slip) -> tuple[tuple[int, ...], tuple[int, int]]:
+        """The slip's answer for sentence b and, when it is the learner's, its :func:`_agreement` with the runs."""
+        if slip.name not in replayed:
+            best = slip.replay(_search, language, sentences[b], k, max_len, alpha).best
+            replayed[slip.name] = best, _agreement(slip.mutant["variant"], runs, sentences, got) if best == got[b] \
+                else (0, 1)
+        return replayed[slip.name]
+
+    def explains(answer: tuple[tuple[int, ...], tuple[int, int]]) -> bool:
+        (best, (score, possible)) = answer
+        return best == got[b] and (evidence is None or score == possible)
+
+    order = SLIPS if evidence is not None else sorted(SLIPS, key=lambda slip: -replay(slip)[1][0])  # most consistent
+    slip = matching_slip(order, replay, explains)
+    return slip.says if slip is not None else None
 
 
 _TIED = {"first_position"}  # every hypothesis gets one distribution: candidates tie, and torch breaks ties its way
@@ -813,7 +825,7 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                 f"the wrong order. Return the hypotheses in the order of the source sentences; and read each "
                 f"sentence's hypotheses from its own rows of ys (sentence i's beam j is row `i * beam_size + j`)."
             )
-        named = _causes(model, sentences, got, b, k, max_len, alpha, evidence)
+        named = _cause(model, sentences, got, b, k, max_len, alpha, evidence)
         expected_text = f"  expected: {_row(search.best)} (score {score[search.best]:.4f})"
         yours_text = f"  yours:    {_row(mine)}" + (f" (score {score[mine]:.4f})" if mine in score else "")
         departure = _departure(model, sentences[b], search, k)
@@ -824,9 +836,11 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
         eos = model.script.eos_id
         elsewhere = sorted({seq[:-1] for _, seq in search.finished if len(seq) == len(mine) and seq[-1] == eos}) if (
             mine[-1:] == (eos,) and 1 <= t <= len(search.opened) and mine[:-1] in search.opened[t - 1]) else []
+        figures = (f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n{expected_text}\n"
+                   f"{yours_text}")
         if named:
-            cause = "Likely cause: " + named[0] + "."
-        elif departure:
+            check.fail(named.showing(figures))
+        if departure:
             cause = (f"{departure}\nAt each step every open hypothesis is extended by every token, and its score is "
                      f"its sum of log-probabilities (log_softmax of the last position's logits); of these "
                      f"candidates, those ending in EOS among the beam_size best finish, and the beam_size best "
@@ -860,8 +874,7 @@ def _compare(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.T
                      "another sentence (once stopped sentences leave the batch, row i is sentence `active[i]`). "
                      "A finished hypothesis is the candidate ending in EOS, its sum divided by the length penalty; "
                      "return the best, BOS first.")
-        check.fail(f"Sentence {b}: your beam search does not return the best hypothesis {setup}.\n"
-                   f"{cause}\n{expected_text}\n{yours_text}")
+        check.fail(f"{cause}\n{figures}")
 
 
 def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.Tensor, case: dict, k: int,
@@ -871,18 +884,18 @@ def _stopping(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
     steps = max((len(p) for call in model.rows for _, p in call), default=0)
     needed = max(s.steps for s in searches)
     if steps != needed:
-        named = []
-        for variant, why in _VARIANTS.items():
-            replays = [_search(model.script, s, k, max_len, alpha, variant) for s in sentences]
-            if (all(r.best == m and _follows(r, model.history(s)) for r, m, s in zip(replays, got, sentences))
-                    and max(r.steps for r in replays) == steps
-                    and (evidence is None or len(set(_agreement(variant, evidence))) == 1)):  # it explains every run
-                named.append(why)
-        if named:
-            cause = (named[0][3:] if named[0].startswith("it ") else "'s " + named[0][4:]
-                     if named[0].startswith("its ") else ": " + named[0])
-            check.fail(f"Your search{' ' * cause[0].isalpha()}{cause}.\nIt stops after {steps} decoding steps "
-                       f"instead of {needed} {setup}.")
+        def replay(slip: Slip) -> tuple[Slip, list[_Search]]:
+            return slip, [slip.replay(_search, model.script, s, k, max_len, alpha) for s in sentences]
+
+        def explains(replayed: tuple[Slip, list[_Search]]) -> bool:
+            slip, replays = replayed
+            return (all(r.best == m and _follows(r, model.history(s)) for r, m, s in zip(replays, got, sentences))
+                    and max(r.steps for r in replays) == steps and (evidence is None or len(set(_agreement(
+                        slip.mutant["variant"], evidence))) == 1))  # it explains every run
+
+        slip = matching_slip(SLIPS, replay, explains)
+        if slip is not None:
+            check.fail(slip.says.showing(f"It stops after {steps} decoding steps instead of {needed} {setup}."))
     if steps > needed:
         check.fail(
             f"Your search ran {steps} decoding steps, but every sentence's best finished hypothesis was certain "
@@ -912,12 +925,60 @@ def _second_batch(check: Check, beam_search: Callable, case: dict) -> None:
 
 def _device(check: Check, beam_search: Callable) -> None:
     """Search on a pretend GPU (and on a real one, if there is one): every tensor must follow src's device."""
-    stages.decoder_on_gpu(
-        check, lambda device: _run(check, beam_search, _CASES[1], probe=device is None, device=device)[2],
-        "beam_search", advice=(
-            "Create every tensor on src's device: `torch.full(..., device=src.device)`, "
-            "`torch.arange(..., device=src.device)`, `torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)."),
-        code=beam_search, cpu_run=lambda: _run(check, beam_search, _CASES[1], probe=True)[2])
+    kit.on_gpu(check, lambda device, probe: _run(check, beam_search, _CASES[1], probe=probe, device=device)[2],
+               "beam_search", "`torch.full(..., device=src.device)`, `torch.arange(..., device=src.device)`, "
+               "`torch.tensor(rows, device=src.device)` (or `src.new_full(...)`)", code=beam_search)
 
 
-__all__ = ["check_beam_search"]
+class _Decoded:
+    """The learner's view of a model as :func:`_search` reads a language, for one sentence (row ``b`` of src): the
+    logits model.decode gives, each step's hypotheses decoded together in one call (the answers made from slips)."""
+
+    def __init__(self, model: Any, memory: torch.Tensor, src: torch.Tensor, b: int, bos_id: int, eos_id: int):
+        self.model, self.memory, self.src = model, memory[b: b + 1], src[b: b + 1]  # (1, S, d), (1, S)
+        self.bos_id, self.eos_id = bos_id, eos_id
+        self._logits: dict[tuple[int, ...], torch.Tensor] = {}
+        self.vocab_size = len(self.logits(b, (bos_id,)))
+
+    def prepare(self, b: int, prefixes: list[tuple[int, ...]]) -> None:
+        n = len(prefixes)
+        ys = torch.tensor(prefixes, dtype=torch.long, device=self.src.device)  # (n, t)
+        logits = self.model.decode(ys, self.memory.expand(n, -1, -1), self.src.expand(n, -1)).float().cpu()
+        for prefix, rows in zip(prefixes, logits):  # a causal model: position j predicts after prefix[:j + 1]
+            self._logits.update({prefix[: j + 1]: rows[j] for j in range(len(prefix))})
+
+    def logits(self, b: int, prefix: tuple[int, ...]) -> torch.Tensor:
+        if prefix not in self._logits:
+            self.prepare(b, [prefix])
+        return self._logits[prefix]
+
+    def log_probs(self, b: int, prefix: tuple[int, ...]) -> list[float]:
+        return torch.log_softmax(self.logits(b, prefix).double(), dim=-1).tolist()
+
+
+def _as_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's beam_search: the slipped search replayed on what model.decode gives."""
+    @torch.no_grad()
+    def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6):
+        memory = model.encode(src)
+        best = [slip.replay(_search, _Decoded(model, memory, src, b, bos_id, eos_id), b, beam_size, max_len,
+                            length_penalty).best for b in range(src.size(0))]
+        out = torch.full((len(best), max(map(len, best))), pad_id, dtype=torch.long, device=src.device)  # (B, T)
+        for b, tokens in enumerate(best):
+            out[b, : len(tokens)] = torch.tensor(tokens, device=src.device)
+        return out
+
+    return beam_search
+
+
+BEAM_SEARCH = Exercise(
+    "beam_search", _check_beam_search,
+    oracle="the contract replayed one hypothesis at a time in plain Python on the scripted model's log-probabilities, "
+           "and exhaustive search for a beam wider than every hypothesis",
+    cases="twelve fixed batches (the greedy trap, other special ids, close finished hypotheses, max_len reached, "
+          "float16-close scores, per-sentence bounds) and one drawn from the check's seed; beam 1 with no penalty; a "
+          "beam of 125 with length_penalty 0.6 and 2.0; a second batch on the same model; a pretend GPU",
+    slips=SLIPS, answer=_as_answer)
+
+
+__all__ = ["BEAM_SEARCH", "SLIPS", "check_beam_search"]

@@ -16,7 +16,9 @@ past a bound tied to ``max_len`` (a loop without its stopping condition ends
 with a message, never hangs), records whether gradients were on (decoding must
 run under ``torch.no_grad()``), and can live on a pretend GPU to catch tensors
 created on the CPU whatever the input's device; where a real ``cuda`` or ``mps``
-device exists, the decoding runs there too.
+device exists, the decoding runs there too. Its one known slip, an eos id written into
+the code (:data:`SLIPS`, a record per id, a flag of the replay), is named when it
+replays every case as the learner's output, and shows on one.
 """
 
 from __future__ import annotations
@@ -25,20 +27,18 @@ from typing import Any, Callable
 
 import torch
 
-from . import stages
-from ._core import Check, CheckResult, fmt_shape, fmt_values, generator
-from .exercise import checked as run_check
-from .stages.decoding import ScriptedModel, crashes_on_a_batch, run_decoder, second_batch, training_mode_problem
-_NO_GRAD = (
-    "Decoding needs no gradients: decorate {name} with `@torch.no_grad()` (or run its body inside "
-    "`with torch.no_grad():`). With gradients on, every step keeps the whole computation graph of the decoder "
-    "in memory, which on a GPU runs out of memory for long sentences or large batches."
-)
+from ._core import Check, CheckResult, fmt_values, generator
+from .exercise import Exercise
+from .slips import Diagnosis, Slip, matching_slip
+from .stages import decoding as kit
+from .stages.decoding import ScriptedModel, crashes_on_a_batch, second_batch
+
+_row = kit.row
 
 
 def check_greedy_decode(greedy_decode: Callable) -> CheckResult:
     """Check ``greedy_decode(model, src, max_len, bos_id, eos_id, pad_id)`` on a scripted model."""
-    return run_check("greedy_decode", _check_greedy_decode, greedy_decode)
+    return GREEDY_DECODE.check(greedy_decode)
 
 
 def _check_greedy_decode(check: Check, greedy_decode: Callable) -> None:
@@ -53,21 +53,18 @@ def greedy_stages(check: Check, greedy_decode: Callable, **extra: Any) -> None:
     cases = [dict(case, extra=extra) for case in _CASES]
     _check_single_sentence(check, greedy_decode, cases[0])
     _check_batch_runs(check, greedy_decode, cases[1])
-    models = []
-    for i, case in enumerate(cases):
+    runs = []  # every case runs first, so that a slip is named on the evidence of all of them
+    for case in cases + [dict(_drawn_case(41), extra=extra)]:
         model, src, out = _decode(check, greedy_decode, case)
-        out = _output(check, out, case, src)
-        # what held is recorded on the last case only: it held on every case before it too
-        _diagnose(check, model, src, out, case, ok=check.ok if i == len(cases) - 1 else _unrecorded)
-        models.append(model)
-    drawn = dict(_drawn_case(41), extra=extra)
-    model, src, out = _decode(check, greedy_decode, drawn)
-    _diagnose(check, model, src, _output(check, out, drawn, src), drawn, ok=_unrecorded)
-    models.append(model)
+        runs.append((model, src, _output(check, out, case, src), case))
+    _eos_written_in(check, runs)
+    for i, run in enumerate(runs):  # what held is recorded on the last fixed case only: it held on those before it
+        _diagnose(check, *run, ok=check.ok if i == len(cases) - 1 else _unrecorded)
+    models = [model for model, *_ in runs]
     check.ok("returns a LongTensor (B, T)")  # recorded once every case returned one
     check.ok("decodes a batch of sentences that end at different steps, with special ids other than 0, 1, 2")
     _check_second_batch(check, greedy_decode, cases[1])
-    _check_no_grad(check, models)
+    kit.without_grad(check, models, check.exercise)
     _check_device(check, greedy_decode, cases[1])
 
 
@@ -98,8 +95,8 @@ def _ordinary(case: dict) -> list[int]:
     return [t for t in range(case["vocab_size"]) if t not in (case["bos_id"], case["eos_id"], case["pad_id"])]
 
 
-def _model(case: dict, batch: int, pretend_device: bool = False) -> ScriptedModel:
-    """A scripted model choosing by :func:`_next_token`; the other logits a fixed pattern, far below."""
+def _script(case: dict) -> kit.Script:
+    """The scripted model's logits: its choice by :func:`_next_token`; the other logits a fixed pattern, far below."""
     V = case["vocab_size"]
     ramp = torch.arange(V, dtype=torch.float32)
 
@@ -108,7 +105,11 @@ def _model(case: dict, batch: int, pretend_device: bool = False) -> ScriptedMode
         logits[_next_token(list(prefix), sentence, case)] += 4.0
         return logits
 
-    return ScriptedModel(script, V, case["pad_id"], batch, case["max_len"], pretend_device)
+    return script
+
+
+def _model(case: dict, batch: int) -> ScriptedModel:
+    return ScriptedModel(_script(case), case["vocab_size"], case["pad_id"], batch, case["max_len"])
 
 
 # Each case: vocab size, special ids, max_len, and per sentence the prefix length at which it emits EOS
@@ -146,15 +147,11 @@ def _drawn_case(seed: int) -> dict:
 
 
 def _source(case: dict) -> torch.Tensor:
-    if "src" in case:  # a drawn case brings its own
-        return torch.tensor(case["src"])  # (B, S)
-    rows = []
-    for b, stop in enumerate(case["stops"]):
-        row = [stop if stop else 99, 3 + b, 6 + b * b, 2 * b + 1, 4]  # (S,) with S = 5
-        if b % 2:  # every other sentence is shorter, padded on the right as in a real batch
-            row[-2:] = [case["pad_id"]] * 2
-        rows.append(row)
-    return torch.tensor(rows)  # (B, S)
+    """(B, S) with S = 5: a drawn case brings its own; every other sentence is shorter, padded on the right."""
+    if "src" in case:
+        return torch.tensor(case["src"])
+    return kit.source([[stop or 99, 3 + b, 6 + b * b, 2 * b + 1, 4] for b, stop in enumerate(case["stops"])],
+                      case["pad_id"], padded=2)
 
 
 def _expected(case: dict, src: torch.Tensor, model: ScriptedModel, stop_id: int | None = None) -> torch.Tensor:
@@ -174,31 +171,23 @@ def _expected(case: dict, src: torch.Tensor, model: ScriptedModel, stop_id: int 
 
 
 def _setup(case: dict, src: torch.Tensor) -> str:
-    return (
-        f"(B={src.shape[0]}, max_len={case['max_len']}, bos_id={case['bos_id']}, eos_id={case['eos_id']}, "
-        f"pad_id={case['pad_id']}" + "".join(f", {k}={v}" for k, v in case.get("extra", {}).items()) + ")"
-    )
-
-
-def _row(values: list[int]) -> str:
-    return "[" + ", ".join(str(v) for v in values) + "]"
+    return kit.setup(src, **{k: case[k] for k in ("max_len", "bos_id", "eos_id", "pad_id")}, **case.get("extra", {}))
 
 
 # --------------------------------------------------------------------------
 # Running the learner's loop.
 
 
-def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = False, pretend_device: bool = False):
-    """Run greedy_decode on a fresh scripted model: (model, src, output); see :func:`.stages.decoding.run_decoder`."""
+def _decode(check: Check, greedy_decode: Callable, case: dict, probe: bool = False, device: Any = "cpu"):
+    """Run greedy_decode on a fresh scripted model: (model, src, output); see :func:`.stages.decoding.decode`."""
     src = _source(case)
-    model = _model(case, src.shape[0], pretend_device)
-    out = run_decoder(
-        check, greedy_decode, model, src, case["max_len"], case["bos_id"], case["eos_id"], case["pad_id"],
-        what=check.exercise, probe=probe, pretend_device=pretend_device, **case.get("extra", {}), runaway=(
+    return kit.decode(
+        check, greedy_decode, _script(case), case["vocab_size"], src, case["max_len"], case["bos_id"], case["eos_id"],
+        case["pad_id"], max_len=case["max_len"], pad_id=case["pad_id"], what=check.exercise, probe=probe,
+        device=device, **case.get("extra", {}), runaway=(
             f"{_setup(case, src)} A sentence that never emits eos_id must stop when ys has max_len columns (BOS "
             f"included): loop `while ys.size(1) < max_len and not finished.all()`, or `for _ in range(max_len - 1)` "
             f"with a `break` once every sentence has finished."))
-    return model, src, out
 
 
 def _check_second_batch(check: Check, greedy_decode: Callable, case: dict) -> None:
@@ -231,21 +220,9 @@ def _check_batch_runs(check: Check, greedy_decode: Callable, case: dict) -> None
 
 
 def _output(check: Check, out, case: dict, src: torch.Tensor) -> torch.Tensor:
-    n = src.shape[0]
-    out = check.tensor(out, f"the output of {check.exercise}", finite=False)
-    if out.dtype != torch.long:
-        check.fail(
-            f"The output of {check.exercise} has dtype {out.dtype}, but token ids should be torch.long (int64).\n"
-            f"Likely cause: ys built with torch.zeros/torch.ones/torch.full without `dtype=torch.long` (or "
-            f"`.float()` somewhere). `argmax` already returns long, and `torch.cat` of float and long gives float."
-        )
-    if out.dim() != 2 or out.shape[0] != n:
-        check.fail(
-            f"The output of {check.exercise} should have shape (B, T) with B = {n} (one row per source sentence), "
-            f"but it has shape {fmt_shape(out.shape)} {_setup(case, src)}."
-            + ("\nKeep the batch dimension, even for a single sentence." if out.dim() == 1 else "")
-        )
-    return out
+    return kit.output(check, out, check.exercise, src, _setup(case, src), dtype_fix=(
+        "Likely cause: ys built with torch.zeros/torch.ones/torch.full without `dtype=torch.long` (or `.float()` "
+        "somewhere). `argmax` already returns long, and `torch.cat` of float and long gives float."))
 
 
 # --------------------------------------------------------------------------
@@ -261,18 +238,46 @@ def _diagnose(check: Check, model: ScriptedModel, src: torch.Tensor, out: torch.
     seen = _check_prefixes(check, model, sentences, setup)
     ok("gives model.decode the whole prefix, one token longer at each step")
     ok(_check_first_column(check, out, expected, case, setup))
-    for constant in (0, 1, 2, 3):  # an eos id written into the code: the sentences end at that token instead
-        wrong = _expected(case, src, model, stop_id=constant) if constant != case["eos_id"] else expected
-        ended = any(a == constant and z == case["pad_id"] for row in wrong.tolist() for a, z in zip(row, row[1:]))
-        if ended and not torch.equal(wrong, expected) and out.shape == wrong.shape and torch.equal(out.cpu(), wrong):
-            check.fail(f"Your {check.exercise} ends a sentence when it produces the token {constant}, not eos_id = "
-                       f"{case['eos_id']} {setup}: the id of <eos> is written into the code. Compare with the "
-                       f"`eos_id` argument, whatever the vocabulary numbers its specials.\n"
-                       f"{_shown(expected, out)}")
     _check_pad_is_a_token(check, out, expected, case, setup)
     ok(_check_tokens(check, model, out, expected, sentences, case, setup))
     ok(_check_padding(check, out, expected, case, setup))
     ok(_check_stopping(check, out, expected, seen, setup))
+
+
+#: the known slips, tried on every case: an eos id written into the code (the sentences end at that token instead)
+SLIPS = tuple(Slip(f"eos written as {constant}", Diagnosis(
+    f"ends a sentence when it produces the token {constant}, not eos_id",
+    "Compare with the `eos_id` argument, whatever the vocabulary numbers its specials."), dict(stop_id=constant))
+    for constant in (0, 1, 2, 3))
+
+
+def _eos_written_in(check: Check, runs: list) -> None:
+    """The slip of :data:`SLIPS` whose replay gives the learner's output on every case, and shows on one."""
+    def replay(slip: Slip) -> tuple[int, list[torch.Tensor]]:
+        return slip.mutant["stop_id"], [slip.replay(lambda stop_id: _expected(case, src, model, stop_id))
+                                        for model, src, _, case in runs]
+
+    def shows(stop: int, wrong: torch.Tensor, model: ScriptedModel, src: torch.Tensor, case: dict) -> bool:
+        """The sentences end at ``stop`` in the replay, which the contract's output does not."""
+        return not torch.equal(wrong, _expected(case, src, model)) and any(
+            a == stop and z == case["pad_id"] for row in wrong.tolist() for a, z in zip(row, row[1:]))
+
+    def agrees(replayed: tuple[int, list[torch.Tensor]]) -> bool:
+        stop, wrongs = replayed
+        return all(out.shape == wrong.shape and torch.equal(out.cpu(), wrong) for wrong, (_, _, out, _) in
+                   zip(wrongs, runs)) and any(shows(stop, wrong, *run[:2], run[3]) for wrong, run in zip(wrongs, runs))
+
+    slip = matching_slip(SLIPS, replay, agrees)
+    if slip is not None:
+        stop, wrongs = replay(slip)
+        model, src, out, case = next(run for wrong, run in zip(wrongs, runs) if shows(stop, wrong, *run[:2], run[3]))
+        check.fail(f"Your {check.exercise} {slip.says.cause} = {case['eos_id']} {_setup(case, src)}: the id of <eos> "
+                   f"is written into the code. {slip.says.fix}\n{_shown(_expected(case, src, model), out)}")
+
+
+def _as_answer(slip: Slip) -> Callable:
+    """The slip made into a learner's greedy_decode (for the generated catalogue tests)."""
+    return slip.replay(lambda stop_id: kit.sampler(lambda logits, *_: logits.argmax(-1), stop_id=stop_id))
 
 
 def _unrecorded(description: str) -> None:
@@ -286,28 +291,7 @@ def _shown(expected: torch.Tensor, out: torch.Tensor, b: int = -1) -> str:
 
 def _check_encoding(check: Check, model: ScriptedModel, src: torch.Tensor, sentences: list, setup: str) -> str:
     """The encoder runs once for the whole batch."""
-    if model.encode_calls == 0:
-        check.fail(
-            f"{check.exercise} never called model.encode(src) {setup}. Encode the source once, before the loop, "
-            f"and pass the result to every model.decode(ys, memory, src)."
-        )
-    if model.encode_calls == 1 and sorted(model.encoded) != sorted(sentences):
-        check.fail(
-            f"model.encode received other sentences than the ones in src {setup}. Encode the source batch "
-            f"itself: memory = model.encode(src)."
-        )
-    if sorted(model.encoded) != sorted(sentences):
-        check.fail(
-            f"{check.exercise} called model.encode {model.encode_calls} times for one batch {setup}; it should call "
-            f"it once. The source does not change while decoding, so compute memory = model.encode(src) before "
-            f"the loop and reuse it (calling model(src, ys) in the loop runs the encoder again at every step)."
-        )
-    if model.encode_calls != 1:
-        check.fail(
-            f"{check.exercise} encodes the sentences one at a time ({model.encode_calls} calls of model.encode for a "
-            f"batch of {src.size(0)}) {setup}. The exercise asks for batched decoding: encode the whole batch once "
-            f"with memory = model.encode(src), then extend every sentence by one token per step, all together."
-        )
+    kit.encoded_once(check, model, sentences, check.exercise, setup)
     return "encodes the whole batch once"
 
 
@@ -484,33 +468,19 @@ def _check_stopping(check: Check, out: torch.Tensor, expected: torch.Tensor, see
 # Gradients and devices: what lesson 06 (and a GPU) need beyond the right tokens.
 
 
-def _check_no_grad(check: Check, models: list[ScriptedModel]) -> None:
-    calls = sum(model.grad_calls for model in models)
-    if calls:
-        check.fail(
-            f"{check.exercise} ran the model with gradients on ({calls} calls of model.encode/model.decode).\n"
-            + _NO_GRAD.format(name=check.exercise)
-        )
-    check.ok("runs the model without gradients (torch.no_grad)")
-    problem = training_mode_problem(check.exercise, models)
-    if problem:
-        check.fail(problem)
-    check.ok("decodes in the mode the model was given (eval): no model.train()")
-
-
 def _check_device(check: Check, greedy_decode: Callable, case: dict) -> None:
     """Decode on a pretend GPU (and on a real one, if there is one): every tensor must follow src's device."""
-    def run(device: torch.device | None) -> Any:
-        if device is None:
-            return _decode(check, greedy_decode, case, probe=True, pretend_device=True)[2]
-        src = _source(case).to(device)
-        return check.call(greedy_decode, _model(case, src.shape[0]).to(device), src, case["max_len"],
-                          case["bos_id"], case["eos_id"], case["pad_id"], what=check.exercise, **case["extra"])
-
-    stages.decoder_on_gpu(check, run, check.exercise, advice=(
-        "Create every tensor on src's device: `torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)`, "
-        "`torch.zeros(B, dtype=torch.bool, device=src.device)` (or `src.new_full(...)`, `src.new_zeros(...)`)."),
-        code=greedy_decode, cpu_run=lambda: _decode(check, greedy_decode, case, probe=True)[2])
+    kit.on_gpu(check, lambda device, probe: _decode(check, greedy_decode, case, probe, device)[2], check.exercise,
+               "`torch.full((B, 1), bos_id, dtype=torch.long, device=src.device)`, `torch.zeros(B, dtype=torch.bool, "
+               "device=src.device)` (or `src.new_full(...)`, `src.new_zeros(...)`)", code=greedy_decode)
 
 
-__all__ = ["check_greedy_decode", "greedy_stages"]
+GREEDY_DECODE = Exercise(
+    "greedy_decode", _check_greedy_decode,
+    oracle="the scripted model's own argmax, replayed on the learner's output; its recorded calls name what went wrong",
+    cases="five fixed batches (other special ids, sentences ending at different steps or never, a pad_id chosen in "
+          "mid-sentence, max_len 1) and one drawn from the check's seed; a second batch on the same model; a pretend GPU",
+    slips=SLIPS, answer=_as_answer)
+
+
+__all__ = ["GREEDY_DECODE", "SLIPS", "check_greedy_decode", "greedy_stages"]
