@@ -86,9 +86,4 @@ class Exercise:
                 stage(check, args[0], self.name)
 
 
-def checked(name: str, body: Callable[..., None], *args: Any, time_limit: float | None = None, **kwargs: Any) -> CheckResult:
-    """An undeclared check with the default stages around it: for checks of a demonstration, never of an exercise."""
-    return Exercise(name, body, time_limit=time_limit, register=False).check(*args, **kwargs)
-
-
-__all__ = ["Exercise", "REGISTRY", "checked"]
+__all__ = ["Exercise", "REGISTRY"]
