@@ -959,16 +959,16 @@ class _Decoded:
 def _as_answer(slip: Slip) -> Callable:
     """The slip made into a learner's beam_search: the slipped search replayed on what model.decode gives."""
     @torch.no_grad()
-    def beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6):
+    def slipped_beam_search(model, src, beam_size, max_len, bos_id, eos_id, pad_id, length_penalty=0.6):
         memory = model.encode(src)
         best = [slip.replay(_search, _Decoded(model, memory, src, b, bos_id, eos_id), b, beam_size, max_len,
                             length_penalty).best for b in range(src.size(0))]
         out = torch.full((len(best), max(map(len, best))), pad_id, dtype=torch.long, device=src.device)  # (B, T)
-        for b, tokens in enumerate(best):
-            out[b, : len(tokens)] = torch.tensor(tokens, device=src.device)
+        for row, hypothesis in enumerate(best):
+            out[row, : len(hypothesis)] = torch.tensor(hypothesis, device=src.device)
         return out
 
-    return beam_search
+    return slipped_beam_search
 
 
 BEAM_SEARCH = Exercise(

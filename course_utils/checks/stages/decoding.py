@@ -403,11 +403,11 @@ def sampler(pick: Callable[..., torch.Tensor], source: Callable[[Any], Any] = la
     @torch.no_grad()
     def decoder(model, src, max_len, bos_id, eos_id, pad_id, temperature=1.0, top_k=None, generator=None):
         if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
+            raise ValueError(f"the temperature must be positive, not {temperature}")
         memory, rng = model.encode(src), source(generator)
         ys = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
         finished = torch.zeros(src.size(0), dtype=torch.bool, device=src.device)  # (B,)
-        while ys.size(1) < max_len and not finished.all():
+        while not finished.all() and ys.size(1) < max_len:
             logits = model.decode(ys, memory, src)[:, position]  # (B, V)
             next_token = pick(logits, temperature, top_k, rng, ys.size(1)).masked_fill(finished, pad_id)  # (B,)
             ys = torch.cat([ys, next_token[:, None]], dim=1)  # (B, T + 1)
