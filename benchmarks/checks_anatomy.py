@@ -72,6 +72,7 @@ def anatomy(path: Path) -> Counter:
             counts["documentation"] += 1
         elif number in declared:
             counts["declaration"] += 1
+            counts["declared message"] += number in strings
         elif number in strings:
             counts["message"] += 1
         else:
@@ -91,11 +92,12 @@ def main() -> None:
     order = ("declaration", "code", "message", "documentation")
     print(f"{'file':<24}{'lines':>7}" + "".join(f"{k:>15}" for k in order))
     for name, counts in rows:
-        print(f"{name:<24}{sum(counts.values()):>7}" + "".join(f"{counts[k]:>15}" for k in order))
+        print(f"{name:<24}{sum(counts[k] for k in order):>7}" + "".join(f"{counts[k]:>15}" for k in order))
     for name, counts in groups.items():
-        total = sum(counts.values())
+        total = sum(v for k, v in counts.items() if k in order)
         print(f"\n{name}: {total} non-blank lines; " + ", ".join(
-            f"{k} {counts[k]} ({100 * counts[k] / total:.0f}%)" for k in order))
+            f"{k} {counts[k]} ({100 * counts[k] / total:.0f}%)" for k in order)
+            + f"; of the declaration lines, {counts['declared message']} are message text (the slips' diagnoses)")
 
 
 if __name__ == "__main__":
