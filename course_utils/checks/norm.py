@@ -100,8 +100,9 @@ def _formula(module: nn.Module, x: torch.Tensor, eps: float, slip: str = "") -> 
     x, w, b = (t.detach().double() for t in (x, module.weight, module.bias))
     if not slip:
         return F.layer_norm(x, (_D,), w, b, eps)
-    var = (x * x).mean(-1, keepdim=True) if slip == "uncentred" else x.var(-1, keepdim=True, unbiased=False)
-    normalised = (x - x.mean(-1, keepdim=True)) / (var.sqrt() + eps if slip == "eps outside" else (var + eps).sqrt())
+    var = (x * x).mean(-1, keepdim=True) if slip == "uncentred" else x.var(-1, keepdim=True, unbiased=slip == "bessel")
+    spread = {"eps outside": var.sqrt() + eps, "no sqrt": var + eps}.get(slip, (var + eps).sqrt())
+    normalised = (x - x.mean(-1, keepdim=True)) / spread
     return {"no affine": normalised, "swapped": normalised * b + w}.get(slip, normalised * w + b)
 
 
@@ -110,7 +111,18 @@ def _slipped(module: nn.Module, x: torch.Tensor, eps: float, slip: str = "") -> 
     return _formula(module, x, eps, slip)
 
 
-#: the known slips, tried once the values differ; the d_model - 1 variance is named earlier, by its own invariant
+#: slips of the variance, named by the variance of each output vector (so also when mixed with eps outside the root)
+VARIANCE_SLIPS = (
+    Slip("bessel", Diagnosis(
+        f"Your vectors come out with variance {_D - 1}/{_D} instead of 1: your LayerNorm divides the variance by "
+        "d_model - 1 (Bessel's correction, what torch.var and torch.std do by default).",
+        "A LayerNorm divides by d_model: `x.var(-1, keepdim=True, unbiased=False)`, as nn.LayerNorm does."),
+        dict(slip="bessel")),
+    Slip("no sqrt", Diagnosis("Your LayerNorm divides by the variance itself.",
+                              "Divide by its square root, `torch.sqrt(var + self.eps)`."), dict(slip="no sqrt")),
+)
+
+#: the known slips, tried once the values differ
 SLIPS = (
     Slip("moments", Diagnosis(
         "Your LayerNorm computes the variance as E[x²] - E[x]², which subtracts two large, nearly equal numbers when "
@@ -139,6 +151,7 @@ SLIPS = (
         "Your LayerNorm has weight and bias swapped.",
         "The normalised vector is multiplied by `self.weight` (the gain), then `self.bias` is added."),
         dict(slip="swapped")),
+    *VARIANCE_SLIPS,
 )
 
 
@@ -193,16 +206,11 @@ def _normalises_each_vector(check: Check, norm: nn.Module, x: torch.Tensor) -> N
                        f"vector's d_model features alone, `x.mean(-1, keepdim=True)` and "
                        f"`x.var(-1, keepdim=True, unbiased=False)`." if other else
                        "Subtract each vector's own mean, `x - x.mean(-1, keepdim=True)`."))
-    got = out.var(-1, unbiased=False)
-    known = [(v / (v * _D / (_D - 1) + 1e-5), f"Your vectors come out with variance {_D - 1}/{_D} instead of 1: "
-              "the variance is divided by d_model - 1 (Bessel's correction, what torch.var and torch.std do by "
-              "default). A LayerNorm divides by d_model: `x.var(-1, keepdim=True, unbiased=False)`, as nn.LayerNorm "
-              "does."),
-             (v / (v + 1e-5) ** 2, "Your LayerNorm divides by the variance itself: divide by its square root, "
-              "`torch.sqrt(var + self.eps)`.")]
-    for variance, message in known:
-        if close_enough(got, variance, atol=1e-4, rtol=1e-3):
-            check.fail(message)
+    got = out.var(-1, unbiased=False)  # (2, 5); the variance slips also name a mix with eps outside the root
+    slip = matching_slip(VARIANCE_SLIPS, lambda s: s.replay(_slipped, norm, x, 1e-5).var(-1, unbiased=False),
+                         lambda variance: close_enough(got, variance, atol=1e-4, rtol=1e-3))
+    if slip is not None:
+        check.fail(slip.says)
     check.close(got, v / (v + 1e-5), "the variance of each output vector, with weight ones and bias zeros",
                 atol=1e-4, rtol=1e-3, hint="Each vector should have variance var / (var + eps), about 1: divide "
                 "the centred vector by `torch.sqrt(var + self.eps)`, var the mean of its squared deviations.")
