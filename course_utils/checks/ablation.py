@@ -29,7 +29,7 @@ from ._core import Check, CheckResult, close_enough, generator
 from .exercise import Exercise
 from .layers import layer_components, own_norm_problem
 from .slips import Diagnosis, Slip, matching_slip, same_tensor
-from .stages.wiring import Pieces, Wiring
+from .stages.wiring import DECODER_RESIDUAL_SLIPS, Pieces, Wiring
 
 _LPE = "LearnedPositionalEncoding"
 _PRE_LN = "x + dropout(sublayer(LayerNorm(x)))"
@@ -329,12 +329,7 @@ DECODER_SLIPS = (
     Slip("raw keys and values", Diagnosis(
         "the keys and values of the masked self-attention read x itself, and only the query is normalised:",
         "all three read h = norm1(x), self_attn(h, h, h, tgt_mask)"), dict(kv_raw=True)),
-    Slip("no residual around self-attention",
-         Diagnosis("the residual connection around the masked self-attention is missing"), dict(res=(0, 1, 1))),
-    Slip("no residual around cross-attention",
-         Diagnosis("the residual connection around the cross-attention is missing"), dict(res=(1, 0, 1))),
-    Slip("no residual around feed-forward",
-         Diagnosis("the residual connection around the feed-forward network is missing"), dict(res=(1, 1, 0))),
+    *DECODER_RESIDUAL_SLIPS,
     Slip("no LayerNorm", _NO_NORM,
          lambda p: (lambda y2: y2 + p.ff(y2))((lambda y1: y1 + p.ca(y1))(p.x + p.sa(p.x)))),
     Slip("sublayers out of order", Diagnosis(

@@ -27,7 +27,7 @@ from . import stages
 from ._core import Check, CheckResult, close_enough, generator
 from .exercise import Exercise
 from .slips import Diagnosis, Slip, matching_slip, same_tensor
-from .stages.wiring import D_FF as _D_FF, D_MODEL as _D_MODEL, Pieces, Wiring, decoder_layer_stages, \
+from .stages.wiring import DECODER_RESIDUAL_SLIPS, D_FF as _D_FF, D_MODEL as _D_MODEL, Pieces, Wiring, decoder_layer_stages, \
     encoder_layer_stages, slipped_layer
 
 _ATOL, _RTOL = 1e-4, 1e-4  # layers compare float32 stacks with float64 twins
@@ -431,12 +431,7 @@ DECODER_SLIPS = (
     Slip("query from the input", Diagnosis(
         "the cross-attention query is the layer's input instead of the output of the first sublayer",
         "(the query must be the result of the masked self-attention sublayer)"), dict(query_x=True)),
-    Slip("no residual around self-attention",
-         Diagnosis("the residual connection around the masked self-attention is missing"), dict(res=(0, 1, 1))),
-    Slip("no residual around cross-attention",
-         Diagnosis("the residual connection around the cross-attention is missing"), dict(res=(1, 0, 1))),
-    Slip("no residual around feed-forward",
-         Diagnosis("the residual connection around the feed-forward network is missing"), dict(res=(1, 1, 0))),
+    *DECODER_RESIDUAL_SLIPS,
     Slip("no residuals", _NO_RESIDUALS, dict(res=(0, 0, 0))),
     Slip("no feed-forward", Diagnosis("the feed-forward sublayer is missing:",
                                       "the third sublayer is LayerNorm(y + dropout(ffn(y)))"), dict(ffn=False)),

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from .._core import Check, Raised, close_enough, describe, generator
-from ..slips import Slip, matching_slip, same_tensor
+from ..slips import Diagnosis, Slip, matching_slip, same_tensor
 from . import anatomy, twins
 from .contract import called_as_modules, contract_defaults, contract_parts, is_module, one_tensor, \
     replaced_parts_used, submodule_parts
@@ -36,6 +36,18 @@ from .values import every_parameter_learns
 #: the checker's layers: d_model, heads and d_ff all differ, so a size read from the wrong argument shows
 D_MODEL, NUM_HEADS, D_FF = 16, 4, 24
 _ATOL, _RTOL = 1e-4, 1e-4  # layers compare float32 stacks with float64 twins
+
+#: a decoder layer's missing residuals, post-LN or pre-LN alike: the flag ``res`` keeps (1) or drops (0) the
+#: residual around self-attention, cross-attention and the feed-forward network
+DECODER_RESIDUAL_SLIPS = (
+    Slip("no residual around self-attention",
+         Diagnosis("the residual connection around the masked self-attention is missing"), dict(res=(0, 1, 1))),
+    Slip("no residual around cross-attention",
+         Diagnosis("the residual connection around the cross-attention is missing"), dict(res=(1, 0, 1))),
+    Slip("no residual around feed-forward",
+         Diagnosis("the residual connection around the feed-forward network is missing"), dict(res=(1, 1, 0))),
+)
+
 
 @dataclasses.dataclass(frozen=True)
 class Wiring:
