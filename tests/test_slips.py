@@ -53,3 +53,8 @@ def _declared(checker) -> bool:
                and value.name in REGISTRY and checker.__code__.co_names and any(
                    getattr(module, n, None) is value for n in checker.__code__.co_names)
                for value in vars(module).values())
+
+
+def test_every_declaration_names_its_contract_oracle_and_cases():
+    assert [name for name, exercise in REGISTRY.items()
+            if exercise.contract is None or not exercise.oracle or not exercise.cases] == []
